@@ -1,0 +1,4 @@
+"""``python -m popdist_launcher`` is ``poprun-lite``."""
+from popdist_launcher.launch import run
+
+run()

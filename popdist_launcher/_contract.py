@@ -1,0 +1,28 @@
+"""The per-instance environment contract: variable names shared by the launcher and the runtime.
+
+Pure data, no imports beyond the standard library: both sides of the contract read it from here.
+"""
+from __future__ import annotations
+
+# PopDist variables, as Graphcore's poprun sets them.
+NUM_TOTAL_REPLICAS = "POPDIST_NUM_TOTAL_REPLICAS"
+NUM_LOCAL_REPLICAS = "POPDIST_NUM_LOCAL_REPLICAS"
+REPLICA_INDEX_OFFSET = "POPDIST_REPLICA_INDEX_OFFSET"
+NUM_IPUS_PER_REPLICA = "POPDIST_NUM_IPUS_PER_REPLICA"
+LOCAL_INSTANCE_INDEX = "POPDIST_LOCAL_INSTANCE_INDEX"
+UNIFORM_REPLICAS = "POPDIST_UNIFORM_REPLICAS_PER_INSTANCE"
+NUM_INSTANCES = "POPDIST_NUM_INSTANCES"
+INSTANCE_INDEX = "POPDIST_INSTANCE_INDEX"
+
+# Ours: which attempt of the job this is (0 for the first start).
+RESTART_COUNT = "POPRUN_RESTART_COUNT"
+
+POPDIST_INT_VARIABLES = (
+    NUM_TOTAL_REPLICAS,
+    NUM_LOCAL_REPLICAS,
+    REPLICA_INDEX_OFFSET,
+    NUM_IPUS_PER_REPLICA,
+    LOCAL_INSTANCE_INDEX,
+    NUM_INSTANCES,
+    INSTANCE_INDEX,
+)

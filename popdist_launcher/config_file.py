@@ -1,0 +1,93 @@
+"""Launch presets: read a TOML or YAML file of option values, and write the effective options back.
+
+Keys are the long option names (``num-instances`` or ``num_instances``); the command line and
+POPRUN_* variables override them.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Iterable, Mapping
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+SUFFIXES = (".toml", ".yaml", ".yml")
+
+
+class ConfigFileError(ValueError):
+    """The file is missing, unreadable, or has keys that are not options."""
+
+
+def find(name: str) -> str:
+    """The file as given, else under ./configs or the project's configs/, with or without suffix."""
+    candidates = [name]
+    for folder in ("configs", CONFIG_DIR):
+        candidates.append(os.path.join(folder, name))
+        candidates.extend(os.path.join(folder, name + s) for s in SUFFIXES)
+    for path in candidates:
+        if os.path.isfile(path):
+            return path
+    raise ConfigFileError(
+        f"config file {name!r} not found (looked for it as given and under configs/); pass the "
+        f"path of a .toml or .yaml file."
+    )
+
+
+def load(name: str, known: Iterable[str]) -> Dict[str, Any]:
+    """Option values from a config file, keyed by parameter name (underscores)."""
+    path = find(name)
+    try:
+        if path.endswith(".toml"):
+            import tomllib
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        elif path.endswith((".yaml", ".yml")):
+            import yaml
+            with open(path) as f:
+                data = yaml.safe_load(f) or {}
+        else:
+            raise ConfigFileError(
+                f"config file {path!r} has an unknown format; use a .toml, .yaml or .yml file.")
+    except ConfigFileError:
+        raise
+    except Exception as exc:  # the parsers' own errors name line and column
+        raise ConfigFileError(f"config file {path!r} could not be parsed: {exc}.") from None
+    if not isinstance(data, dict):
+        raise ConfigFileError(
+            f"config file {path!r} must hold a table of option = value pairs, got "
+            f"{type(data).__name__}.")
+    known = sorted(known)
+    values: Dict[str, Any] = {}
+    for key, value in data.items():
+        name_ = str(key).replace("-", "_")
+        if name_ not in known:
+            raise ConfigFileError(
+                f"config file {path!r} has unknown key {key!r}; expected option names such as "
+                f"{', '.join(k.replace('_', '-') for k in known)}."
+            )
+        values[name_] = value
+    return values
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'
+
+
+def dump(path: str, values: Mapping[str, Any]) -> None:
+    """Write option values (None left out) as TOML, or YAML for .yaml/.yml; atomically."""
+    items = {k.replace("_", "-"): v for k, v in values.items() if v is not None}
+    if path.endswith((".yaml", ".yml")):
+        import yaml
+        text = yaml.safe_dump({k: list(v) if isinstance(v, tuple) else v for k, v in items.items()},
+                              sort_keys=False)
+    else:
+        text = "".join(f"{k} = {_toml_value(v)}\n" for k, v in items.items())
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write("# poprun-lite options; pass back with --config\n" + text)
+    os.replace(tmp, path)

@@ -1,0 +1,224 @@
+"""``poprun-lite``: the command line. Options -> LaunchPlan -> backend -> supervisor.
+
+This module is on every job's start-up path: it never imports TensorFlow or Horovod.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+import click
+
+from popdist_launcher import __version__, config_file, ports
+from popdist_launcher.backends import get_backend
+from popdist_launcher.plan import PlanError, build_plan, check_counts, format_topology, \
+    parse_exports, resolve_program
+from popdist_launcher.procs import OutputOptions
+from popdist_launcher.supervisor import Supervisor
+
+PROG = "poprun-lite"
+ENV_PREFIX = "POPRUN"
+LOCAL_ADDRESS = "127.0.0.1"
+# Options that are actions, not launch settings: never read from or written to config files.
+NOT_CONFIGURABLE = {"config", "export_config", "print_topology", "check_build", "version",
+                    "program", "args", "verbose"}
+
+
+def _load_config(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
+    if value is None:
+        return None
+    known = [p.name for p in ctx.command.params if p.name not in NOT_CONFIGURABLE]
+    try:
+        values = config_file.load(value, known)
+    except config_file.ConfigFileError as exc:
+        raise click.UsageError(str(exc), ctx) from None
+    ctx.default_map = {**(ctx.default_map or {}), **values}
+    return value
+
+
+def _check_build(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from popdist_launcher import check_build
+    lines, problems = check_build.report()
+    click.echo("\n".join(lines))
+    if problems:
+        click.echo("", err=True)
+        for problem in problems:
+            click.echo(f"{PROG}: missing: {problem}.", err=True)
+        ctx.exit(1)
+    click.echo("\nAll required components are present.")
+    ctx.exit(0)
+
+
+def _parse_port_range(ctx: click.Context, param: click.Parameter,
+                      value: Optional[str]) -> Optional[Tuple[int, int]]:
+    if value is None:
+        return None
+    low, sep, high = str(value).partition("-")
+    if sep and low.isdigit() and high.isdigit() and 1024 <= int(low) <= int(high) <= 65535:
+        return int(low), int(high)
+    raise click.BadParameter(
+        f"{value!r} is not a port range; expected LOW-HIGH with 1024 <= LOW <= HIGH <= 65535, "
+        f"e.g. 20000-30000.")
+
+
+def _positive(ctx: click.Context, param: click.Parameter, value: Optional[float]) -> Optional[float]:
+    if value is not None and value <= 0:
+        raise click.BadParameter(f"must be a positive number of seconds, got {value:g}.")
+    return value
+
+
+@click.command(
+    context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"],
+                      "show_default": True},
+    epilog="Every option can also be set with a POPRUN_<OPTION> environment variable "
+           "(e.g. POPRUN_NUM_INSTANCES=4) or a --config file; the command line wins.",
+)
+@click.option("-np", "--num-instances", type=int, default=1, show_envvar=True,
+              help="Number of instances (processes) to start.")
+@click.option("--num-replicas", type=int, default=None, show_envvar=True,
+              help="Total model replicas across all instances (default: one per instance); must "
+                   "be a multiple of --num-instances.")
+@click.option("--ipus-per-replica", type=int, default=1, show_envvar=True,
+              help="Devices each replica uses (POPDIST_NUM_IPUS_PER_REPLICA).")
+@click.option("-x", "--env", "env", multiple=True, metavar="NAME[=VALUE]", show_envvar=True,
+              help="Export a variable to every instance; NAME alone passes the current value. "
+                   "Repeatable.")
+@click.option("--only-output-from-instance", type=int, default=None, metavar="N",
+              show_envvar=True, help="Show only instance N's output on the console "
+                                     "(--output-dir still gets every instance's).")
+@click.option("--output-dir", type=click.Path(file_okay=False), default=None, show_envvar=True,
+              help="Also write instance-<i>.stdout.log and instance-<i>.stderr.log here.")
+@click.option("--tag-output/--no-tag-output", default=True, show_envvar=True,
+              help="Prefix each line with [instance]<stream>:.")
+@click.option("--start-timeout", type=float, default=120.0, callback=_positive, show_envvar=True,
+              help="Seconds allowed for every instance to start and for Horovod's rendezvous.")
+@click.option("--grace-period", type=float, default=10.0, show_envvar=True,
+              help="Seconds between SIGTERM and SIGKILL when the job is stopped.")
+@click.option("--port-range", default=None, metavar="LOW-HIGH", callback=_parse_port_range,
+              show_envvar=True, help="Where to look for free TF_CONFIG ports "
+                                     "[default: below the kernel's ephemeral range].")
+@click.option("--print-topology", is_flag=True, show_envvar=True,
+              help="Print instances, replicas, ports and each instance's environment; start "
+                   "nothing.")
+@click.option("--config", type=str, default=None, is_eager=True, expose_value=False,
+              callback=_load_config, show_envvar=True, metavar="FILE",
+              help="Read option values from a TOML or YAML file (a name under configs/ works).")
+@click.option("--export-config", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              show_envvar=True, help="Write the effective options to FILE (TOML, or YAML for "
+                                     ".yaml), then run.")
+@click.option("--check-build", is_flag=True, is_eager=True, expose_value=False,
+              callback=_check_build, help="Show the versions and build options of TensorFlow, "
+                                         "Horovod, MPI, mpi4py and gRPC, then exit.")
+@click.option("-v", "--verbose", count=True, help="Log what the launcher does (-vv for more).")
+@click.version_option(__version__, "--version", prog_name=PROG)
+@click.argument("program")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def cli(ctx: click.Context, num_instances: int, num_replicas: Optional[int], ipus_per_replica: int,
+        env: Sequence[str], only_output_from_instance: Optional[int], output_dir: Optional[str],
+        tag_output: bool, start_timeout: float, grace_period: float,
+        port_range: Optional[Tuple[int, int]], print_topology: bool,
+        export_config: Optional[str], verbose: int, program: str, args: Sequence[str]) -> int:
+    """Run PROGRAM [ARGS]... as NUM_INSTANCES cooperating instances.
+
+    Each instance gets its PopDist variables, a TF_CONFIG and what a plain hvd.init() needs.
+    A PROGRAM ending in .py runs with this Python.
+    """
+    _configure_logging(verbose)
+    try:
+        check_counts(num_instances, num_replicas, ipus_per_replica)
+        if grace_period < 0:
+            raise PlanError(f"--grace-period must be 0 or more seconds, got {grace_period:g}.")
+        if only_output_from_instance is not None and not 0 <= only_output_from_instance < num_instances:
+            raise PlanError(
+                f"--only-output-from-instance {only_output_from_instance} is not an instance of "
+                f"this job; expected 0..{num_instances - 1}.")
+        argv = resolve_program(program, args)
+        exported = parse_exports(env, os.environ)
+    except PlanError as exc:
+        raise click.UsageError(str(exc), ctx) from None
+
+    if export_config:
+        config_file.dump(export_config, _configurable_values(ctx))
+
+    try:
+        reservation = ports.reserve(num_instances, port_range=port_range)
+        rendezvous = ports.listen_socket(LOCAL_ADDRESS)
+    except ports.PortError as exc:
+        raise click.ClickException(str(exc)) from None
+    with reservation:
+        plan = build_plan(
+            argv, num_instances, reservation.ports, rendezvous.getsockname()[:2],
+            num_replicas=num_replicas, ipus_per_replica=ipus_per_replica, exported_env=exported,
+            start_timeout=start_timeout, grace_period=grace_period)
+        if print_topology:
+            rendezvous.close()
+            click.echo(format_topology(plan, " (besides what it inherits)"))
+            return 0
+        output = OutputOptions(tag_output=tag_output, only_instance=only_output_from_instance,
+                               output_dir=output_dir)
+        supervisor = Supervisor(plan, get_backend("local"), output, rendezvous_socket=rendezvous,
+                                say=_say)
+        reservation.release_binds()
+        result = supervisor.run()
+    return result.exit_code
+
+
+def _configurable_values(ctx: click.Context) -> Dict[str, Any]:
+    values = {}
+    for param in ctx.command.params:
+        if param.name in NOT_CONFIGURABLE or param.name not in ctx.params:
+            continue
+        value = ctx.params[param.name]
+        if param.name == "port_range" and value is not None:
+            value = f"{value[0]}-{value[1]}"
+        values[param.name] = list(value) if isinstance(value, tuple) else value
+    return values
+
+
+def _say(message: str) -> None:
+    click.echo(message, err=True)
+
+
+class _Prefixed(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{PROG}: {record.getMessage()}"
+
+
+def _configure_logging(verbose: int) -> None:
+    logger = logging.getLogger("popdist_launcher")
+    if verbose and not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_Prefixed())
+        logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point: click's errors become one line on stderr and exit code 2, never a traceback."""
+    try:
+        code = cli.main(args=list(argv) if argv is not None else None, prog_name=PROG,
+                        standalone_mode=False, auto_envvar_prefix=ENV_PREFIX)
+    except click.UsageError as exc:
+        click.echo(f"{PROG}: error: {exc.format_message()} (see {PROG} --help)", err=True)
+        return exc.exit_code
+    except click.ClickException as exc:
+        click.echo(f"{PROG}: error: {exc.format_message()}", err=True)
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.Abort:
+        return 130
+    return code if isinstance(code, int) else 0
+
+
+def run() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

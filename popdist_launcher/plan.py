@@ -1,0 +1,293 @@
+"""The launch plan: command-line options turned into one frozen value, before anything starts.
+
+Everything after the CLI (printing the topology, backends, supervision) works on a LaunchPlan,
+never on raw flags. Building a plan spawns nothing, so it is testable on its own.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import sys
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from popdist_launcher import _contract as c
+from popdist_launcher import tf_config
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class PlanError(ValueError):
+    """The options cannot make a valid launch; the message is one sentence for the user."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Host:
+    """A machine instances run on: the name the user gave and the address others reach it at."""
+
+    name: str
+    address: str
+
+
+@dataclasses.dataclass(frozen=True)
+class InstanceSpec:
+    """One instance: where it runs and which replicas, ranks and port it owns."""
+
+    index: int
+    host: Host
+    local_index: int
+    local_size: int
+    cross_rank: int
+    cross_size: int
+    replica_offset: int
+    num_local_replicas: int
+    tf_port: int
+
+    @property
+    def tf_address(self) -> str:
+        return f"{self.host.address}:{self.tf_port}"
+
+    @property
+    def replicas(self) -> range:
+        return range(self.replica_offset, self.replica_offset + self.num_local_replicas)
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchPlan:
+    """Everything needed to start the job, as plain data."""
+
+    program: Tuple[str, ...]
+    num_instances: int
+    num_replicas: int
+    ipus_per_replica: int
+    instances: Tuple[InstanceSpec, ...]
+    rendezvous_address: str
+    rendezvous_port: int
+    exported_env: Tuple[Tuple[str, str], ...] = ()
+    start_timeout: float = 120.0
+    grace_period: float = 10.0
+    restart_count: int = 0
+
+    @property
+    def num_local_replicas(self) -> int:
+        return self.num_replicas // self.num_instances
+
+    @property
+    def hosts(self) -> Tuple[Host, ...]:
+        seen: Dict[Host, None] = {}
+        for inst in self.instances:
+            seen.setdefault(inst.host)
+        return tuple(seen)
+
+    def tf_config(self, index: int) -> str:
+        workers = [inst.tf_address for inst in self.instances]
+        return tf_config.build(workers, index).to_json()
+
+    def instance_env(self, index: int) -> Dict[str, str]:
+        """The variables instance ``index`` gets on top of the environment it inherits."""
+        inst = self.instances[index]
+        env = {
+            c.NUM_TOTAL_REPLICAS: str(self.num_replicas),
+            c.NUM_LOCAL_REPLICAS: str(inst.num_local_replicas),
+            c.REPLICA_INDEX_OFFSET: str(inst.replica_offset),
+            c.NUM_IPUS_PER_REPLICA: str(self.ipus_per_replica),
+            c.LOCAL_INSTANCE_INDEX: str(inst.local_index),
+            c.UNIFORM_REPLICAS: "1",
+            c.NUM_INSTANCES: str(self.num_instances),
+            c.INSTANCE_INDEX: str(inst.index),
+            c.RESTART_COUNT: str(self.restart_count),
+            "TF_CONFIG": self.tf_config(index),
+            # What a plain hvd.init() needs without horovodrun: ranks and a Gloo rendezvous.
+            "HOROVOD_RANK": str(inst.index),
+            "HOROVOD_SIZE": str(self.num_instances),
+            "HOROVOD_LOCAL_RANK": str(inst.local_index),
+            "HOROVOD_LOCAL_SIZE": str(inst.local_size),
+            "HOROVOD_CROSS_RANK": str(inst.cross_rank),
+            "HOROVOD_CROSS_SIZE": str(inst.cross_size),
+            "HOROVOD_HOSTNAME": inst.host.name,
+            "HOROVOD_CONTROLLER": "gloo",
+            "HOROVOD_CPU_OPERATIONS": "gloo",
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR": self.rendezvous_address,
+            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(self.rendezvous_port),
+            "HOROVOD_GLOO_IFACE": "lo" if inst.host.address.startswith("127.") else "",
+            "HOROVOD_GLOO_TIMEOUT_SECONDS": str(max(1, int(self.start_timeout))),
+        }
+        if not env["HOROVOD_GLOO_IFACE"]:
+            del env["HOROVOD_GLOO_IFACE"]
+        env.update(self.exported_env)
+        return env
+
+    def horovod_slots(self) -> List[dict]:
+        """The host allocation Horovod's rendezvous server needs to size its scopes."""
+        return [
+            {
+                "hostname": inst.host.name,
+                "rank": inst.index,
+                "size": self.num_instances,
+                "local_rank": inst.local_index,
+                "local_size": inst.local_size,
+                "cross_rank": inst.cross_rank,
+                "cross_size": inst.cross_size,
+            }
+            for inst in self.instances
+        ]
+
+
+def resolve_program(program: str, args: Sequence[str]) -> Tuple[str, ...]:
+    """The argv that runs PROGRAM: a ``.py`` file runs with this interpreter."""
+    if program.endswith(".py"):
+        if not os.path.isfile(program):
+            raise PlanError(
+                f"program {program!r} does not exist; give the path of the Python script to run "
+                f"(relative to {os.getcwd()!r} or absolute)."
+            )
+        return (sys.executable, program, *args)
+    if os.sep in program:
+        if not (os.path.isfile(program) and os.access(program, os.X_OK)):
+            raise PlanError(
+                f"program {program!r} is not an executable file; check the path or run it through "
+                f"an interpreter (e.g. poprun-lite -np 2 python {program})."
+            )
+        return (program, *args)
+    found = shutil.which(program)
+    if found is None:
+        raise PlanError(
+            f"program {program!r} was not found on PATH; give a path to it, or a .py script."
+        )
+    return (found, *args)
+
+
+def parse_exports(items: Sequence[str], environ: Mapping[str, str]) -> Tuple[Tuple[str, str], ...]:
+    """``-x NAME=VALUE`` sets a value; ``-x NAME`` passes the launcher's own value of NAME."""
+    exported: Dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not ENV_NAME.match(name):
+            raise PlanError(
+                f"-x {item!r}: {name!r} is not a valid environment variable name; expected "
+                f"NAME or NAME=VALUE with NAME made of letters, digits and underscores."
+            )
+        if not sep:
+            if name not in environ:
+                raise PlanError(
+                    f"-x {name}: {name} is not set in poprun-lite's environment; export it first "
+                    f"or give a value with -x {name}=VALUE."
+                )
+            value = environ[name]
+        exported[name] = value
+    return tuple(exported.items())
+
+
+def distribute(num_instances: int, hosts: Sequence[Host]) -> List[Host]:
+    """Host of each instance: contiguous blocks, spread as evenly as possible."""
+    per_host, extra = divmod(num_instances, len(hosts))
+    layout: List[Host] = []
+    for i, host in enumerate(hosts):
+        layout.extend([host] * (per_host + (1 if i < extra else 0)))
+    return layout
+
+
+def build_plan(
+    program: Sequence[str],
+    num_instances: int,
+    tf_ports: Sequence[int],
+    rendezvous: Tuple[str, int],
+    num_replicas: Optional[int] = None,
+    ipus_per_replica: int = 1,
+    hosts: Sequence[Host] = (Host("localhost", "127.0.0.1"),),
+    exported_env: Sequence[Tuple[str, str]] = (),
+    start_timeout: float = 120.0,
+    grace_period: float = 10.0,
+    restart_count: int = 0,
+) -> LaunchPlan:
+    """Validate the numbers and lay instances and replicas out over the hosts."""
+    check_counts(num_instances, num_replicas, ipus_per_replica)
+    num_replicas = num_instances if num_replicas is None else num_replicas
+    if len(tf_ports) != num_instances:
+        raise PlanError(f"need {num_instances} TF ports, got {len(tf_ports)}.")
+    local_replicas = num_replicas // num_instances
+    layout = distribute(num_instances, hosts)
+    host_order = list(dict.fromkeys(layout))
+    local_counts = {h: layout.count(h) for h in host_order}
+    local_index: Dict[Host, int] = {h: 0 for h in host_order}
+    instances = []
+    for index, host in enumerate(layout):
+        li = local_index[host]
+        local_index[host] += 1
+        # Horovod's cross communicator: the hosts that have an instance with this local rank.
+        peers = [h for h in host_order if local_counts[h] > li]
+        instances.append(
+            InstanceSpec(
+                index=index,
+                host=host,
+                local_index=li,
+                local_size=local_counts[host],
+                cross_rank=peers.index(host),
+                cross_size=len(peers),
+                replica_offset=index * local_replicas,
+                num_local_replicas=local_replicas,
+                tf_port=tf_ports[index],
+            )
+        )
+    return LaunchPlan(
+        program=tuple(program),
+        num_instances=num_instances,
+        num_replicas=num_replicas,
+        ipus_per_replica=ipus_per_replica,
+        instances=tuple(instances),
+        rendezvous_address=rendezvous[0],
+        rendezvous_port=rendezvous[1],
+        exported_env=tuple(exported_env),
+        start_timeout=start_timeout,
+        grace_period=grace_period,
+        restart_count=restart_count,
+    )
+
+
+def check_counts(num_instances: int, num_replicas: Optional[int], ipus_per_replica: int) -> None:
+    """The instance/replica arithmetic of PopRun, with errors that say how to fix it."""
+    if num_instances < 1:
+        raise PlanError(
+            f"--num-instances must be at least 1, got {num_instances}; pass how many processes to "
+            f"start, e.g. -np 4."
+        )
+    if ipus_per_replica < 1:
+        raise PlanError(f"--ipus-per-replica must be at least 1, got {ipus_per_replica}.")
+    if num_replicas is None:
+        return
+    if num_replicas < 1:
+        raise PlanError(f"--num-replicas must be at least 1, got {num_replicas}.")
+    if num_replicas % num_instances:
+        lower = max(num_instances, num_replicas - num_replicas % num_instances)
+        raise PlanError(
+            f"--num-replicas {num_replicas} is not divisible by --num-instances {num_instances}; "
+            f"every instance runs the same number of replicas, so use a multiple of "
+            f"{num_instances} (e.g. {lower} or {lower + num_instances})."
+        )
+
+
+def format_topology(plan: LaunchPlan, base_env_note: str = "") -> str:
+    """The human-readable table ``--print-topology`` shows."""
+    rows = [("instance", "host", "local", "replicas", "TF_CONFIG address", "command")]
+    for inst in plan.instances:
+        first, last = inst.replicas[0], inst.replicas[-1]
+        reps = str(first) if first == last else f"{first}-{last}"
+        rows.append((str(inst.index), inst.host.name, str(inst.local_index), reps, inst.tf_address,
+                     " ".join(plan.program)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = [
+        f"poprun-lite: {plan.num_instances} instance(s), {plan.num_replicas} replica(s) "
+        f"({plan.num_local_replicas} per instance), {plan.ipus_per_replica} IPU(s) per replica, "
+        f"{len(plan.hosts)} host(s); Horovod rendezvous at "
+        f"{plan.rendezvous_address}:{plan.rendezvous_port}",
+        "",
+    ]
+    for row in rows:
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+    for inst in plan.instances:
+        lines.append("")
+        lines.append(f"environment of instance {inst.index}{base_env_note}:")
+        for name, value in sorted(plan.instance_env(inst.index).items()):
+            lines.append(f"  {name}={value}")
+    return "\n".join(lines)

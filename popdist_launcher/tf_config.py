@@ -1,0 +1,176 @@
+"""Build, parse and validate ``TF_CONFIG``, with the rules ``tf.estimator.RunConfig`` applies.
+
+Pure Python: the launcher uses it to write each instance's TF_CONFIG without importing TensorFlow,
+and the runtime uses it to read one back with errors that say what to fix.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Dict, List, Mapping, Optional, Sequence
+
+CHIEF = "chief"
+WORKER = "worker"
+PS = "ps"
+EVALUATOR = "evaluator"
+MASTER = "master"
+KNOWN_TASK_TYPES = (CHIEF, WORKER, PS, EVALUATOR, MASTER)
+
+
+class TFConfigError(ValueError):
+    """TF_CONFIG is malformed or inconsistent."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TFConfig:
+    """A validated TF_CONFIG: the cluster and this process's task in it."""
+
+    cluster: Dict[str, List[str]]
+    task_type: Optional[str]
+    task_id: int
+    environment: Optional[str] = None
+
+    @property
+    def is_chief(self) -> bool:
+        """The chief writes checkpoints and summaries: the `chief` task, else `master`, else worker 0."""
+        if not self.cluster:
+            return True
+        if CHIEF in self.cluster:
+            return self.task_type == CHIEF
+        if MASTER in self.cluster:
+            return self.task_type == MASTER
+        return self.task_type == WORKER and self.task_id == 0
+
+    @property
+    def num_workers(self) -> int:
+        """Tasks that train: chief (or master) plus workers; at least 1."""
+        return max(1, sum(len(self.cluster.get(t, ())) for t in (CHIEF, MASTER, WORKER)))
+
+    @property
+    def worker_index(self) -> int:
+        """This task's index among the training tasks, chief first (0 for an evaluator or ps)."""
+        if self.task_type in (CHIEF, MASTER):
+            return 0
+        if self.task_type == WORKER:
+            return self.task_id + len(self.cluster.get(CHIEF, ())) + len(self.cluster.get(MASTER, ()))
+        return 0
+
+    @property
+    def address(self) -> Optional[str]:
+        """This task's host:port, or None for a task outside the cluster (evaluator)."""
+        tasks = self.cluster.get(self.task_type or "", [])
+        return tasks[self.task_id] if self.task_id < len(tasks) else None
+
+    def to_json(self) -> str:
+        task = {"type": self.task_type, "index": self.task_id} if self.task_type else {}
+        config: dict = {"cluster": self.cluster, "task": task}
+        if self.environment:
+            config["environment"] = self.environment
+        return json.dumps(config, separators=(",", ":"))
+
+
+def build(workers: Sequence[str], index: int, chief: Optional[str] = None) -> TFConfig:
+    """TF_CONFIG for worker ``index`` of ``workers`` (plus an optional separate ``chief`` task)."""
+    cluster: Dict[str, List[str]] = {WORKER: list(workers)}
+    if chief is not None:
+        cluster[CHIEF] = [chief]
+    return validate({"cluster": cluster, "task": {"type": WORKER, "index": index}})
+
+
+def parse(text: str) -> TFConfig:
+    """Parse and validate a TF_CONFIG JSON string."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TFConfigError(
+            f"TF_CONFIG is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+            f'expected e.g. {{"cluster": {{"worker": ["host:port", ...]}}, '
+            f'"task": {{"type": "worker", "index": 0}}}}.'
+        ) from None
+    return validate(raw)
+
+
+def from_environ(env: Optional[Mapping[str, str]] = None) -> Optional[TFConfig]:
+    """The validated TF_CONFIG of this process, or None when it is unset or empty."""
+    env = os.environ if env is None else env
+    text = env.get("TF_CONFIG", "").strip()
+    return parse(text) if text else None
+
+
+def _validate_cluster(raw_cluster: object) -> Dict[str, List[str]]:
+    if not isinstance(raw_cluster, dict):
+        raise TFConfigError(
+            f'TF_CONFIG "cluster" must be an object mapping task types to lists of "host:port", '
+            f"got {type(raw_cluster).__name__}."
+        )
+    cluster: Dict[str, List[str]] = {}
+    for job, tasks in raw_cluster.items():
+        if isinstance(tasks, dict):  # {"0": "host:port"} form accepted by ClusterSpec
+            try:
+                tasks = [tasks[k] for k in sorted(tasks, key=int)]
+            except ValueError:
+                raise TFConfigError(
+                    f'TF_CONFIG cluster job "{job}" maps non-integer keys; use a list of "host:port".'
+                ) from None
+        if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
+            raise TFConfigError(
+                f'TF_CONFIG cluster job "{job}" must be a list of "host:port" strings, got {tasks!r}.'
+            )
+        for address in tasks:
+            host, sep, port = address.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise TFConfigError(
+                    f'TF_CONFIG cluster job "{job}" has address {address!r}; expected "host:port" '
+                    f"with a port in 1..65535."
+                )
+        cluster[job] = list(tasks)
+    if len(cluster.get(CHIEF, ())) > 1:
+        raise TFConfigError(
+            f'TF_CONFIG cluster has {len(cluster[CHIEF])} "chief" tasks; there can be at most one.'
+        )
+    if EVALUATOR in cluster:
+        raise TFConfigError(
+            'TF_CONFIG cluster must not list an "evaluator" job: the evaluator runs outside the '
+            'cluster, with only "task": {"type": "evaluator"}.'
+        )
+    return cluster
+
+
+def validate(raw: object) -> TFConfig:
+    """Validate an already-decoded TF_CONFIG value."""
+    if not isinstance(raw, dict):
+        raise TFConfigError(f"TF_CONFIG must be a JSON object, got {type(raw).__name__}.")
+    cluster = _validate_cluster(raw.get("cluster", {}))
+    task = raw.get("task", {})
+    if not isinstance(task, dict):
+        raise TFConfigError(f'TF_CONFIG "task" must be an object, got {task!r}.')
+    task_type = task.get("type")
+    index = task.get("index", 0)
+    if cluster and not task_type:
+        raise TFConfigError(
+            'TF_CONFIG has a "cluster" but no "task" type; add "task": {"type": "worker", "index": N}.'
+        )
+    if task_type is not None and not isinstance(task_type, str):
+        raise TFConfigError(f'TF_CONFIG "task" type must be a string, got {task_type!r}.')
+    if isinstance(index, bool) or not isinstance(index, int):
+        if isinstance(index, str) and index.isdigit():
+            index = int(index)
+        else:
+            raise TFConfigError(f'TF_CONFIG "task" index must be a non-negative integer, got {index!r}.')
+    if index < 0:
+        raise TFConfigError(f'TF_CONFIG "task" index must be a non-negative integer, got {index}.')
+    if task_type and task_type != EVALUATOR:
+        if task_type not in cluster:
+            raise TFConfigError(
+                f'TF_CONFIG task type "{task_type}" is not a job of the cluster '
+                f"({', '.join(sorted(cluster)) or 'empty'}); use one of them."
+            )
+        if index >= len(cluster[task_type]):
+            raise TFConfigError(
+                f'TF_CONFIG task index {index} is out of range: job "{task_type}" has '
+                f"{len(cluster[task_type])} task(s), so the index must be in "
+                f"0..{len(cluster[task_type]) - 1}."
+            )
+    environment = raw.get("environment")
+    return TFConfig(cluster=cluster, task_type=task_type, task_id=index, environment=environment)
