@@ -29,7 +29,7 @@ while read -r line; do
 done
 for g in $groups; do
   case "$gone" in *" $g "*) continue ;; esac
-  kill -KILL -- "-$g" 2>/dev/null
+  kill -KILL "-$g" 2>/dev/null
 done
 exit 0
 """

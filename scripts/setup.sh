@@ -14,7 +14,7 @@ STAMP="$VENV/.popdist-setup"
 inputs_hash() { cat requirements.txt setup.cfg scripts/setup.sh | sha256sum | cut -d' ' -f1; }
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(inputs_hash)" ] \
-   && "$VENV/bin/python" -c "import horovod.tensorflow, popdist_launcher" 2>/dev/null; then
+   && "$VENV/bin/python" -c "import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ('horovod.tensorflow.mpi_lib', 'popdist_launcher'))))" 2>/dev/null; then
   echo "setup: $VENV is up to date"
   exit 0
 fi

@@ -1,0 +1,502 @@
+"""Launch overhead of poprun-lite compared with bare spawns, mpirun and horovodrun.
+
+What it measures
+----------------
+Each launcher starts N (default 4) instances of ``python -c pass`` (this interpreter) on the
+local machine, loopback only:
+
+* ``bare``        N x ``subprocess.Popen`` then wait: the floor, no launcher at all;
+* ``poprun-lite`` ``poprun-lite -np N python -c pass``;
+* ``mpirun``      ``mpirun -np N --oversubscribe --allow-run-as-root python -c pass``;
+* ``horovodrun``  ``horovodrun -np N --gloo -H localhost:N python -c pass``.
+
+The launchers are looked up next to ``sys.executable`` (the virtualenv's bin/ directory).
+
+For every run it records
+
+* wall time: from just before the first process is started to the moment the launcher (for
+  ``bare``: the last of the N processes) has exited and been reaped;
+* launcher peak RSS: the largest ``VmHWM`` (the kernel's own resident-set high-water mark) read
+  from ``/proc/<launcher>/status`` while the launcher runs. ``bare`` has no launcher process
+  (the benchmark's own Python does not count), so this is null for it;
+* tree peak RSS: the largest sum of the current RSS of every live descendant of this benchmark
+  process (launcher, its helpers/daemons and the N instances) seen at one sampling instant. RSS
+  counts shared pages (libpython, shared libraries) once per process, so this over-states real
+  memory use, equally for every launcher.
+
+A sampler thread polls every ``--interval-ms`` (default 2 ms) for every launcher alike. It finds
+descendants without rescanning the whole process table each time: it remembers every pid that
+existed before the run (those can never become our descendants) and only looks up the parent of
+pids that are new, so a sample costs a directory listing plus a few small /proc reads. Processes
+that are orphaned before the sampler first sees them are missed (as with any ppid-based walk).
+
+Each launcher gets one uncounted warm-up run. Measured runs are interleaved: every round runs
+each launcher once, in an order rotated from round to round, so machine noise is spread over all
+launchers. horovodrun takes seconds per run, so it has its own, smaller, repeat count.
+
+Results go to benchmarks/results/launch_overhead.json (``--out``) and a bar chart next to it
+(same name, .png); a short table is printed. A launcher that is missing, fails or times out is
+recorded with an error (the last line of its stderr) instead of stopping the benchmark.
+
+Run: ``PATH=.venv/bin:$PATH .venv/bin/python benchmarks/launch_overhead.py``
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, IO, List, Optional, Sequence
+
+import psutil
+
+MIB = 1024 * 1024
+# The issue's targets for poprun-lite.
+TARGET_VS_MPIRUN = 1.5          # median wall time within 1.5x of mpirun's
+TARGET_VS_HOROVODRUN = 0.05     # median wall time under 5% of horovodrun's
+TARGET_LAUNCHER_BYTES = 40 * 1000 * 1000  # launcher peak RSS under 40 MB (the stricter 10^6 MB)
+DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                           "launch_overhead.json")
+
+
+@dataclass
+class Launcher:
+    """One way of starting the instances. ``argv`` is None for bare spawns."""
+    name: str
+    argv: Optional[List[str]]
+    repeats: int
+    runs: List["RunResult"] = field(default_factory=list)
+    error: Optional[str] = None
+
+
+@dataclass
+class RunResult:
+    wall_s: float
+    launcher_peak_bytes: Optional[int]
+    tree_peak_bytes: int
+    samples: int
+    sample_cost_s: float
+    strays: int
+
+
+class LaunchFailed(Exception):
+    """A launcher could not be started, exited non-zero or timed out."""
+
+
+class TreeSampler(threading.Thread):
+    """Polls the memory of this process's descendants until stopped.
+
+    Construct it before starting anything: the pids alive at that moment are taken as foreign.
+    Set ``launcher_pid`` once the launcher is started to also track its own VmHWM.
+    """
+
+    def __init__(self, interval_s: float) -> None:
+        super().__init__(name="tree-sampler", daemon=True)
+        self.interval_s = interval_s
+        self.root = os.getpid()
+        self.foreign = set(psutil.pids())
+        self.tree: Dict[int, psutil.Process] = {}
+        self.launcher_pid: Optional[int] = None
+        self.launcher_hwm = 0
+        self.tree_peak = 0
+        self.samples = 0
+        self.sample_cost_s = 0.0
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            started = time.perf_counter()
+            self._sample()
+            self.sample_cost_s += time.perf_counter() - started
+            self.samples += 1
+            self._stop_event.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+
+    def _discover(self) -> None:
+        """Adds new pids whose parent is this process or a tree member; the rest are foreign."""
+        known = set(self.tree)
+        pending: Dict[int, psutil.Process] = {}
+        parents: Dict[int, int] = {}
+        for pid in psutil.pids():
+            if pid in self.foreign or pid in known:
+                continue
+            try:
+                proc = psutil.Process(pid)
+                parents[pid] = proc.ppid()
+                pending[pid] = proc
+            except psutil.Error:  # already gone
+                self.foreign.add(pid)
+        # A new child can be listed before its (also new) parent: repeat until nothing joins.
+        grew = True
+        while grew:
+            grew = False
+            for pid, ppid in parents.items():
+                if pid not in self.tree and (ppid == self.root or ppid in self.tree):
+                    self.tree[pid] = pending[pid]
+                    grew = True
+        self.foreign.update(pid for pid in pending if pid not in self.tree)
+
+    def _sample(self) -> None:
+        self._discover()
+        total = 0
+        for proc in self.tree.values():
+            try:
+                total += proc.memory_info().rss
+            except psutil.Error:  # exited since discovery
+                pass
+        self.tree_peak = max(self.tree_peak, total)
+        if self.launcher_pid is not None:
+            self.launcher_hwm = max(self.launcher_hwm, read_vmhwm(self.launcher_pid))
+
+    def alive(self) -> List[psutil.Process]:
+        """Tree members still running (after stop())."""
+        return [proc for proc in self.tree.values() if _is_alive(proc)]
+
+
+def _is_alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def read_vmhwm(pid: int) -> int:
+    """The process's peak RSS so far in bytes, or 0 if it is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def last_line(stream: IO[bytes]) -> str:
+    stream.seek(0)
+    lines = [line.strip() for line in stream.read().decode(errors="replace").splitlines()]
+    lines = [line for line in lines if line]
+    return lines[-1][:500] if lines else "(no stderr)"
+
+
+def kill_started(procs: Sequence[subprocess.Popen], sampler: TreeSampler) -> None:
+    """SIGKILLs what this benchmark started: each Popen's process group, then known descendants."""
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # start_new_session: pgid == pid
+        except (ProcessLookupError, PermissionError):
+            pass
+    for member in sampler.alive():
+        try:
+            member.kill()
+        except psutil.Error:
+            pass
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def run_once(launcher: Launcher, program: List[str], np_: int, timeout_s: float,
+             interval_s: float) -> RunResult:
+    """Runs the launcher once while sampling; raises LaunchFailed with its stderr's last line."""
+    sampler = TreeSampler(interval_s)
+    sampler.start()
+    procs: List[subprocess.Popen] = []
+    with tempfile.TemporaryFile() as stderr:
+        def spawn(argv: List[str]) -> subprocess.Popen:
+            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=stderr, start_new_session=True)
+
+        started = time.perf_counter()
+        try:
+            if launcher.argv is None:
+                for _ in range(np_):
+                    procs.append(spawn(program))
+            else:
+                procs.append(spawn(launcher.argv))
+                sampler.launcher_pid = procs[0].pid
+            deadline = started + timeout_s
+            codes = [proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
+                     for proc in procs]
+            wall = time.perf_counter() - started
+        except subprocess.TimeoutExpired:
+            sampler.stop()
+            kill_started(procs, sampler)
+            raise LaunchFailed(f"timed out after {timeout_s:g} s; last stderr line: "
+                               f"{last_line(stderr)}") from None
+        except OSError as exc:
+            sampler.stop()
+            kill_started(procs, sampler)
+            raise LaunchFailed(f"could not start: {exc}") from None
+        sampler.stop()
+        strays = sampler.alive()
+        if strays:  # descendants that outlived the launcher; they are ours to clean up
+            kill_started([], sampler)
+        bad = [code for code in codes if code != 0]
+        if bad:
+            raise LaunchFailed(f"exit code {bad[0]}: {last_line(stderr)}")
+    return RunResult(
+        wall_s=wall,
+        launcher_peak_bytes=sampler.launcher_hwm if launcher.argv is not None else None,
+        tree_peak_bytes=sampler.tree_peak,
+        samples=sampler.samples,
+        sample_cost_s=sampler.sample_cost_s,
+        strays=len(strays),
+    )
+
+
+def make_launchers(np_: int, program: List[str], repeats: int,
+                   horovod_repeats: int) -> List[Launcher]:
+    bin_dir = os.path.dirname(sys.executable)
+
+    def tool(name: str) -> str:
+        return os.path.join(bin_dir, name)
+
+    return [
+        Launcher("bare", None, repeats),
+        Launcher("poprun-lite", [tool("poprun-lite"), "-np", str(np_), *program], repeats),
+        Launcher("mpirun", [tool("mpirun"), "-np", str(np_), "--oversubscribe",
+                            "--allow-run-as-root", *program], repeats),
+        Launcher("horovodrun", [tool("horovodrun"), "-np", str(np_), "--gloo",
+                                "-H", f"localhost:{np_}", *program], horovod_repeats),
+    ]
+
+
+def run_all(launchers: List[Launcher], program: List[str], np_: int, timeout_s: float,
+            interval_s: float) -> None:
+    """One warm-up round, then interleaved measured rounds (order rotated each round)."""
+    for launcher in launchers:
+        if launcher.argv is not None and not os.access(launcher.argv[0], os.X_OK):
+            launcher.error = f"not found: {launcher.argv[0]}"
+    rounds = max(launcher.repeats for launcher in launchers)
+    for round_no in range(-1, rounds):  # -1 is the warm-up
+        shift = max(round_no, 0) % len(launchers)
+        for launcher in launchers[shift:] + launchers[:shift]:
+            if launcher.error is not None or round_no >= launcher.repeats:
+                continue
+            label = "warm-up" if round_no < 0 else f"round {round_no + 1}/{rounds}"
+            print(f"  {label}: {launcher.name}", file=sys.stderr, flush=True)
+            try:
+                result = run_once(launcher, program, np_, timeout_s, interval_s)
+            except LaunchFailed as exc:
+                launcher.error = str(exc)
+                print(f"    error: {exc}", file=sys.stderr, flush=True)
+                continue
+            if round_no >= 0:
+                launcher.runs.append(result)
+
+
+def _mib(value: float) -> float:
+    return round(value / MIB, 2)
+
+
+def summarize(launcher: Launcher) -> Dict[str, Any]:
+    runs = launcher.runs
+    summary: Dict[str, Any] = {
+        "command": launcher.argv if launcher.argv is not None
+        else "N x subprocess.Popen(program), then wait for all",
+        "runs": len(runs),
+        "error": launcher.error,
+    }
+    if not runs:
+        return summary
+    walls = [run.wall_s for run in runs]
+    trees = [run.tree_peak_bytes for run in runs]
+    samples = sum(run.samples for run in runs)
+    summary.update({
+        "wall_s": {"median": round(statistics.median(walls), 4), "min": round(min(walls), 4),
+                   "max": round(max(walls), 4), "all": [round(w, 4) for w in walls]},
+        "launcher_peak_rss_mib": None,
+        "tree_peak_rss_mib": {"median": _mib(statistics.median(trees)), "max": _mib(max(trees))},
+        "sampling": {
+            "samples_per_run_median": statistics.median(run.samples for run in runs),
+            "mean_cost_ms": round(1000 * sum(run.sample_cost_s for run in runs)
+                                  / max(samples, 1), 3),
+        },
+        "stray_processes": sum(run.strays for run in runs),
+    })
+    if launcher.argv is not None:
+        peaks = [run.launcher_peak_bytes or 0 for run in runs]
+        summary["launcher_peak_rss_mib"] = {"median": _mib(statistics.median(peaks)),
+                                            "max": _mib(max(peaks))}
+    else:
+        summary["launcher_peak_rss_note"] = ("no launcher process: the benchmark's own Python "
+                                             "does not count")
+    return summary
+
+
+def ratio(stats: Dict[str, Dict[str, Any]], top: str, bottom: str) -> Optional[Dict[str, float]]:
+    if "wall_s" not in stats[top] or "wall_s" not in stats[bottom]:
+        return None
+    a, b = stats[top]["wall_s"], stats[bottom]["wall_s"]
+    return {"median": round(a["median"] / b["median"], 3), "min": round(a["min"] / b["min"], 3)}
+
+
+def targets(stats: Dict[str, Dict[str, Any]],
+            ratios: Dict[str, Optional[Dict[str, float]]]) -> Dict[str, Any]:
+    vs_mpi = ratios["poprun-lite/mpirun"]
+    vs_hvd = ratios["poprun-lite/horovodrun"]
+    peak = stats["poprun-lite"].get("launcher_peak_rss_mib")
+    peak_bytes = peak["max"] * MIB if peak else None
+    return {
+        "poprun_lite_within_1.5x_of_mpirun": {
+            "measured_median_ratio": vs_mpi and vs_mpi["median"], "threshold": TARGET_VS_MPIRUN,
+            "pass": None if vs_mpi is None else vs_mpi["median"] <= TARGET_VS_MPIRUN},
+        "poprun_lite_under_5pct_of_horovodrun": {
+            "measured_median_ratio": vs_hvd and vs_hvd["median"],
+            "threshold": TARGET_VS_HOROVODRUN,
+            "pass": None if vs_hvd is None else vs_hvd["median"] < TARGET_VS_HOROVODRUN},
+        "poprun_lite_launcher_peak_under_40MB": {
+            "measured_max_mib": peak and peak["max"],
+            "threshold_bytes": TARGET_LAUNCHER_BYTES,
+            "pass": None if peak_bytes is None else peak_bytes < TARGET_LAUNCHER_BYTES},
+    }
+
+
+def machine_info(load_before: Sequence[float]) -> Dict[str, Any]:
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu_count": os.cpu_count(),
+        "python_version": platform.python_version(),
+        "python": sys.executable,
+        "platform": platform.platform(),
+        "total_memory_mib": _mib(psutil.virtual_memory().total),
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def print_table(stats: Dict[str, Dict[str, Any]], ratios: Dict[str, Any],
+                goals: Dict[str, Any]) -> None:
+    def cell(value: Optional[Dict[str, float]], key: str, fmt: str) -> str:
+        return format(value[key], fmt) if value else "-"
+
+    print(f"\n{'launcher':<12} {'runs':>4} {'median s':>9} {'min s':>7} "
+          f"{'launcher MiB':>12} {'tree MiB':>9}  error")
+    for name, summary in stats.items():
+        wall = summary.get("wall_s")
+        print(f"{name:<12} {summary['runs']:>4} {cell(wall, 'median', '.3f'):>9} "
+              f"{cell(wall, 'min', '.3f'):>7} "
+              f"{cell(summary.get('launcher_peak_rss_mib'), 'max', '.1f'):>12} "
+              f"{cell(summary.get('tree_peak_rss_mib'), 'max', '.1f'):>9}  "
+              f"{summary['error'] or ''}")
+    print("(MiB columns: max over runs; bare has no launcher process)\n")
+    for name, value in ratios.items():
+        text = f"{value['median']:.3f} (min/min {value['min']:.3f})" if value else "n/a"
+        print(f"{name + ' wall time:':<32} {text}")
+    for name, goal in goals.items():
+        verdict = {True: "PASS", False: "FAIL", None: "n/a"}[goal["pass"]]
+        print(f"target {name:<40} {verdict}")
+
+
+def plot(stats: Dict[str, Dict[str, Any]], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(stats)
+    xs = range(len(names))
+    fig, (ax_time, ax_mem) = plt.subplots(1, 2, figsize=(11, 4.5))
+
+    medians = [stats[n]["wall_s"]["median"] if "wall_s" in stats[n] else 0 for n in names]
+    mins = [stats[n]["wall_s"]["min"] if "wall_s" in stats[n] else 0 for n in names]
+    ax_time.bar(xs, medians, color="tab:blue", label="median")
+    ax_time.plot(xs, mins, "k_", markersize=18, label="min")
+    ax_time.set_yscale("log")
+    ax_time.set_ylabel("wall time (s, log scale)")
+    ax_time.set_title("Time to run 4 x `python -c pass`")
+    for x, name, value in zip(xs, names, medians):
+        ax_time.annotate(f"{value:.3f} s" if value else "error", (x, value or 1e-2),
+                         ha="center", va="bottom", fontsize=9)
+    ax_time.legend(loc="upper left")
+
+    width = 0.4
+    own = [(stats[n].get("launcher_peak_rss_mib") or {}).get("max", 0) for n in names]
+    tree = [(stats[n].get("tree_peak_rss_mib") or {}).get("max", 0) for n in names]
+    ax_mem.bar([x - width / 2 for x in xs], own, width, color="tab:orange",
+               label="launcher process peak RSS")
+    ax_mem.bar([x + width / 2 for x in xs], tree, width, color="tab:gray",
+               label="whole tree peak RSS")
+    ax_mem.axhline(TARGET_LAUNCHER_BYTES / MIB, color="red", linestyle="--", linewidth=1,
+                   label="40 MB target (launcher)")
+    ax_mem.set_yscale("log")
+    ax_mem.set_ylim(bottom=1)
+    ax_mem.set_ylabel("MiB (max over runs, log scale)")
+    ax_mem.set_title("Peak memory")
+    for x, name, value in zip(xs, names, own):
+        label = "n/a" if name == "bare" else (f"{value:.1f}" if value else "error")
+        ax_mem.annotate(label, (x - width / 2, max(value, 1)), ha="center", va="bottom",
+                        fontsize=9)
+    ax_mem.legend(loc="upper left", fontsize=8)
+
+    for ax in (ax_time, ax_mem):
+        ax.set_xticks(list(xs), names)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--np", type=int, default=4, help="instances per launch")
+    parser.add_argument("--repeats", type=int, default=10,
+                        help="measured runs of bare, poprun-lite and mpirun")
+    parser.add_argument("--horovodrun-repeats", type=int, default=3,
+                        help="measured runs of horovodrun (seconds each)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds allowed per run")
+    parser.add_argument("--interval-ms", type=float, default=2.0,
+                        help="memory sampling interval")
+    parser.add_argument("--out", default=DEFAULT_OUT,
+                        help="JSON output; the chart goes next to it with a .png suffix")
+    args = parser.parse_args(argv)
+
+    program = [sys.executable, "-c", "pass"]
+    launchers = make_launchers(args.np, program, args.repeats, args.horovodrun_repeats)
+    load_before = os.getloadavg()
+    print(f"launch overhead: {args.np} x {' '.join(program)}", file=sys.stderr)
+    run_all(launchers, program, args.np, args.timeout, args.interval_ms / 1000)
+
+    stats = {launcher.name: summarize(launcher) for launcher in launchers}
+    ratios = {pair: ratio(stats, *pair.split("/"))
+              for pair in ("poprun-lite/mpirun", "poprun-lite/horovodrun", "poprun-lite/bare")}
+    goals = targets(stats, ratios)
+    report = {
+        "benchmark": "launch_overhead",
+        "what": f"wall time and peak RSS of starting {args.np} x `python -c pass` per launcher",
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_info(load_before),
+        "settings": {"np": args.np, "program": program, "repeats": args.repeats,
+                     "horovodrun_repeats": args.horovodrun_repeats, "warmup_runs": 1,
+                     "timeout_s": args.timeout, "sample_interval_ms": args.interval_ms},
+        "launchers": stats,
+        "ratios_wall_time": ratios,
+        "targets": goals,
+    }
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(out_dir, exist_ok=True)
+    with open(args.out, "w") as out:
+        json.dump(report, out, indent=2)
+        out.write("\n")
+    png = os.path.splitext(args.out)[0] + ".png"
+    plot(stats, png)
+    print_table(stats, ratios, goals)
+    print(f"\nwrote {args.out} and {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

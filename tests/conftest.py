@@ -1,0 +1,76 @@
+"""Shared helpers: run the real launcher as a user would, and watch the processes it started."""
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterable, List
+
+import pytest
+
+PROGRAMS = Path(__file__).parent / "programs"
+LAUNCHER = [sys.executable, "-m", "popdist_launcher"]
+
+
+def poprun(*args: str, timeout: float = 120, env=None, **kwargs) -> subprocess.CompletedProcess:
+    """Run ``poprun-lite ARGS`` to completion and capture its output."""
+    return subprocess.run([*LAUNCHER, *args], capture_output=True, text=True, timeout=timeout,
+                          env=env, **kwargs)
+
+
+def poprun_background(*args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([*LAUNCHER, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **kwargs)
+
+
+def program(name: str) -> str:
+    return str(PROGRAMS / name)
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_for_files(paths: Iterable[Path], timeout: float = 30) -> None:
+    paths = list(paths)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(p.exists() and p.stat().st_size for p in paths):
+            return
+        time.sleep(0.05)
+    missing = [str(p) for p in paths if not p.exists()]
+    raise AssertionError(f"timed out waiting for {missing}")
+
+
+def wait_gone(pids: List[int], timeout: float = 10) -> List[int]:
+    """Wait until none of ``pids`` is alive; return those still alive at the timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = [p for p in pids if alive(p)]
+        if not left:
+            return []
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+def read_pids(folder: Path, prefix: str) -> List[int]:
+    return [int(p.read_text()) for p in sorted(folder.glob(f"{prefix}-*"))]
+
+
+@pytest.fixture
+def pid_dir(tmp_path):
+    d = tmp_path / "pids"
+    d.mkdir()
+    yield d
+    # Never leave anything behind, even when a test fails: end what the test's job started.
+    for pid in read_pids(d, "pid") + read_pids(d, "child"):
+        if alive(pid):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass

@@ -1,0 +1,225 @@
+"""The launcher as a user meets it: real processes started through the CLI, no TensorFlow."""
+import json
+import os
+import re
+import signal
+import sys
+import time
+
+import pytest
+
+from conftest import (alive, poprun, poprun_background, program, read_pids, wait_for_files,
+                      wait_gone)
+
+
+def test_environment_contract_np4_replicas8(tmp_path):
+    result = poprun("-np", "4", "--num-replicas", "8", "--ipus-per-replica", "2",
+                    "-x", "MY_FLAG=on", program("dump_env.py"), str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    envs = [json.loads((tmp_path / f"instance-{i}.json").read_text()) for i in range(4)]
+    ports = set()
+    for i, env in enumerate(envs):
+        assert env["POPDIST_NUM_TOTAL_REPLICAS"] == "8"
+        assert env["POPDIST_NUM_LOCAL_REPLICAS"] == "2"
+        assert env["POPDIST_REPLICA_INDEX_OFFSET"] == str(2 * i)
+        assert env["POPDIST_NUM_IPUS_PER_REPLICA"] == "2"
+        assert env["POPDIST_LOCAL_INSTANCE_INDEX"] == str(i)
+        assert env["POPDIST_UNIFORM_REPLICAS_PER_INSTANCE"] == "1"
+        assert env["POPDIST_NUM_INSTANCES"] == "4"
+        assert env["POPDIST_INSTANCE_INDEX"] == str(i)
+        assert env["MY_FLAG"] == "on"
+        assert env["HOROVOD_RANK"] == str(i) and env["HOROVOD_SIZE"] == "4"
+        assert env["HOROVOD_LOCAL_RANK"] == str(i) and env["HOROVOD_LOCAL_SIZE"] == "4"
+        assert env["HOROVOD_CROSS_RANK"] == "0" and env["HOROVOD_CROSS_SIZE"] == "1"
+        assert env["HOROVOD_CONTROLLER"] == "gloo"
+        assert int(env["HOROVOD_GLOO_RENDEZVOUS_PORT"]) > 0
+        tf_config = json.loads(env["TF_CONFIG"])
+        assert tf_config["task"] == {"type": "worker", "index": i}
+        assert tf_config == {"cluster": json.loads(envs[0]["TF_CONFIG"])["cluster"],
+                             "task": {"type": "worker", "index": i}}
+        ports.add(int(tf_config["cluster"]["worker"][i].rsplit(":", 1)[1]))
+    assert len(ports) == 4  # every worker has its own port
+
+
+def test_exit_code_of_first_failure_is_the_jobs(tmp_path, pid_dir):
+    start = time.monotonic()
+    result = poprun("-np", "4", program("behave.py"), str(pid_dir), "exit:7@2", "sleep:60")
+    assert result.returncode == 7
+    assert time.monotonic() - start < 30  # the others were stopped, not waited for
+    assert "instance 2 exited with code 7" in result.stderr
+    assert "root cause" in result.stderr
+    assert "instance 2 gives up with code 7" in result.stderr  # its last stderr lines
+    assert wait_gone(read_pids(pid_dir, "pid")) == []
+
+
+def test_instance_killed_by_sigkill_ends_job_with_summary(pid_dir):
+    start = time.monotonic()
+    result = poprun("-np", "3", "--grace-period", "2", program("behave.py"), str(pid_dir),
+                    "sleep:0.5", "sigkill@1", "sleep:60")
+    assert result.returncode == 128 + signal.SIGKILL
+    assert time.monotonic() - start < 20
+    assert "instance 1 was killed by SIGKILL" in result.stderr
+    assert wait_gone(read_pids(pid_dir, "pid")) == []
+
+
+def test_sigint_to_launcher_leaves_no_process(pid_dir):
+    job = poprun_background("-np", "3", program("behave.py"), str(pid_dir), "child", "sleep:120")
+    wait_for_files([pid_dir / f"child-{i}" for i in range(3)])
+    pids = read_pids(pid_dir, "pid") + read_pids(pid_dir, "child")
+    assert len(pids) == 6 and all(alive(p) for p in pids)
+    job.send_signal(signal.SIGINT)
+    out, err = job.communicate(timeout=30)
+    assert job.returncode == 128 + signal.SIGINT, err
+    assert "received SIGINT" in err
+    assert wait_gone(pids) == []
+
+
+def test_launcher_sigkill_leaves_no_process(pid_dir):
+    job = poprun_background("-np", "3", program("behave.py"), str(pid_dir), "child", "sleep:120")
+    wait_for_files([pid_dir / f"child-{i}" for i in range(3)])
+    pids = read_pids(pid_dir, "pid") + read_pids(pid_dir, "child")
+    job.kill()
+    job.wait(timeout=10)
+    assert wait_gone(pids) == [], "instances outlived the launcher"
+
+
+def test_sigusr1_is_forwarded_and_job_goes_on(pid_dir):
+    job = poprun_background("-np", "2", program("behave.py"), str(pid_dir), "usr1", "sleep:3")
+    wait_for_files([pid_dir / f"ready-{i}" for i in range(2)])
+    job.send_signal(signal.SIGUSR1)
+    out, err = job.communicate(timeout=30)
+    assert job.returncode == 0, err
+    assert (pid_dir / "usr1-0").read_text() == "got it"
+    assert (pid_dir / "usr1-1").read_text() == "got it"
+
+
+def test_output_lines_never_interleave(pid_dir):
+    result = poprun("-np", "4", program("behave.py"), str(pid_dir), "lines:3000")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 4 * 3000
+    pattern = re.compile(r"^\[(\d)\]<stdout>:(\d) (\d+) (\d)+$")
+    seen = {i: 0 for i in range(4)}
+    for line in lines:
+        match = pattern.match(line)
+        assert match, f"mangled line: {line[:80]}..."
+        tag, index, number = int(match.group(1)), int(match.group(2)), int(match.group(3))
+        assert tag == index and line.endswith(str(index) * 700)
+        assert number == seen[index]  # in order, none lost
+        seen[index] += 1
+
+
+def test_only_output_from_instance(pid_dir):
+    result = poprun("-np", "3", "--only-output-from-instance", "1", program("behave.py"),
+                    str(pid_dir), "lines:5")
+    assert result.returncode == 0, result.stderr
+    tags = {line.split("]")[0] for line in result.stdout.splitlines()}
+    assert tags == {"[1"}
+    assert len(result.stdout.splitlines()) == 5
+
+
+def test_no_tag_output_and_output_dir(tmp_path, pid_dir):
+    out_dir = tmp_path / "logs"
+    result = poprun("-np", "2", "--no-tag-output", "--output-dir", str(out_dir),
+                    program("behave.py"), str(pid_dir), "lines:3", "exit:0@1")
+    assert result.returncode == 0, result.stderr
+    assert not any(line.startswith("[") for line in result.stdout.splitlines())
+    for i in range(2):
+        stdout = (out_dir / f"instance-{i}.stdout.log").read_text().splitlines()
+        assert len(stdout) == 3 and all(line.startswith(f"{i} ") for line in stdout)
+    assert "gives up with code 0" in (out_dir / "instance-1.stderr.log").read_text()
+    assert (out_dir / "instance-0.stderr.log").read_text() == ""
+
+
+@pytest.mark.parametrize("args, words", [
+    (["-np", "0", "x.py"], "--num-instances must be at least 1, got 0"),
+    (["-np", "2", "--num-replicas", "3", "x.py"], "--num-replicas 3 is not divisible by --num-instances 2"),
+    (["-np", "2", "does_not_exist.py"], "program 'does_not_exist.py' does not exist"),
+    (["-np", "2", "no-such-command-here"], "was not found on PATH"),
+    (["-np", "2", "-x", "1BAD=2", "true"], "'1BAD' is not a valid environment variable name"),
+    (["-np", "2", "-x", "SURELY_UNSET_VARIABLE_42", "true"], "is not set in poprun-lite's environment"),
+    (["-np", "2", "--only-output-from-instance", "5", "true"], "expected 0..1"),
+    (["-np", "two", "true"], "'two' is not a valid integer"),
+    (["--no-such-option", "true"], "No such option"),
+    (["-np", "2"], "Missing argument 'PROGRAM'"),
+    (["--config", "no-such-config.toml", "true"], "config file 'no-such-config.toml' not found"),
+])
+def test_bad_input_is_one_sentence_and_exit_2(args, words):
+    result = poprun(*args, timeout=30)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("poprun-lite: error:")
+    assert words in lines[0]
+
+
+def test_unknown_config_key(tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text('num-instances = 2\nnum-instancez = 3\n')
+    result = poprun("--config", str(config), "true", timeout=30)
+    assert result.returncode == 2
+    assert "unknown key 'num-instancez'" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_print_topology_starts_nothing(tmp_path):
+    marker = tmp_path / "started"
+    result = poprun("-np", "2", "--num-replicas", "4", "--print-topology",
+                    "touch", str(marker), timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert not marker.exists()
+    assert "2 instance(s), 4 replica(s) (2 per instance)" in result.stdout
+    assert re.search(r"^1\s+localhost\s+1\s+2-3\s+127\.0\.0\.1:\d+", result.stdout, re.M)
+    assert "POPDIST_REPLICA_INDEX_OFFSET=2" in result.stdout
+    assert '"task":{"type":"worker","index":1}' in result.stdout
+
+
+def test_config_file_env_and_command_line_precedence(tmp_path):
+    config = tmp_path / "job.yaml"
+    config.write_text("num-instances: 3\nnum_replicas: 6\ntag-output: false\n")
+    exported = tmp_path / "exported.toml"
+    args = ["--config", str(config), "--print-topology", "--export-config", str(exported), "true"]
+    from_file = poprun(*args, timeout=30)
+    assert from_file.returncode == 0, from_file.stderr
+    assert "3 instance(s), 6 replica(s)" in from_file.stdout
+    text = exported.read_text()
+    assert "num-instances = 3" in text and "tag-output = false" in text
+    env = dict(os.environ, POPRUN_NUM_REPLICAS="9")
+    from_env = poprun(*args, env=env, timeout=30)
+    assert "3 instance(s), 9 replica(s)" in from_env.stdout
+    from_cli = poprun("-np", "2", "--num-replicas", "2", *args, env=env, timeout=30)
+    assert "2 instance(s), 2 replica(s)" in from_cli.stdout
+    # The exported file reproduces the run it came from.
+    again = poprun("--config", str(exported), "--print-topology", "true", timeout=30)
+    assert "2 instance(s), 2 replica(s)" in again.stdout
+
+
+def test_shipped_configs_are_valid():
+    configs = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs")
+    names = sorted(os.listdir(configs))
+    assert names
+    for name in names:
+        result = poprun("--config", os.path.join(configs, name), "--print-topology", "true",
+                        timeout=30)
+        assert result.returncode == 0, (name, result.stderr)
+
+
+def test_python_m_and_console_script_are_the_same_cli():
+    script = os.path.join(os.path.dirname(sys.executable), "poprun-lite")
+    import subprocess
+    result = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0 and "poprun-lite" in result.stdout
+    assert poprun("--version").stdout == result.stdout
+
+
+def test_launcher_never_imports_tensorflow_or_horovod(tmp_path):
+    probe = ("import sys, runpy; sys.argv = ['poprun-lite', '-np', '2', 'true'];\n"
+             "from popdist_launcher import launch\n"
+             "code = launch.main(sys.argv[1:])\n"
+             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'horovod', 'numpy'))\n"
+             "print('IMPORTED', bad); sys.exit(code)")
+    import subprocess
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "IMPORTED []" in result.stdout
