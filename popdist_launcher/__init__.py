@@ -21,6 +21,14 @@ from popdist_launcher.runtime import (
 
 __version__ = "0.1.0"
 
+
+def set_ipu_config(config, ipus_per_replica=None, configure_device=True):
+    """Fill an IPUConfig's multi-replica distribution options from the launch environment."""
+    from popdist_launcher.ipu.config import set_ipu_config as _set
+
+    return _set(config, ipus_per_replica=ipus_per_replica, configure_device=configure_device)
+
+
 __all__ = [
     "LaunchEnvironmentError",
     "RuntimeContext",
@@ -35,4 +43,5 @@ __all__ = [
     "num_total_replicas",
     "replica_index_offset",
     "restart_count",
+    "set_ipu_config",
 ]
