@@ -47,6 +47,7 @@ import datetime
 import json
 import os
 import platform
+import select
 import signal
 import statistics
 import subprocess
@@ -85,7 +86,7 @@ class RunResult:
     tree_peak_bytes: int
     samples: int
     sample_cost_s: float
-    strays: int
+    strays: List[str]  # command lines of descendants still running after the launcher exited
 
 
 class LaunchFailed(Exception):
@@ -172,6 +173,13 @@ def _is_alive(proc: psutil.Process) -> bool:
         return False
 
 
+def _describe(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())[:200] or proc.name()
+    except psutil.Error:
+        return f"pid {proc.pid}"
+
+
 def read_vmhwm(pid: int) -> int:
     """The process's peak RSS so far in bytes, or 0 if it is gone or a zombie."""
     try:
@@ -189,6 +197,22 @@ def last_line(stream: IO[bytes]) -> str:
     lines = [line.strip() for line in stream.read().decode(errors="replace").splitlines()]
     lines = [line for line in lines if line]
     return lines[-1][:500] if lines else "(no stderr)"
+
+
+def wait_exit(proc: subprocess.Popen, deadline: float) -> int:
+    """Waits for the process to exit, by its pidfd, until the perf_counter() deadline.
+
+    Popen.wait(timeout=...) polls with sleeps of up to 50 ms, which would quantize the wall
+    times; a pidfd becomes readable the moment the process exits.
+    """
+    pidfd = os.pidfd_open(proc.pid)
+    try:
+        readable, _, _ = select.select([pidfd], [], [], max(0.0, deadline - time.perf_counter()))
+    finally:
+        os.close(pidfd)
+    if not readable:
+        raise subprocess.TimeoutExpired(proc.args, deadline)
+    return proc.wait()
 
 
 def kill_started(procs: Sequence[subprocess.Popen], sampler: TreeSampler) -> None:
@@ -229,9 +253,7 @@ def run_once(launcher: Launcher, program: List[str], np_: int, timeout_s: float,
             else:
                 procs.append(spawn(launcher.argv))
                 sampler.launcher_pid = procs[0].pid
-            deadline = started + timeout_s
-            codes = [proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
-                     for proc in procs]
+            codes = [wait_exit(proc, started + timeout_s) for proc in procs]
             wall = time.perf_counter() - started
         except subprocess.TimeoutExpired:
             sampler.stop()
@@ -243,7 +265,7 @@ def run_once(launcher: Launcher, program: List[str], np_: int, timeout_s: float,
             kill_started(procs, sampler)
             raise LaunchFailed(f"could not start: {exc}") from None
         sampler.stop()
-        strays = sampler.alive()
+        strays = [_describe(proc) for proc in sampler.alive()]
         if strays:  # descendants that outlived the launcher; they are ours to clean up
             kill_started([], sampler)
         bad = [code for code in codes if code != 0]
@@ -255,7 +277,7 @@ def run_once(launcher: Launcher, program: List[str], np_: int, timeout_s: float,
         tree_peak_bytes=sampler.tree_peak,
         samples=sampler.samples,
         sample_cost_s=sampler.sample_cost_s,
-        strays=len(strays),
+        strays=strays,
     )
 
 
@@ -327,7 +349,9 @@ def summarize(launcher: Launcher) -> Dict[str, Any]:
             "mean_cost_ms": round(1000 * sum(run.sample_cost_s for run in runs)
                                   / max(samples, 1), 3),
         },
-        "stray_processes": sum(run.strays for run in runs),
+        # Descendants still running when the launcher had exited (then killed by us).
+        "stray_processes": sum(len(run.strays) for run in runs),
+        "stray_commands": sorted({cmd for run in runs for cmd in run.strays}),
     })
     if launcher.argv is not None:
         peaks = [run.launcher_peak_bytes or 0 for run in runs]
@@ -377,6 +401,8 @@ def machine_info(load_before: Sequence[float]) -> Dict[str, Any]:
         "total_memory_mib": _mib(psutil.virtual_memory().total),
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        # Affects start-up: with it set, sources without a cached .pyc are compiled every run.
+        "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE"),
     }
 
 
@@ -403,10 +429,11 @@ def print_table(stats: Dict[str, Dict[str, Any]], ratios: Dict[str, Any],
         print(f"target {name:<40} {verdict}")
 
 
-def plot(stats: Dict[str, Dict[str, Any]], path: str) -> None:
+def plot(stats: Dict[str, Dict[str, Any]], np_: int, path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FormatStrFormatter
 
     names = list(stats)
     xs = range(len(names))
@@ -418,10 +445,13 @@ def plot(stats: Dict[str, Dict[str, Any]], path: str) -> None:
     ax_time.plot(xs, mins, "k_", markersize=18, label="min")
     ax_time.set_yscale("log")
     ax_time.set_ylabel("wall time (s, log scale)")
-    ax_time.set_title("Time to run 4 x `python -c pass`")
-    for x, name, value in zip(xs, names, medians):
-        ax_time.annotate(f"{value:.3f} s" if value else "error", (x, value or 1e-2),
-                         ha="center", va="bottom", fontsize=9)
+    ax_time.set_title(f"Wall time to run {np_} x `python -c pass`")
+    for x, value in zip(xs, medians):
+        if value:
+            ax_time.annotate(f"{value:.3f} s", (x, value), ha="center", va="bottom", fontsize=9)
+        else:  # no successful run: say so at the bottom of the axis
+            ax_time.annotate("error", (x, 0.02), xycoords=("data", "axes fraction"),
+                             ha="center", color="red", fontsize=9)
     ax_time.legend(loc="upper left")
 
     width = 0.4
@@ -438,13 +468,20 @@ def plot(stats: Dict[str, Dict[str, Any]], path: str) -> None:
     ax_mem.set_ylabel("MiB (max over runs, log scale)")
     ax_mem.set_title("Peak memory")
     for x, name, value in zip(xs, names, own):
-        label = "n/a" if name == "bare" else (f"{value:.1f}" if value else "error")
-        ax_mem.annotate(label, (x - width / 2, max(value, 1)), ha="center", va="bottom",
-                        fontsize=9)
+        if value:
+            ax_mem.annotate(f"{value:.1f}", (x - width / 2, value), ha="center", va="bottom",
+                            fontsize=9)
+        else:  # bare has no launcher process; anything else here failed
+            ax_mem.annotate("n/a" if name == "bare" else "error", (x - width / 2, 0.02),
+                            xycoords=("data", "axes fraction"), ha="center", fontsize=9,
+                            color="black" if name == "bare" else "red")
     ax_mem.legend(loc="upper left", fontsize=8)
 
     for ax in (ax_time, ax_mem):
         ax.set_xticks(list(xs), names)
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+        ax.tick_params(axis="y", which="minor", labelsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -492,7 +529,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         json.dump(report, out, indent=2)
         out.write("\n")
     png = os.path.splitext(args.out)[0] + ".png"
-    plot(stats, png)
+    plot(stats, args.np, png)
     print_table(stats, ratios, goals)
     print(f"\nwrote {args.out} and {png}")
     return 0

@@ -1,35 +1,14 @@
 """popdist_launcher: run IPU-style distributed TensorFlow programs on ordinary CPUs and GPUs.
 
-Importing the package is cheap: TensorFlow and Horovod are imported only by the submodules that
-need them (strategies, collectives, ipu).
+Importing the package is cheap: the runtime accessors load on first use, and TensorFlow and
+Horovod only with the submodules that need them (strategies, collectives, ipu). The launcher
+imports this package on every job's start-up, so keep it that way.
 """
-from popdist_launcher.runtime import (
-    LaunchEnvironmentError,
-    RuntimeContext,
-    context,
-    init,
-    instance_index,
-    is_launched,
-    local_instance_index,
-    num_instances,
-    num_ipus_per_replica,
-    num_local_replicas,
-    num_total_replicas,
-    replica_index_offset,
-    restart_count,
-)
+import importlib
 
 __version__ = "0.1.0"
 
-
-def set_ipu_config(config, ipus_per_replica=None, configure_device=True):
-    """Fill an IPUConfig's multi-replica distribution options from the launch environment."""
-    from popdist_launcher.ipu.config import set_ipu_config as _set
-
-    return _set(config, ipus_per_replica=ipus_per_replica, configure_device=configure_device)
-
-
-__all__ = [
+_RUNTIME_NAMES = (
     "LaunchEnvironmentError",
     "RuntimeContext",
     "context",
@@ -43,5 +22,20 @@ __all__ = [
     "num_total_replicas",
     "replica_index_offset",
     "restart_count",
-    "set_ipu_config",
-]
+)
+
+
+def set_ipu_config(config, ipus_per_replica=None, configure_device=True):
+    """Fill an IPUConfig's multi-replica distribution options from the launch environment."""
+    from popdist_launcher.ipu.config import set_ipu_config as _set
+
+    return _set(config, ipus_per_replica=ipus_per_replica, configure_device=configure_device)
+
+
+def __getattr__(name):
+    if name in _RUNTIME_NAMES:
+        return getattr(importlib.import_module("popdist_launcher.runtime"), name)
+    raise AttributeError(f"module 'popdist_launcher' has no attribute {name!r}")
+
+
+__all__ = [*_RUNTIME_NAMES, "set_ipu_config"]

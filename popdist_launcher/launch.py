@@ -4,14 +4,13 @@ This module is on every job's start-up path: it never imports TensorFlow or Horo
 """
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import click
 
-from popdist_launcher import __version__, config_file, ports
+from popdist_launcher import __version__, _say, ports
 from popdist_launcher.backends import get_backend
 from popdist_launcher.plan import PlanError, build_plan, check_counts, format_topology, \
     parse_exports, resolve_program
@@ -29,6 +28,8 @@ NOT_CONFIGURABLE = {"config", "export_config", "print_topology", "check_build", 
 def _load_config(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
     if value is None:
         return None
+    from popdist_launcher import config_file
+
     known = [p.name for p in ctx.command.params if p.name not in NOT_CONFIGURABLE]
     try:
         values = config_file.load(value, known)
@@ -143,6 +144,8 @@ def cli(ctx: click.Context, num_instances: int, num_replicas: Optional[int], ipu
         raise click.UsageError(str(exc), ctx) from None
 
     if export_config:
+        from popdist_launcher import config_file
+
         config_file.dump(export_config, _configurable_values(ctx))
 
     try:
@@ -184,18 +187,8 @@ def _say(message: str) -> None:
     click.echo(message, err=True)
 
 
-class _Prefixed(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return f"{PROG}: {record.getMessage()}"
-
-
 def _configure_logging(verbose: int) -> None:
-    logger = logging.getLogger("popdist_launcher")
-    if verbose and not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(_Prefixed())
-        logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG if verbose else logging.WARNING)
+    _say.verbose = verbose
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -5,12 +5,10 @@ never on raw flags. Building a plan spawns nothing, so it is testable on its own
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
-import shutil
 import sys
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher import _contract as c
 from popdist_launcher import tf_config
@@ -22,16 +20,14 @@ class PlanError(ValueError):
     """The options cannot make a valid launch; the message is one sentence for the user."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Host:
+class Host(NamedTuple):
     """A machine instances run on: the name the user gave and the address others reach it at."""
 
     name: str
     address: str
 
 
-@dataclasses.dataclass(frozen=True)
-class InstanceSpec:
+class InstanceSpec(NamedTuple):
     """One instance: where it runs and which replicas, ranks and port it owns."""
 
     index: int
@@ -53,8 +49,7 @@ class InstanceSpec:
         return range(self.replica_offset, self.replica_offset + self.num_local_replicas)
 
 
-@dataclasses.dataclass(frozen=True)
-class LaunchPlan:
+class LaunchPlan(NamedTuple):
     """Everything needed to start the job, as plain data."""
 
     program: Tuple[str, ...]
@@ -150,12 +145,21 @@ def resolve_program(program: str, args: Sequence[str]) -> Tuple[str, ...]:
                 f"an interpreter (e.g. poprun-lite -np 2 python {program})."
             )
         return (program, *args)
-    found = shutil.which(program)
+    found = _which(program)
     if found is None:
         raise PlanError(
             f"program {program!r} was not found on PATH; give a path to it, or a .py script."
         )
     return (found, *args)
+
+
+def _which(name: str) -> Optional[str]:
+    """``shutil.which`` without importing shutil (the launcher's start-up path)."""
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(folder or ".", name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
 
 
 def parse_exports(items: Sequence[str], environ: Mapping[str, str]) -> Tuple[Tuple[str, str], ...]:

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import logging
 import os
-import random
 import socket
-import tempfile
 from typing import List, Optional, Tuple
 
-log = logging.getLogger(__name__)
+from popdist_launcher._say import debug
 
 FALLBACK_RANGE = (20000, 32767)
 
@@ -40,7 +37,8 @@ def candidate_range() -> Tuple[int, int]:
 
 
 def _lock_dir() -> str:
-    path = os.path.join(tempfile.gettempdir(), f"poprun-lite-ports-{os.getuid()}")
+    tmp = os.environ.get("TMPDIR") or "/tmp"
+    path = os.path.join(tmp, f"poprun-lite-ports-{os.getuid()}")
     os.makedirs(path, mode=0o700, exist_ok=True)
     return path
 
@@ -98,7 +96,6 @@ def reserve(count: int, address: str = "", attempts: int = 200,
     """Reserve ``count`` distinct free ports on ``address`` (wildcard by default)."""
     low, high = port_range or candidate_range()
     lock_dir = _lock_dir()
-    rng = random.Random()
     ports: List[int] = []
     locks: List[int] = []
     sockets: List[socket.socket] = []
@@ -117,7 +114,7 @@ def reserve(count: int, address: str = "", attempts: int = 200,
                 f"another range with --port-range LOW-HIGH."
             )
         tried += 1
-        port = rng.randint(low, high)
+        port = low + int.from_bytes(os.urandom(4), "little") % (high - low + 1)
         if port in ports:
             continue
         fd = os.open(os.path.join(lock_dir, str(port)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -126,13 +123,13 @@ def reserve(count: int, address: str = "", attempts: int = 200,
         except OSError:
             os.close(fd)
             last_taken = port
-            log.debug("port %d is locked by another poprun-lite job", port)
+            debug("port %d is locked by another poprun-lite job", port)
             continue
         sock = _probe_bind(address, port)
         if sock is None:
             os.close(fd)
             last_taken = port
-            log.debug("port %d is in use, trying another", port)
+            debug("port %d is in use, trying another", port)
             continue
         ports.append(port)
         locks.append(fd)

@@ -4,12 +4,11 @@ line, and make sure nothing outlives the launcher, even when the launcher is kil
 from __future__ import annotations
 
 import collections
-import dataclasses
 import errno
 import os
 import signal
 import subprocess
-from typing import Deque, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Deque, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 STDOUT, STDERR = "stdout", "stderr"
 
@@ -78,14 +77,16 @@ def signal_group(pgid: int, sig: int) -> bool:
         return False
 
 
-@dataclasses.dataclass
 class Instance:
     """A started instance: its process, group, pidfd and exit status once reaped."""
 
-    index: int
-    proc: subprocess.Popen
-    pidfd: int
-    returncode: Optional[int] = None
+    __slots__ = ("index", "proc", "pidfd", "returncode")
+
+    def __init__(self, index: int, proc: subprocess.Popen, pidfd: int) -> None:
+        self.index = index
+        self.proc = proc
+        self.pidfd = pidfd
+        self.returncode: Optional[int] = None
 
     @property
     def pid(self) -> int:
@@ -154,8 +155,7 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-@dataclasses.dataclass(frozen=True)
-class OutputOptions:
+class OutputOptions(NamedTuple):
     tag_output: bool = True
     only_instance: Optional[int] = None
     output_dir: Optional[str] = None

@@ -8,10 +8,8 @@ that instance's code. Signals sent to the launcher are forwarded to every instan
 """
 from __future__ import annotations
 
-import dataclasses
 import enum
 import json
-import logging
 import os
 import selectors
 import signal
@@ -19,13 +17,12 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, NamedTuple, Optional
 
 from popdist_launcher import procs
+from popdist_launcher._say import debug
 from popdist_launcher.backends.base import Backend
 from popdist_launcher.plan import LaunchPlan
-
-log = logging.getLogger(__name__)
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -41,13 +38,12 @@ class JobState(enum.Enum):
     INTERRUPTED = "interrupted"
 
 
-@dataclasses.dataclass
-class JobResult:
+class JobResult(NamedTuple):
     state: JobState
     exit_code: int
-    failed_instance: Optional[int] = None
-    signal_received: Optional[int] = None
-    returncodes: Dict[int, Optional[int]] = dataclasses.field(default_factory=dict)
+    failed_instance: Optional[int]
+    signal_received: Optional[int]
+    returncodes: Dict[int, Optional[int]]
 
 
 class Supervisor:
@@ -71,6 +67,7 @@ class Supervisor:
         self._kill_deadline: Optional[float] = None
         self._drain_deadline: Optional[float] = None
         self._watchdog: Optional[procs.Watchdog] = None
+        self._start_exit_code = 1  # for an instance that never started
 
     # ---- public -------------------------------------------------------------------------
     def run(self) -> JobResult:
@@ -100,7 +97,7 @@ class Supervisor:
         for index in range(self.plan.num_instances):
             argv = self.backend.command(self.plan, index)
             env = self.backend.environment(self.plan, index, inherited)
-            log.debug("starting instance %d: %s", index, " ".join(argv))
+            debug("starting instance %d: %s", index, " ".join(argv))
             try:
                 inst = procs.start_instance(index, argv, env)
             except OSError as exc:
@@ -176,7 +173,7 @@ class Supervisor:
         self._sel.unregister(inst.pidfd)
         code = inst.reap()
         self._watchdog.forget(inst.pid)
-        log.debug("instance %d %s", inst.index, procs.describe_exit(code))
+        debug("instance %d %s", inst.index, procs.describe_exit(code))
         if code != 0 and self._failed is None and self._signal is None and self.state is not JobState.STOPPING:
             self._failed = inst.index
             others = sum(1 for i in self.instances if i.alive)
@@ -195,7 +192,7 @@ class Supervisor:
     def _forward(self, signum: int) -> None:
         name = signal.Signals(signum).name
         if signum not in STOPPING_SIGNALS:
-            log.debug("forwarding %s", name)
+            debug("forwarding %s", name)
             self._kill_all(signum)
             return
         if self.state is JobState.STOPPING and self._signal is not None:
@@ -228,7 +225,7 @@ class Supervisor:
         sock = self._rendezvous_socket
         self._sel.unregister(sock)
         slots = json.dumps(self.plan.horovod_slots(), separators=(",", ":"))
-        log.debug("first rendezvous connection: starting Horovod's rendezvous server")
+        debug("first rendezvous connection: starting Horovod's rendezvous server")
         self._rendezvous_proc = subprocess.Popen(
             [sys.executable, "-m", "popdist_launcher.rendezvous", str(sock.fileno()), slots],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, pass_fds=(sock.fileno(),),
@@ -270,7 +267,7 @@ class Supervisor:
             self.state = JobState.FAILED
             inst = next((i for i in self.instances if i.index == self._failed), None)
             if inst is None or inst.returncode in (None, 0):
-                code = getattr(self, "_start_exit_code", 1)
+                code = self._start_exit_code
             else:
                 code = procs.exit_code_of(inst.returncode)
             self._summarize(self._failed)

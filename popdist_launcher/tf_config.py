@@ -5,10 +5,9 @@ and the runtime uses it to read one back with errors that say what to fix.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 CHIEF = "chief"
 WORKER = "worker"
@@ -22,8 +21,7 @@ class TFConfigError(ValueError):
     """TF_CONFIG is malformed or inconsistent."""
 
 
-@dataclasses.dataclass(frozen=True)
-class TFConfig:
+class TFConfig(NamedTuple):
     """A validated TF_CONFIG: the cluster and this process's task in it."""
 
     cluster: Dict[str, List[str]]

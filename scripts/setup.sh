@@ -50,7 +50,11 @@ if ! python -c "import horovod.tensorflow" 2>/dev/null; then
   $pip install --quiet cloudpickle psutil pyyaml packaging
 fi
 
-$pip install --quiet --no-build-isolation --no-deps -e .
+# "compat" editable mode is a plain .pth path entry: no import hook on every interpreter start.
+$pip install --quiet --no-build-isolation --no-deps -e . --config-settings editable_mode=compat
+# Cached bytecode is read even where PYTHONDONTWRITEBYTECODE=1 stops Python writing it, and the
+# launcher starts with every job.
+python -m compileall -q popdist_launcher
 python -m popdist_launcher --check-build
 inputs_hash > "$STAMP"
 echo "setup: done ($VENV)"
