@@ -228,6 +228,17 @@ def _make_replica_devices(replicas: int, device: str) -> List[str]:
     return [f"/device:CPU:{i}" for i in range(replicas)]
 
 
+def local_replica_devices() -> tuple:
+    """This instance's replica devices: as configure_ipu_system set them up, or, when it was not
+    called, configured now from the launcher's environment (one device per local replica)."""
+    system = _configured
+    if system is None:
+        config = IPUConfig()
+        set_ipu_config(config, configure_device=True)
+        system = configure_ipu_system(config)
+    return system.devices
+
+
 def get_configured_system() -> Optional[ConfiguredSystem]:
     """The system configure_ipu_system set up in this process, or None."""
     return _configured

@@ -1,0 +1,19 @@
+"""Small pieces every strategy shares."""
+from __future__ import annotations
+
+from popdist_launcher.strategies._tf_internal import reduce_util
+
+SUPPORTED_REDUCE_OPS = (reduce_util.ReduceOp.SUM, reduce_util.ReduceOp.MEAN)
+
+
+def resolve_reduce_op(reduce_op) -> "reduce_util.ReduceOp":
+    """A ReduceOp from a ReduceOp or its name; ValueError naming the supported ones otherwise."""
+    try:
+        op = reduce_util.ReduceOp(reduce_op.upper()) if isinstance(reduce_op, str) else reduce_op
+    except ValueError:
+        op = None
+    if op not in SUPPORTED_REDUCE_OPS:
+        raise ValueError(
+            f"reduce op {reduce_op!r} is not supported across replicas; use "
+            f"tf.distribute.ReduceOp.SUM or tf.distribute.ReduceOp.MEAN (or 'SUM' / 'MEAN').")
+    return op

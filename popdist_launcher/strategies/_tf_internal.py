@@ -1,0 +1,18 @@
+"""The TensorFlow internals the strategies build on, imported in one place.
+
+``tf.distribute`` exposes strategies but not the classes needed to extend them; these imports are
+the whole dependency on TensorFlow's private modules, so a TensorFlow upgrade touches this file.
+Checked against TensorFlow 2.15.
+"""
+from tensorflow.python.distribute import collective_all_reduce_strategy  # noqa: F401
+from tensorflow.python.distribute import cross_device_ops as cross_device_ops_lib  # noqa: F401
+from tensorflow.python.distribute import distribute_lib  # noqa: F401
+from tensorflow.python.distribute import distribute_utils  # noqa: F401
+from tensorflow.python.distribute.v1 import input_lib as input_lib_v1  # noqa: F401
+from tensorflow.python.distribute import input_util  # noqa: F401
+from tensorflow.python.distribute import mirrored_strategy  # noqa: F401
+from tensorflow.python.distribute import reduce_util  # noqa: F401
+from tensorflow.python.distribute import values as values_lib  # noqa: F401
+from tensorflow.python.distribute.cluster_resolver import TFConfigClusterResolver  # noqa: F401
+from tensorflow.python.trackable.base import CheckpointInitialValue  # noqa: F401
+from tensorflow.python.util import nest  # noqa: F401

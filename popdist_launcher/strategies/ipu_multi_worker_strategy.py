@@ -1,0 +1,67 @@
+"""IPUMultiWorkerStrategy: between-graph replication with TensorFlow's own collective ops over
+gRPC, the cluster taken from TF_CONFIG (which poprun-lite writes for every instance).
+
+TensorFlow's CollectiveAllReduceExtended does the work; this subclass makes each instance's
+local replicas (logical CPU devices, or GPUs) its devices and can keep variables on the host.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import tensorflow as tf
+
+from popdist_launcher import tf_config
+from popdist_launcher.ipu import config as ipu_config
+from popdist_launcher.strategies._common import resolve_reduce_op
+from popdist_launcher.strategies._tf_internal import (TFConfigClusterResolver,
+                                                       collective_all_reduce_strategy)
+
+
+class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceExtended):
+    def __init__(self, container_strategy, cluster_resolver, variables_on_host: bool) -> None:
+        self._variables_on_host = variables_on_host
+        self._replica_devices = ipu_config.local_replica_devices()  # before TensorFlow starts its gRPC server
+        super().__init__(container_strategy, cluster_resolver=cluster_resolver,
+                         communication_options=tf.distribute.experimental.CommunicationOptions())
+
+    def _initialize_local_devices(self, cluster_resolver, worker_device):
+        kinds = {"GPU" if "GPU" in d.upper() else "CPU" for d in self._replica_devices}
+        local = tuple(f"{worker_device}/device:{d.split('device:')[-1]}"
+                      for d in self._replica_devices)
+        return local, kinds.pop()
+
+    def _create_variable(self, next_creator, **kwargs):
+        if not self._variables_on_host:
+            return super()._create_variable(next_creator, **kwargs)
+        host = f"{self._worker_device}/device:CPU:0"
+
+        def on_host(**kw):
+            with tf.device(host):
+                return next_creator(**kw)
+
+        return super()._create_variable(on_host, **kwargs)
+
+
+class IPUMultiWorkerStrategy(collective_all_reduce_strategy.CollectiveAllReduceStrategy):
+    """Multi-worker data parallelism with TensorFlow collectives; cluster from TF_CONFIG."""
+
+    def __init__(self, cluster_resolver=None, ipu_device: str = "/device:IPU:0",
+                 variables_on_host: bool = False) -> None:
+        if cluster_resolver is None:
+            tf_config.from_environ()  # one-sentence errors for a malformed TF_CONFIG
+            cluster_resolver = TFConfigClusterResolver()
+        self._ipu_device = ipu_device
+        tf.distribute.Strategy.__init__(
+            self, IPUMultiWorkerExtended(self, cluster_resolver, variables_on_host))
+        from tensorflow.python.distribute import distribute_lib
+        distribute_lib.distribution_strategy_gauge.get_cell("V2").set("IPUMultiWorkerStrategy")
+
+    def reduce(self, reduce_op, value, axis=None):
+        return super().reduce(resolve_reduce_op(reduce_op), value, axis)
+
+    def experimental_run_v2(self, fn, args=(), kwargs=None, options=None):
+        return self.run(fn, args=args, kwargs=kwargs, options=options)
+
+    def update_config_proto(self, config_proto):
+        """The session config a TF1-style ``tf.compat.v1.Session`` needs for this strategy."""
+        return self.extended._update_config_proto(config_proto)  # noqa: SLF001

@@ -1,0 +1,229 @@
+"""PopDistStrategy and IPUHorovodStrategy: data parallelism over every replica of every instance,
+with Horovod (through ``popdist_launcher.collectives``) for all cross-instance communication.
+
+Built by overriding the documented hooks of TensorFlow's MirroredExtended: local replicas are
+devices of this instance, reductions go through HorovodAllReduce (within the instance, then
+across instances), initial values are broadcast from instance 0, and datasets are sharded per
+instance then split per replica, so the global batch is seen exactly once per step.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import tensorflow as tf
+
+from popdist_launcher import collectives, runtime
+from popdist_launcher.ipu import config as ipu_config
+from popdist_launcher.strategies._tf_internal import (CheckpointInitialValue, distribute_lib,
+                                                       distribute_utils, input_lib_v1, input_util,
+                                                       mirrored_strategy, nest, reduce_util,
+                                                       values_lib)
+from popdist_launcher.strategies._common import resolve_reduce_op
+from popdist_launcher.strategies.horovod_cross_device_ops import HorovodAllReduce
+
+log = logging.getLogger(__name__)
+
+class HorovodExtended(mirrored_strategy.MirroredExtended):
+    """MirroredExtended whose replicas span all instances."""
+
+    def __init__(self, container_strategy, variables_on_host: bool = False) -> None:
+        collectives.init()
+        ctx = runtime.context()
+        if collectives.size() != ctx.num_instances:
+            raise ValueError(
+                f"Horovod sees {collectives.size()} process(es) but the launcher started "
+                f"{ctx.num_instances} instance(s); start the program with poprun-lite.")
+        devices = ipu_config.local_replica_devices()
+        self._instance_index = collectives.rank()
+        self._num_instances = collectives.size()
+        self._num_local = len(devices)
+        self._variables_on_host = variables_on_host
+        self._host_device = "/device:CPU:0"
+        ops = HorovodAllReduce(self._num_instances, self._num_local * self._num_instances,
+                               self._host_device)
+        super().__init__(container_strategy, devices=devices, cross_device_ops=ops)
+        self._cross_device_ops = ops
+        log.debug("%s: instance %d of %d, local replicas %s", type(container_strategy).__name__,
+                  self._instance_index, self._num_instances, devices)
+
+    # ---- replicas ------------------------------------------------------------------------
+    @property
+    def _num_replicas_in_sync(self) -> int:
+        return self._num_local * self._num_instances
+
+    def _get_replica_id_in_sync_group(self, replica_id):
+        return self._instance_index * self._num_local + replica_id
+
+    def _get_local_replica_id(self, replica_id_in_sync_group):
+        return replica_id_in_sync_group - self._instance_index * self._num_local
+
+    def _in_multi_worker_mode(self) -> bool:
+        return self._num_instances > 1
+
+    @property
+    def experimental_between_graph(self) -> bool:
+        return True
+
+    @property
+    def should_checkpoint(self) -> bool:
+        return self._instance_index == 0
+
+    @property
+    def should_save_summary(self) -> bool:
+        return self._instance_index == 0
+
+    def _use_merge_call(self) -> bool:
+        return True  # every cross-replica reduction goes through _batch_reduce_to
+
+    # ---- variables -----------------------------------------------------------------------
+    def _get_variable_creator_initial_value(self, replica_id, device, primary_var, **kwargs):
+        if replica_id != 0:
+            return super()._get_variable_creator_initial_value(
+                replica_id, device, primary_var, **kwargs)
+        initial_value = kwargs["initial_value"]
+        dtype = kwargs.get("dtype", None)
+        num_instances = self._num_instances
+        host = self._host_device
+
+        def broadcast_initial_value():
+            value = initial_value() if callable(initial_value) else initial_value
+            if isinstance(value, CheckpointInitialValue):
+                value = value.wrapped_value
+            value = tf.convert_to_tensor(value, dtype=dtype)
+            if num_instances == 1:
+                return value
+            with tf.device(host):
+                return collectives.broadcast(value, root_rank=0)
+
+        return broadcast_initial_value
+
+    def _create_variable(self, next_creator, **kwargs):
+        if not self._variables_on_host:
+            return super()._create_variable(next_creator, **kwargs)
+
+        def on_host(**kw):
+            with tf.device(self._host_device):
+                return next_creator(**kw)
+
+        return super()._create_variable(on_host, **kwargs)
+
+    # ---- reductions ----------------------------------------------------------------------
+    def _get_cross_device_ops(self, value):
+        return self._cross_device_ops
+
+    def _reduce_to(self, reduce_op, value, destinations, options):
+        reduce_op = resolve_reduce_op(reduce_op)
+        if isinstance(value, values_lib.Mirrored) and reduce_op == reduce_util.ReduceOp.MEAN:
+            return value
+
+        def reduce_one(v):
+            if not isinstance(v, values_lib.DistributedValues):
+                # The same value on every replica of every instance.
+                return self._cross_device_ops.reduce(
+                    reduce_op, self._same_on_every_replica(v), destinations)
+            return self._cross_device_ops.reduce(reduce_op, v, destinations)
+
+        return nest.map_structure(reduce_one, value)
+
+    def _same_on_every_replica(self, value):
+        value = tf.convert_to_tensor(value)
+        return values_lib.PerReplica([tf.identity(value) for _ in range(self._num_local)])
+
+    def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
+        reduce_op = resolve_reduce_op(reduce_op)
+        return self._cross_device_ops.batch_reduce(reduce_op, value_destination_pairs)
+
+    def _gather_to_implementation(self, value, destinations, axis, options):
+        if not isinstance(value, values_lib.DistributedValues):
+            value = self._same_on_every_replica(value)
+        return self._cross_device_ops._gather(value, destinations=destinations, axis=axis)  # noqa: SLF001
+
+    # ---- input ---------------------------------------------------------------------------
+    def _make_input_context(self) -> distribute_lib.InputContext:
+        return distribute_lib.InputContext(num_input_pipelines=self._num_instances,
+                                           input_pipeline_id=self._instance_index,
+                                           num_replicas_in_sync=self._num_replicas_in_sync)
+
+    def _experimental_distribute_dataset(self, dataset, options):
+        _check_replication_mode(options)
+        return input_util.get_distributed_dataset(
+            dataset, self._input_workers_with_options(options), self._container_strategy(),
+            num_replicas_in_sync=self._num_replicas_in_sync,
+            input_context=self._make_input_context(), options=options)
+
+    def _distribute_datasets_from_function(self, dataset_fn, options):
+        _check_replication_mode(options)
+        return input_util.get_distributed_datasets_from_function(
+            dataset_fn=dataset_fn, input_workers=self._input_workers_with_options(options),
+            input_contexts=[self._make_input_context()], strategy=self._container_strategy(),
+            options=options)
+
+    def _make_dataset_iterator(self, dataset):
+        return input_lib_v1.DatasetIterator(
+            dataset, self._input_workers, self._container_strategy(),
+            num_replicas_in_sync=self._num_replicas_in_sync,
+            input_context=self._make_input_context())
+
+    def _make_input_fn_iterator(self, input_fn,
+                                replication_mode=distribute_lib.InputReplicationMode.PER_WORKER):
+        return input_lib_v1.InputFunctionIterator(
+            input_fn, self._input_workers, [self._make_input_context()],
+            self._container_strategy())
+
+    def _experimental_distribute_values_from_function(self, value_fn):
+        per_replica = []
+        for local_id in range(self._num_local):
+            context = distribute_lib.ValueContext(
+                self._get_replica_id_in_sync_group(local_id), self._num_replicas_in_sync)
+            per_replica.append(value_fn(context))
+        return distribute_utils.regroup(per_replica, always_wrap=True)
+
+
+def _check_replication_mode(options) -> None:
+    if options and options.experimental_replication_mode == \
+            distribute_lib.InputReplicationMode.PER_REPLICA:
+        raise NotImplementedError(
+            "InputReplicationMode.PER_REPLICA is not supported; use the default PER_WORKER.")
+
+
+class _HorovodStrategyBase(distribute_lib.Strategy):
+    """Shared API of the Horovod-backed strategies."""
+
+    def __init__(self, extended: HorovodExtended) -> None:
+        super().__init__(extended)
+
+    def reduce(self, reduce_op, value, axis=None):
+        return super().reduce(resolve_reduce_op(reduce_op), value, axis)
+
+    def experimental_run_v2(self, fn, args=(), kwargs=None, options=None):
+        """The TF 2.0/2.1 name of ``run``, still used by IPU-era code."""
+        return self.run(fn, args=args, kwargs=kwargs, options=options)
+
+    def update_ipu_config(self, config: ipu_config.IPUConfig) -> ipu_config.IPUConfig:
+        """Set the multi-replica distribution options of ``config`` for this launch; return it."""
+        return ipu_config.set_ipu_config(config, configure_device=False)
+
+
+class PopDistStrategy(_HorovodStrategyBase):
+    """Data parallelism over all replicas of all instances started by poprun-lite.
+
+    ``num_replicas_in_sync`` counts global replicas (local replicas included); variables start
+    from instance 0's values; mirrored variables stay identical; sync-on-read variables are
+    reduced over every replica when read; only instance 0 checkpoints and writes summaries.
+    """
+
+    def __init__(self, ipu_device: str = "/device:IPU:0",
+                 add_ipu_cross_replica_reductions: bool = True,
+                 enable_dataset_iterators: bool = True, enable_keras_extensions: bool = True) -> None:
+        self._ipu_device = ipu_device
+        self._add_ipu_cross_replica_reductions = add_ipu_cross_replica_reductions
+        super().__init__(HorovodExtended(self))
+
+
+class IPUHorovodStrategy(_HorovodStrategyBase):
+    """Horovod for everything; ``variables_on_host`` keeps variables (and slots) on the host."""
+
+    def __init__(self, ipu_device: str = "/device:IPU:0", variables_on_host: bool = False) -> None:
+        self._ipu_device = ipu_device
+        super().__init__(HorovodExtended(self, variables_on_host=variables_on_host))
