@@ -193,6 +193,11 @@ class _HorovodStrategyBase(distribute_lib.Strategy):
     def __init__(self, extended: HorovodExtended) -> None:
         super().__init__(extended)
 
+    @property
+    def _collective_key_base(self) -> int:
+        # MirroredExtended reads it from its container while being built; unused by Horovod.
+        return id(self)
+
     def reduce(self, reduce_op, value, axis=None):
         return super().reduce(resolve_reduce_op(reduce_op), value, axis)
 
