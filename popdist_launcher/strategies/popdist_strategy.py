@@ -78,7 +78,10 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
 
     # ---- variables -----------------------------------------------------------------------
     def _get_variable_creator_initial_value(self, replica_id, device, primary_var, **kwargs):
-        if replica_id != 0:
+        if replica_id != 0 or _is_global_step(kwargs):
+            # The global step starts at 0 everywhere. It must not broadcast: TensorFlow's
+            # global-step read evaluates initial_value, which would run a collective on
+            # whichever instance reads the step (a hook on the chief) and on no other.
             return super()._get_variable_creator_initial_value(
                 replica_id, device, primary_var, **kwargs)
         initial_value = kwargs["initial_value"]
@@ -178,6 +181,13 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
                 self._get_replica_id_in_sync_group(local_id), self._num_replicas_in_sync)
             per_replica.append(value_fn(context))
         return distribute_utils.regroup(per_replica, always_wrap=True)
+
+
+def _is_global_step(variable_kwargs) -> bool:
+    collections = variable_kwargs.get("collections") or ()
+    name = str(variable_kwargs.get("name") or "").split(":")[0]
+    return (tf.compat.v1.GraphKeys.GLOBAL_STEP in collections
+            or name == tf.compat.v1.GraphKeys.GLOBAL_STEP)
 
 
 def _check_replication_mode(options) -> None:

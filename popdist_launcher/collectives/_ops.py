@@ -1,0 +1,373 @@
+"""The collectives (allreduce, grouped_allreduce, allgather, broadcast...) on Horovod's TF ops."""
+from __future__ import annotations
+
+import functools
+import itertools
+import re
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, TypeVar, Union
+
+import horovod.tensorflow as hvd
+import numpy as np
+import tensorflow as tf
+
+from popdist_launcher.collectives import _state
+
+Average = hvd.Average
+Sum = hvd.Sum
+Min = hvd.Min
+Max = hvd.Max
+Product = hvd.Product
+
+_OPS = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product"}
+
+TensorLike = Union[tf.Tensor, tf.Variable, tf.IndexedSlices, np.ndarray, float, int, Sequence]
+T = TypeVar("T")
+
+_eager_calls = itertools.count(1)  # eager collectives pair up by call order, so a number names one
+_graph_keys = itertools.count(1)
+_FUNCTION_NODE = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
+
+
+# ---- helpers -----------------------------------------------------------------------------------
+def _check_op(op: Any) -> Any:
+    if op is None:
+        return Average
+    if op not in _OPS:
+        raise ValueError(f"op {op!r} is not supported; use one of popdist_launcher.collectives."
+                         f"Average, Sum, Min, Max or Product.")
+    return op
+
+
+def _op_name(name: Optional[str]) -> Optional[str]:
+    """A valid TensorFlow op name derived from ``name`` (graph mode matches collectives by it)."""
+    if name is None:
+        return None
+    cleaned = re.sub(r"[^A-Za-z0-9_.\-/]", "_", str(name))
+    return cleaned if re.match(r"[A-Za-z0-9.]", cleaned) else f"c{cleaned}"
+
+
+def _suffixed(name: Optional[str], suffix: str) -> Optional[str]:
+    return None if name is None else f"{name}_{suffix}"
+
+
+def _is_int(dtype: tf.DType) -> bool:
+    return dtype.is_integer and dtype != tf.bool
+
+
+def _integral(factor: float, what: str, dtype: tf.DType) -> int:
+    if float(factor) != int(factor):
+        raise ValueError(
+            f"{what}={factor!r} cannot scale a {dtype.name} tensor exactly; use an integral factor "
+            f"(e.g. 2.0) or cast the tensor to a floating-point dtype first.")
+    return int(factor)
+
+
+def _shape_text(tensor: tf.Tensor) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in tensor.shape.as_list()) + "]" \
+        if tensor.shape.rank is not None else "[...]"
+
+
+def _describe(kind: str, name: Optional[str], tensor: Optional[tf.Tensor]) -> str:
+    if name is not None:
+        return f"{kind} '{name}'"
+    if tensor is None:
+        return kind
+    if tf.executing_eagerly():
+        return f"{kind} #{next(_eager_calls)} of a {tensor.dtype.name}{_shape_text(tensor)} tensor"
+    return f"{kind} of tensor '{tensor.name}'"
+
+
+def _explain(exc: tf.errors.OpError, description: str, token: Optional[int]) -> Exception:
+    """The error to raise for a failed eager collective: it names the collective."""
+    st = _state._state
+    wd = _state.current_watchdog()
+    horovod_said = _FUNCTION_NODE.sub("", exc.message)
+    stall = wd.stall_message(token) if wd is not None else None
+    if stall is None and st.failure is not None:
+        stall = st.failure
+    if stall is not None:
+        if wd is not None:  # let the watchdog finish shutting Horovod down first
+            wd.wait_stopped(_state.STOP_WAIT_SECONDS)
+        return tf.errors.DeadlineExceededError(
+            None, None, f"{description} did not complete: {stall} (Horovod: {horovod_said})")
+    message = f"{description} failed on instance {st.rank} of {st.size}: {horovod_said}"
+    try:
+        return type(exc)(exc.node_def, exc.op, message)
+    except Exception:  # an OpError subclass with another constructor
+        return tf.errors.UnknownError(exc.node_def, exc.op, message)
+
+
+def _graph_begin(description: str, key: int, *_resource) -> np.int64:
+    wd = _state.current_watchdog()
+    return np.int64(wd.begin(description, key=key, in_graph=True) if wd is not None else 0)
+
+
+def _graph_end(token: tf.Tensor, *_resource) -> np.int64:
+    wd = _state.current_watchdog()
+    if wd is not None:
+        wd.end(int(token.numpy()))
+    return np.int64(0)
+
+
+def _private_resource(key: int, role: str) -> tf.Tensor:
+    """A resource handle no other op uses (nothing is ever allocated for it). A stateful op that
+    takes one is ordered by tf.function's automatic control dependencies only against ops on
+    that resource, so the marks never serialize unrelated collectives."""
+    with tf.control_dependencies(None):
+        return tf.raw_ops.VarHandleOp(dtype=tf.int32, shape=[],
+                                      shared_name=f"popdist_collective_{role}_{key}",
+                                      name=f"collective_{role}_resource")
+
+
+def _gate(tensor: tf.Tensor, begin: tf.Tensor, extra: List[tf.Tensor]) -> tf.Tensor:
+    """``tensor``, once ``begin`` has run, through a stateful pass-through op (Print that never
+    prints). Grappler cannot constant-fold the collective behind it: it would otherwise run
+    Horovod ops with constant inputs while optimizing the graph, before any mark, where a
+    stall blocks the Session.run or tf.function call unseen."""
+    return tf.raw_ops.Print(input=tensor, data=[begin] + extra, message="", first_n=0,
+                            name="collective_gate")
+
+
+def _tracked(description: str, inputs: List[tf.Tensor],
+             build: Callable[[List[tf.Tensor]], T]) -> T:
+    """Run ``build(inputs)`` (which creates the Horovod ops) under the stall watchdog.
+
+    Eager: the call is timed directly and a failure is re-raised naming the collective. Graph
+    (tf.function, Session): a mark op runs once the inputs are ready, the collective's inputs
+    pass through a gate that depends on it, and another mark runs once the outputs are ready;
+    the outputs returned depend on it.
+    """
+    wd = _state.current_watchdog()
+    if tf.executing_eagerly():
+        token = wd.begin(description) if wd is not None else None
+        try:
+            return build(inputs)
+        except tf.errors.OpError as exc:
+            raise _explain(exc, description, token) from exc
+        finally:
+            if token is not None:
+                wd.end(token)
+    if wd is None:
+        return build(inputs)
+    key = next(_graph_keys)
+    in_function = getattr(tf.compat.v1.get_default_graph(), "building_function", False)
+    begin_extra = [_private_resource(key, "begin")] if in_function else []
+    end_extra = [_private_resource(key, "end")] if in_function else []
+    with tf.control_dependencies(inputs):
+        begin = tf.py_function(functools.partial(_graph_begin, description, key), begin_extra,
+                               tf.int64, name="collective_begin")
+    gated = [_gate(t, begin, begin_extra) for t in inputs]
+    out = build(gated)
+    flat = tf.nest.flatten(out, expand_composites=True)
+    with tf.control_dependencies(flat):
+        end = tf.py_function(_graph_end, [begin] + end_extra, tf.int64, name="collective_end")
+    with tf.control_dependencies([end]):
+        flat = [tf.identity(t) for t in flat]
+    return tf.nest.pack_sequence_as(out, flat, expand_composites=True)
+
+
+def _horovod_name(prefix: str, name: Optional[str], tensor: tf.Tensor) -> Optional[str]:
+    """The Horovod op name: graph mode matches collectives across instances by it."""
+    if name is not None:
+        return _op_name(name)
+    if tf.executing_eagerly():
+        return None  # eager collectives pair up by call order; Horovod ignores names there
+    return f"{prefix}_{re.sub('[^A-Za-z0-9_]', '_', tensor.name)}"
+
+
+def _to_tensor(value: Any) -> Union[tf.Tensor, tf.IndexedSlices]:
+    if isinstance(value, tf.IndexedSlices):
+        return value
+    return tf.convert_to_tensor(value)
+
+
+# ---- dense and sparse allreduce -----------------------------------------------------------------
+def _dense_allreduce(tensor: tf.Tensor, op: Any, prescale: float, postscale: float,
+                     name: Optional[str], size: int) -> tf.Tensor:
+    if not _is_int(tensor.dtype):
+        return hvd.allreduce(tensor, op=op, prescale_factor=prescale, postscale_factor=postscale,
+                             name=name)
+    pre = _integral(prescale, "prescale_factor", tensor.dtype)
+    post = _integral(postscale, "postscale_factor", tensor.dtype)
+    if pre != 1:
+        tensor = tensor * tf.constant(pre, tensor.dtype)
+    out = hvd.allreduce(tensor, op=Sum if op == Average else op, name=name)
+    if op == Average:
+        out = tf.truncatediv(out, tf.constant(size, out.dtype))
+    if post != 1:
+        out = out * tf.constant(post, out.dtype)
+    return out
+
+
+def _sparse_allreduce(slices: tf.IndexedSlices, op: Any, prescale: float, postscale: float,
+                      name: Optional[str], size: int) -> tf.IndexedSlices:
+    values, indices = slices.values, slices.indices
+    dtype = values.dtype
+    if _is_int(dtype):
+        pre = _integral(prescale, "prescale_factor", dtype)
+        post = _integral(postscale, "postscale_factor", dtype)
+        if pre != 1:
+            values = values * tf.constant(pre, dtype)
+    gathered_values = hvd.allgather(values, name=_suffixed(name, "values"))
+    gathered_indices = hvd.allgather(indices, name=_suffixed(name, "indices"))
+    if _is_int(dtype):
+        if op == Average:
+            gathered_values = tf.truncatediv(gathered_values, tf.constant(size, dtype))
+        if post != 1:
+            gathered_values = gathered_values * tf.constant(post, dtype)
+    else:
+        if prescale * postscale != 1.0:
+            gathered_values = gathered_values * tf.cast(prescale * postscale, dtype)
+        if op == Average:
+            gathered_values = gathered_values / tf.cast(size, dtype)
+    return tf.IndexedSlices(gathered_values, gathered_indices, dense_shape=slices.dense_shape)
+
+
+def allreduce(tensor: TensorLike, op: Any = None, prescale_factor: float = 1.0,
+              postscale_factor: float = 1.0, name: Optional[str] = None
+              ) -> Union[tf.Tensor, tf.IndexedSlices]:
+    """Reduce ``tensor`` over all instances; every instance gets the result.
+
+    ``op``: Average (default), Sum, Min, Max or Product. The result is
+    ``postscale_factor * reduce(prescale_factor * tensor)``. Shapes and dtypes must match on
+    every instance (a mismatch raises on every instance, naming the collective). ``name``
+    labels the collective in errors; in graph mode (tf.function, Session) instances also match
+    collectives by it (default: derived from the tensor's name), while in eager mode Horovod
+    pairs collectives by call order only.
+
+    Integer tensors: Average is the exact integer Sum divided by the number of instances,
+    rounded toward zero (``tf.truncatediv``; e.g. 3 and 4 average to 3, -3 and -4 to -3),
+    and the dtype is kept; scale factors must be integral (2.0 is fine, 0.5 raises ValueError)
+    and are applied exactly.
+
+    A ``tf.IndexedSlices`` is allgathered (values and indices concatenated in instance order,
+    dense_shape kept) and returned as IndexedSlices; Average divides the values by the number of
+    instances; only Sum and Average are allowed.
+    """
+    st = _state.require()
+    op = _check_op(op)
+    value = _to_tensor(tensor)
+    if isinstance(value, tf.IndexedSlices):
+        if op not in (Sum, Average):
+            raise ValueError(
+                f"allreduce of tf.IndexedSlices supports only Sum and Average (the slices are "
+                f"gathered), not {_OPS[op]}; convert it to a dense tensor first "
+                f"(tf.convert_to_tensor).")
+        description = _describe("allreduce", name, value.values)
+        op_name = _horovod_name("HorovodAllgather", name, value.values)
+        inputs = [value.values, value.indices]
+        if value.dense_shape is not None:
+            inputs.append(tf.convert_to_tensor(value.dense_shape))
+        return _tracked(description, inputs, lambda gated: _sparse_allreduce(
+            tf.IndexedSlices(*gated), op, prescale_factor, postscale_factor, op_name, st.size))
+    description = _describe("allreduce", name, value)
+    op_name = _horovod_name("HorovodAllreduce", name, value)
+    return _tracked(description, [value], lambda gated: _dense_allreduce(
+        gated[0], op, prescale_factor, postscale_factor, op_name, st.size))
+
+
+def grouped_allreduce(tensors: Iterable[TensorLike], op: Any = None, prescale_factor: float = 1.0,
+                      postscale_factor: float = 1.0, name: Optional[str] = None
+                      ) -> List[Union[tf.Tensor, tf.IndexedSlices]]:
+    """allreduce() of a list of tensors (e.g. gradients) in as few Horovod operations as possible.
+
+    Dense tensors of one dtype go through one ``hvd.grouped_allreduce``; IndexedSlices are
+    gathered one by one. Same semantics per tensor as allreduce(); results in input order.
+    """
+    st = _state.require()
+    op = _check_op(op)
+    values = [_to_tensor(t) for t in tensors]
+    results: List[Any] = [None] * len(values)
+    by_dtype: Dict[tf.DType, List[int]] = {}
+    for i, value in enumerate(values):
+        if isinstance(value, tf.IndexedSlices):
+            results[i] = allreduce(value, op=op, prescale_factor=prescale_factor,
+                                   postscale_factor=postscale_factor,
+                                   name=_suffixed(name, f"sparse_{i}"))
+        else:
+            by_dtype.setdefault(value.dtype, []).append(i)
+    for dtype, positions in by_dtype.items():
+        group = [values[i] for i in positions]
+        group_name = name if len(by_dtype) == 1 else _suffixed(name, dtype.name)
+        description = _describe("grouped_allreduce", group_name, group[0])
+        if name is None and len(group) > 1:
+            description += f" (+{len(group) - 1} more)"
+        op_name = _horovod_name("HorovodGroupedAllreduce", group_name, group[0])
+        reduced = _tracked(description, group, functools.partial(
+            _grouped_dense, op=op, prescale=prescale_factor, postscale=postscale_factor,
+            name=op_name, size=st.size))
+        for i, out in zip(positions, reduced):
+            results[i] = out
+    return results
+
+
+def _grouped_dense(group: List[tf.Tensor], op: Any, prescale: float, postscale: float,
+                   name: Optional[str], size: int) -> List[tf.Tensor]:
+    dtype = group[0].dtype
+    if not _is_int(dtype):
+        return list(hvd.grouped_allreduce(group, op=op, prescale_factor=prescale,
+                                          postscale_factor=postscale, name=name))
+    pre = _integral(prescale, "prescale_factor", dtype)
+    post = _integral(postscale, "postscale_factor", dtype)
+    if pre != 1:
+        group = [t * tf.constant(pre, dtype) for t in group]
+    out = list(hvd.grouped_allreduce(group, op=Sum if op == Average else op, name=name))
+    if op == Average:
+        out = [tf.truncatediv(t, tf.constant(size, dtype)) for t in out]
+    if post != 1:
+        out = [t * tf.constant(post, dtype) for t in out]
+    return out
+
+
+# ---- allgather and broadcast --------------------------------------------------------------------
+def allgather(tensor: TensorLike, name: Optional[str] = None) -> tf.Tensor:
+    """Concatenate every instance's ``tensor`` along dimension 0, in instance order.
+
+    The first dimension may differ between instances; the others and the dtype must match. A
+    scalar is treated as a vector of one element, so gathering scalars gives a vector of size().
+    """
+    _state.require()
+    value = tf.convert_to_tensor(tensor)
+    description = _describe("allgather", name, value)
+    op_name = _horovod_name("HorovodAllgather", name, value)
+    if value.shape.rank == 0:
+        value = tf.reshape(value, [1])
+    return _tracked(description, [value], lambda gated: hvd.allgather(gated[0], name=op_name))
+
+
+def _check_root(root_rank: Any, size: int) -> int:
+    if isinstance(root_rank, bool) or not isinstance(root_rank, (int, np.integer)) \
+            or not 0 <= int(root_rank) < size:
+        raise ValueError(
+            f"root_rank must be an instance index in 0..{size - 1}, got {root_rank!r}.")
+    return int(root_rank)
+
+
+def broadcast(tensor: TensorLike, root_rank: int, name: Optional[str] = None) -> tf.Tensor:
+    """Every instance gets instance ``root_rank``'s ``tensor`` (same shape and dtype everywhere)."""
+    st = _state.require()
+    root = _check_root(root_rank, st.size)
+    value = tf.convert_to_tensor(tensor)
+    description = _describe("broadcast", name, value)
+    op_name = _horovod_name("HorovodBroadcast", name, value)
+    return _tracked(description, [value],
+                    lambda gated: hvd.broadcast(gated[0], root_rank=root, name=op_name))
+
+
+def broadcast_variables(variables: Iterable[tf.Variable], root_rank: int = 0
+                        ) -> Optional[tf.Operation]:
+    """Assign instance ``root_rank``'s value to each variable on every instance.
+
+    Eager: the variables are updated when the call returns (returns None). Graph mode
+    (tf.function, Session): returns the op that does it (a tf.group of the assignments).
+    """
+    st = _state.require()
+    root = _check_root(root_rank, st.size)
+    assigns = []
+    for i, var in enumerate(variables):
+        label = f"broadcast_variables_{i}_{re.sub('[^A-Za-z0-9_]', '_', var.name.split(':')[0])}"
+        value = broadcast(var.read_value(), root, name=label)
+        assigns.append(var.assign(value, read_value=False))
+    if tf.executing_eagerly():
+        return None
+    return tf.group(*assigns, name="broadcast_variables")

@@ -1,0 +1,439 @@
+"""``ipu.ipu_estimator``: IPUEstimator and IPUEstimatorSpec on top of ``tf.estimator``.
+
+The user's ``model_fn`` runs once per replica under a distribution strategy (PopDistStrategy
+unless ``RunConfig(train_distribute=...)`` names another), so training spans every replica of
+every instance started by poprun-lite. What this module adds to ``tf.estimator.Estimator``:
+
+- input: global batch sizes are divided by instances x replicas into ``params['batch_size']``;
+  ``input_fn(params, input_context)`` may shard by itself, otherwise each instance takes its
+  replicas' batches of every global step from the dataset the input_fn returns;
+- ``iterations_per_loop`` training steps run inside one ``Session.run`` (a ``tf.while_loop`` over
+  the dataset), and the global step advances by that much per run;
+- ``host_call`` and ``eval_metrics`` run on the host; eval metrics cover the whole evaluation set
+  on every instance;
+- only the chief (instance 0) writes checkpoints, summaries and exports; every instance restores
+  the same latest checkpoint, so training resumes on the same step everywhere. ``model_dir`` must
+  therefore be a path every instance can read (one host, or a shared file system).
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from typing import Any, Callable, Dict, Optional
+
+import tensorflow as tf
+
+from popdist_launcher import runtime
+from popdist_launcher.ipu.ipu_run_config import RunConfig
+
+log = logging.getLogger(__name__)
+ModeKeys = tf.estimator.ModeKeys
+
+_SPEC_FIELDS = ["mode", "predictions", "loss", "train_op", "eval_metric_ops", "eval_metrics",
+                "host_call", "training_hooks", "evaluation_hooks", "prediction_hooks"]
+
+
+class IPUEstimatorSpec(collections.namedtuple("IPUEstimatorSpec", _SPEC_FIELDS)):
+    """What a model_fn returns (Graphcore's fields); a plain tf.estimator.EstimatorSpec works too.
+
+    eval_metrics: ``(metric_fn, tensors)``; metric_fn runs on the host with the tensors of every
+    replica of every instance (concatenated on dimension 0) and returns a dict of tf.compat.v1
+    metrics. host_call: ``(fn, tensors)``; fn runs on the host every training step with the
+    tensors averaged over all replicas; what it returns is run with the step.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, mode, predictions=None, loss=None, train_op=None, eval_metric_ops=None,
+                eval_metrics=None, host_call=None, training_hooks=None, evaluation_hooks=None,
+                prediction_hooks=None):
+        if eval_metric_ops is not None and eval_metrics is not None:
+            raise ValueError("IPUEstimatorSpec takes eval_metric_ops or eval_metrics, not both.")
+        for name, pair in (("eval_metrics", eval_metrics), ("host_call", host_call)):
+            if pair is not None and not (isinstance(pair, (tuple, list)) and len(pair) == 2
+                                         and callable(pair[0])):
+                raise ValueError(f"IPUEstimatorSpec.{name} must be a (function, tensors) pair, "
+                                 f"got {pair!r}.")
+        if host_call is not None and mode != ModeKeys.TRAIN:
+            raise ValueError("IPUEstimatorSpec.host_call is only supported in TRAIN mode.")
+        return super().__new__(cls, mode, predictions, loss, train_op, eval_metric_ops,
+                               eval_metrics, host_call, tuple(training_hooks or ()),
+                               tuple(evaluation_hooks or ()), tuple(prediction_hooks or ()))
+
+
+def _per_replica_batch_size(global_size: Optional[int], name: str, instances: int,
+                            replicas: int) -> Optional[int]:
+    if global_size is None:
+        return None
+    if global_size % (instances * replicas):
+        raise ValueError(
+            f"{name} {global_size} is not divisible by {instances} worker(s) x {replicas} "
+            f"replica(s) = {instances * replicas}; use a multiple of {instances * replicas}.")
+    return global_size // (instances * replicas)
+
+
+class IPUEstimator(tf.estimator.Estimator):
+    """An Estimator whose model_fn runs on every replica of every poprun-lite instance."""
+
+    def __init__(self, model_fn: Callable, model_dir: Optional[str] = None,
+                 config: Optional[RunConfig] = None, params: Optional[Dict[str, Any]] = None,
+                 warm_start_from=None, train_batch_size: Optional[int] = None,
+                 eval_batch_size: Optional[int] = None,
+                 predict_batch_size: Optional[int] = None) -> None:
+        config = config if config is not None else RunConfig()
+        if not isinstance(config, RunConfig):
+            raise ValueError(
+                f"config must be a popdist_launcher.ipu.ipu_run_config.RunConfig, got "
+                f"{type(config).__name__}; build it with ipu.ipu_run_config.RunConfig(...).")
+        if params is not None and "batch_size" in params:
+            raise ValueError("params['batch_size'] is set by the IPUEstimator; pass "
+                             "train_batch_size / eval_batch_size / predict_batch_size instead.")
+        self._user_config = config
+        self._ipu_run_config = config.ipu_run_config
+        self._train_strategy = config.train_distribute or self._default_strategy()
+        self._eval_strategy = config.eval_distribute or self._train_strategy
+        ctx = runtime.context()
+        self._num_instances = ctx.num_instances
+        self._instance_index = ctx.instance_index
+        self._is_chief = config.is_chief
+        self._num_local = len(self._train_strategy.extended.worker_devices)
+        wanted = self._ipu_run_config.num_replicas
+        if self._ipu_run_config.ipu_options is not None and wanted != self._num_local:
+            raise ValueError(
+                f"IPURunConfig.num_replicas is {wanted} but the strategy runs {self._num_local} "
+                f"local replica(s) (poprun-lite --num-replicas / --num-instances); make them equal.")
+        self._batch_sizes = {
+            ModeKeys.TRAIN: _per_replica_batch_size(train_batch_size, "train_batch_size",
+                                                    self._num_instances, self._num_local),
+            ModeKeys.EVAL: _per_replica_batch_size(eval_batch_size, "eval_batch_size",
+                                                   self._num_instances, self._num_local),
+            ModeKeys.PREDICT: _per_replica_batch_size(predict_batch_size, "predict_batch_size",
+                                                      self._num_instances, self._num_local),
+        }
+        self._user_model_fn = model_fn
+        self._exporting = threading.local()
+        super().__init__(model_fn=self._replicated_model_fn, model_dir=model_dir,
+                         config=self._internal_config(config), params=dict(params or {}),
+                         warm_start_from=warm_start_from)
+
+    def _assert_members_are_not_overridden(self) -> None:
+        # tf.estimator refuses subclasses that override its members; replicating the model_fn,
+        # reshaping the input and keeping non-chief instances from writing need exactly that
+        # (the overrides are train, config, export_saved_model, _evaluate_run, _call_input_fn).
+        pass
+
+    # ---- configuration -------------------------------------------------------------------
+    @staticmethod
+    def _default_strategy():
+        from popdist_launcher.strategies import PopDistStrategy
+        return PopDistStrategy()
+
+    def _internal_config(self, config: RunConfig) -> RunConfig:
+        """What tf.estimator sees: no strategy (we replicate), every instance initialises its
+        own session, and only the chief keeps the saving and summary hooks."""
+        changes: Dict[str, Any] = {"train_distribute": None, "eval_distribute": None}
+        if not self._is_chief:
+            changes.update(save_checkpoints_steps=None, save_checkpoints_secs=None,
+                           save_summary_steps=0, log_step_count_steps=None)
+        from popdist_launcher.strategies import IPUMultiWorkerStrategy
+        if isinstance(self._train_strategy, IPUMultiWorkerStrategy):
+            session_config = config.session_config or tf.compat.v1.ConfigProto()
+            changes["session_config"] = self._train_strategy.update_config_proto(session_config)
+        internal = config.replace(**changes)
+        internal._is_chief = True  # noqa: SLF001 - a local session per instance, see above
+        if isinstance(self._train_strategy, IPUMultiWorkerStrategy) and config._tf_config:  # noqa: SLF001
+            internal._master = f"grpc://{config._tf_config.address}"  # noqa: SLF001
+            internal._evaluation_master = internal._master  # noqa: SLF001
+        return internal
+
+    @property
+    def config(self) -> RunConfig:
+        return self._user_config
+
+    def _strategy(self, mode: str):
+        return self._train_strategy if mode == ModeKeys.TRAIN else self._eval_strategy
+
+    def _iterations(self, mode: str) -> int:
+        return self._ipu_run_config.iterations_per_loop if mode == ModeKeys.TRAIN else 1
+
+    # ---- public API differences ----------------------------------------------------------
+    def train(self, input_fn, hooks=None, steps=None, max_steps=None, saving_listeners=None):
+        per_loop = self._iterations(ModeKeys.TRAIN)
+        for name, value in (("steps", steps), ("max_steps", max_steps)):
+            if value is not None and value % per_loop:
+                raise ValueError(
+                    f"{name}={value} is not a multiple of iterations_per_loop={per_loop}; every "
+                    f"Session.run trains {per_loop} steps, so use a multiple of it.")
+        if steps is not None and max_steps is not None:
+            raise ValueError("Can not provide both steps and max_steps.")
+        if max_steps is not None:
+            latest = self.latest_checkpoint()
+            done = tf.train.load_variable(latest, "global_step") if latest else 0
+            if max_steps <= done:
+                log.info("skipping training: global step %d has reached max_steps %d", done,
+                         max_steps)
+                return self
+        hooks = list(hooks or [])
+        if steps is not None or max_steps is not None:
+            hooks.append(_StopAtStepHook(steps, max_steps, per_loop))
+        # tf.estimator's own stop hook assumes one step per Session.run; ours knows per_loop.
+        super().train(input_fn, hooks=hooks,
+                      saving_listeners=saving_listeners if self._is_chief else None)
+        # The chief saves its last checkpoint while closing its session; nobody may read the
+        # model (evaluate, predict, get_variable_value) before that checkpoint exists.
+        self._barrier()
+        return self
+
+    def _barrier(self) -> None:
+        if self._num_instances > 1:
+            from popdist_launcher import collectives
+            collectives.allreduce(tf.constant(0.0), op=collectives.Sum)
+
+    def export_saved_model(self, export_dir_base, serving_input_receiver_fn, assets_extra=None,
+                           as_text=False, checkpoint_path=None, experimental_mode=ModeKeys.PREDICT):
+        """Export on the chief only (other instances return None); the exported graph is the
+        plain single-replica model."""
+        if not self._is_chief:
+            log.info("instance %d: export_saved_model is done by the chief", self._instance_index)
+            return None
+        self._exporting.active = True
+        try:
+            return super().export_saved_model(export_dir_base, serving_input_receiver_fn,
+                                              assets_extra=assets_extra, as_text=as_text,
+                                              checkpoint_path=checkpoint_path,
+                                              experimental_mode=experimental_mode)
+        finally:
+            self._exporting.active = False
+
+    def _evaluate_run(self, checkpoint_path, scaffold, update_op, eval_dict, all_hooks,
+                      output_dir):
+        if self._is_chief:
+            return super()._evaluate_run(checkpoint_path, scaffold, update_op, eval_dict,
+                                         all_hooks, output_dir)
+        from tensorflow.python.training import evaluation  # not in the public API
+        return evaluation._evaluate_once(  # noqa: SLF001 - same run, no summaries written
+            checkpoint_path=checkpoint_path, master=self._config.evaluation_master,
+            scaffold=scaffold, eval_ops=update_op, final_ops=eval_dict, hooks=all_hooks,
+            config=self._session_config)
+
+    def _create_and_assert_global_step(self, graph):
+        with self._train_strategy.scope():
+            return super()._create_and_assert_global_step(graph)
+
+    # ---- input ---------------------------------------------------------------------------
+    def _call_input_fn(self, input_fn, mode, input_context=None):
+        from tensorflow_estimator.python.estimator import util as estimator_util
+
+        args = estimator_util.fn_args(input_fn)
+        params = dict(self.params)
+        if self._batch_sizes[mode] is not None:
+            params["batch_size"] = self._batch_sizes[mode]
+        kwargs: Dict[str, Any] = {}
+        if "params" in args:
+            kwargs["params"] = params
+        if "mode" in args:
+            kwargs["mode"] = mode
+        if "config" in args:
+            kwargs["config"] = self.config
+        shards_itself = "input_context" in args
+        if shards_itself:
+            kwargs["input_context"] = tf.distribute.InputContext(
+                num_input_pipelines=self._num_instances,
+                input_pipeline_id=self._instance_index,
+                num_replicas_in_sync=self._num_instances * self._num_local)
+        with tf.device("/device:CPU:0"):
+            dataset = input_fn(**kwargs)
+            if not isinstance(dataset, tf.data.Dataset):
+                raise ValueError(
+                    f"input_fn must return a tf.data.Dataset of per-replica batches, got "
+                    f"{type(dataset).__name__}.")
+            return self._replica_batches(dataset, mode, shards_itself)
+
+    def _replica_batches(self, dataset: tf.data.Dataset, mode: str, shards_itself: bool):
+        """Elements of [iterations, local replicas, per-replica batch, ...]: what one
+        Session.run of this instance consumes."""
+        local, instances = self._num_local, self._num_instances
+        if shards_itself or instances == 1:
+            dataset = dataset.batch(local, drop_remainder=True)
+        else:
+            # Global step s uses per-replica batches s*R .. s*R+R-1; this instance owns L of them.
+            first = self._instance_index * local
+            dataset = dataset.batch(local * instances, drop_remainder=True).map(
+                lambda *xs: tf.nest.map_structure(lambda t: t[first:first + local],
+                                                  xs if len(xs) > 1 else xs[0]))
+        dataset = dataset.batch(self._iterations(mode), drop_remainder=True)
+        prefetch = self._ipu_run_config.prefetch_depth
+        return dataset.prefetch(prefetch if prefetch else tf.data.AUTOTUNE)
+
+    # ---- the replicated model function ---------------------------------------------------
+    def _replicated_model_fn(self, features, labels, mode, params, config):
+        if getattr(self._exporting, "active", False):
+            return self._as_estimator_spec(self._call_user(features, labels, mode, params, config),
+                                           mode)
+        strategy = self._strategy(mode)
+        offset = self._instance_index * self._num_local
+        specs = []
+
+        def replica_fn(features, labels):
+            spec = self._call_user(features, labels, mode, params, config)
+            specs.append(spec)
+            return self._replica_outputs(spec, mode)
+
+        def distribute(structure):
+            if structure is None:
+                return None
+            return strategy.experimental_distribute_values_from_function(
+                lambda ctx: tf.nest.map_structure(
+                    lambda t: t[ctx.replica_id_in_sync_group - offset], structure))
+
+        def run_step(step_features, step_labels):
+            # As tf.estimator does: TF1 optimizers then divide each replica's loss by the number
+            # of replicas, so summed gradients are the gradient of the global mean loss.
+            with strategy.scope(), strategy._scale_loss_for_estimator_enabled():  # noqa: SLF001
+                return strategy.run(replica_fn, args=(distribute(step_features),
+                                                      distribute(step_labels)))
+
+        if mode == ModeKeys.TRAIN:
+            return self._train_spec(strategy, features, labels, run_step, specs)
+        first = lambda t: t[0]  # noqa: E731 - one iteration per run outside training
+        outputs = run_step(tf.nest.map_structure(first, features),
+                           None if labels is None else tf.nest.map_structure(first, labels))
+        if mode == ModeKeys.EVAL:
+            return self._eval_spec(strategy, outputs, specs)
+        return self._predict_spec(strategy, outputs, specs)
+
+    def _call_user(self, features, labels, mode, params, config):
+        from tensorflow_estimator.python.estimator import util as estimator_util
+
+        args = estimator_util.fn_args(self._user_model_fn)
+        kwargs: Dict[str, Any] = {}
+        if "labels" in args:
+            kwargs["labels"] = labels
+        if "mode" in args:
+            kwargs["mode"] = mode
+        if "params" in args:
+            kwargs["params"] = params
+        if "config" in args:
+            kwargs["config"] = self.config
+        spec = self._user_model_fn(features=features, **kwargs)
+        if not isinstance(spec, (IPUEstimatorSpec, tf.estimator.EstimatorSpec)):
+            raise ValueError(f"model_fn must return an IPUEstimatorSpec or EstimatorSpec, got "
+                             f"{type(spec).__name__}.")
+        return spec
+
+    @staticmethod
+    def _replica_outputs(spec, mode: str) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        if mode == ModeKeys.PREDICT:
+            out["predictions"] = spec.predictions
+            return out
+        out["loss"] = spec.loss
+        if mode == ModeKeys.TRAIN:
+            if spec.train_op is None:
+                raise ValueError("model_fn returned no train_op in TRAIN mode.")
+            with tf.control_dependencies([spec.train_op]):
+                out["done"] = tf.constant(True)
+            host_call = getattr(spec, "host_call", None)
+            if host_call is not None:
+                out["host_call"] = list(host_call[1])
+        else:
+            eval_metrics = getattr(spec, "eval_metrics", None)
+            if eval_metrics is not None:
+                out["eval_metrics"] = list(eval_metrics[1])
+            if spec.eval_metric_ops:
+                out["eval_metric_ops"] = {k: tuple(v) for k, v in spec.eval_metric_ops.items()}
+        return out
+
+    def _train_spec(self, strategy, features, labels, run_step, specs):
+        iterations = self._iterations(ModeKeys.TRAIN)
+        global_step = tf.compat.v1.train.get_global_step()
+        start_step = global_step.read_value()
+
+        def body(i, total_loss):
+            step_features = tf.nest.map_structure(lambda t: t[i], features)
+            step_labels = None if labels is None else tf.nest.map_structure(lambda t: t[i], labels)
+            outputs = run_step(step_features, step_labels)
+            deps = list(strategy.experimental_local_results(outputs["done"]))
+            if "host_call" in outputs:
+                fn = specs[0].host_call[0]
+                averaged = [strategy.reduce(tf.distribute.ReduceOp.MEAN, t, axis=None)
+                            for t in outputs["host_call"]]
+                with tf.control_dependencies(deps), tf.device("/device:CPU:0"):
+                    host_result = fn(*averaged)
+                deps += [r for r in tf.nest.flatten(host_result) if r is not None]
+            loss = strategy.reduce(tf.distribute.ReduceOp.MEAN, outputs["loss"], axis=None)
+            with tf.control_dependencies(deps):
+                # Set, not add: right whether or not the user's train_op counts steps too.
+                count = global_step.assign(start_step + tf.cast(i + 1, start_step.dtype))
+            with tf.control_dependencies([count]):
+                return i + 1, total_loss + tf.cast(loss, tf.float32)
+
+        _, total = tf.compat.v1.while_loop(
+            lambda i, _: i < iterations, body,
+            [tf.constant(0), tf.constant(0.0)], parallel_iterations=1, back_prop=False)
+        spec = specs[0]
+        train_op = tf.group(total)
+        chief_hooks = getattr(spec, "training_chief_hooks", ()) if self._is_chief else ()
+        return tf.estimator.EstimatorSpec(
+            ModeKeys.TRAIN, loss=total / iterations, train_op=train_op,
+            training_hooks=list(spec.training_hooks), training_chief_hooks=list(chief_hooks),
+            scaffold=getattr(spec, "scaffold", None))
+
+    def _eval_spec(self, strategy, outputs, specs):
+        spec = specs[0]
+        loss = strategy.reduce(tf.distribute.ReduceOp.MEAN, outputs["loss"], axis=None)
+        metric_ops: Dict[str, Any] = {}
+        for name, (value, update) in outputs.get("eval_metric_ops", {}).items():
+            metric_ops[name] = (strategy.experimental_local_results(value)[0],
+                                tf.group(strategy.experimental_local_results(update)))
+        if "eval_metrics" in outputs:
+            from popdist_launcher import collectives
+            fn = spec.eval_metrics[0]
+            tensors = []
+            for t in outputs["eval_metrics"]:
+                local = tf.concat(strategy.experimental_local_results(t), axis=0)
+                tensors.append(collectives.allgather(local) if self._num_instances > 1 else local)
+            with tf.device("/device:CPU:0"):
+                metric_ops.update(fn(*tensors))
+        return tf.estimator.EstimatorSpec(
+            ModeKeys.EVAL, loss=loss, eval_metric_ops=metric_ops,
+            evaluation_hooks=list(spec.evaluation_hooks), scaffold=getattr(spec, "scaffold", None))
+
+    def _predict_spec(self, strategy, outputs, specs):
+        spec = specs[0]
+        predictions = tf.nest.map_structure(
+            lambda t: tf.concat(strategy.experimental_local_results(t), axis=0),
+            outputs["predictions"])
+        return tf.estimator.EstimatorSpec(
+            ModeKeys.PREDICT, predictions=predictions, prediction_hooks=list(spec.prediction_hooks),
+            scaffold=getattr(spec, "scaffold", None),
+            export_outputs=getattr(spec, "export_outputs", None))
+
+    @staticmethod
+    def _as_estimator_spec(spec, mode):
+        if isinstance(spec, tf.estimator.EstimatorSpec):
+            return spec
+        return tf.estimator.EstimatorSpec(mode, predictions=spec.predictions, loss=spec.loss,
+                                          train_op=spec.train_op)
+
+
+class _StopAtStepHook(tf.compat.v1.train.SessionRunHook):
+    """Stops after ``steps`` more steps or at ``last_step``, knowing each run does ``per_run``."""
+
+    def __init__(self, steps: Optional[int], last_step: Optional[int], per_run: int) -> None:
+        self._steps, self._last_step, self._per_run = steps, last_step, per_run
+
+    def begin(self) -> None:
+        self._global_step = tf.compat.v1.train.get_global_step().read_value()
+
+    def after_create_session(self, session, coord) -> None:
+        if self._steps is not None:
+            self._last_step = int(session.run(self._global_step)) + self._steps
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(self._global_step)
+
+    def after_run(self, run_context, run_values) -> None:
+        if int(run_values.results) + self._per_run >= self._last_step:
+            run_context.request_stop()

@@ -1,0 +1,101 @@
+"""Trains, evaluates and predicts with an IPUEstimator; writes OUT_DIR/estimator-<i>.json.
+
+usage: estimator_checks.py STRATEGY MODEL_DIR OUT_DIR [--iterations-per-loop N] [--steps N]
+       [--host-call] [--eval-metrics] [--input-context] [--resume-steps N]
+"""
+import argparse
+import json
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import popdist_launcher  # noqa: E402
+from popdist_launcher import ipu, strategies  # noqa: E402
+
+parser = argparse.ArgumentParser()
+parser.add_argument("strategy")
+parser.add_argument("model_dir")
+parser.add_argument("out_dir")
+parser.add_argument("--iterations-per-loop", type=int, default=1)
+parser.add_argument("--steps", type=int, default=4)
+parser.add_argument("--resume-steps", type=int, default=0)
+parser.add_argument("--host-call", action="store_true")
+parser.add_argument("--eval-metrics", action="store_true")
+parser.add_argument("--input-context", action="store_true")
+args = parser.parse_args()
+
+GLOBAL_BATCH, FEATURES, LR = 16, 6, 0.1
+rng = np.random.default_rng(42)
+x_all = rng.normal(size=(GLOBAL_BATCH * 8, FEATURES)).astype("float32")
+y_all = (x_all @ rng.normal(size=(FEATURES, 1)) + 0.3).astype("float32")
+w_init = rng.normal(size=(FEATURES, 1)).astype("float32") * 0.1
+ctx = popdist_launcher.init()
+
+
+def model_fn(features, labels, mode, params):
+    w = tf.compat.v1.get_variable("w", initializer=w_init + ctx.instance_index, use_resource=True)
+    b = tf.compat.v1.get_variable("b", initializer=[0.0], use_resource=True)
+    predictions = tf.matmul(features, w) + b
+    if mode == tf.estimator.ModeKeys.PREDICT:
+        return ipu.ipu_estimator.IPUEstimatorSpec(mode, predictions={"y": predictions})
+    loss = tf.reduce_mean(tf.reduce_sum((predictions - labels) ** 2, axis=1))
+    if mode == tf.estimator.ModeKeys.EVAL:
+        if args.eval_metrics:
+            def metric_fn(pred, lab):
+                return {"mse": tf.compat.v1.metrics.mean_squared_error(lab, pred),
+                        "count": tf.compat.v1.metrics.mean(tf.cast(tf.size(lab), tf.float32))}
+            return ipu.ipu_estimator.IPUEstimatorSpec(mode, loss=loss,
+                                                      eval_metrics=(metric_fn, [predictions, labels]))
+        return ipu.ipu_estimator.IPUEstimatorSpec(
+            mode, loss=loss, eval_metric_ops={"mse": tf.compat.v1.metrics.mean_squared_error(labels, predictions)})
+    opt = tf.compat.v1.train.GradientDescentOptimizer(LR)
+    if args.host_call:
+        grads_and_vars = opt.compute_gradients(loss, var_list=[w, b])
+        grads = [g for g, _ in grads_and_vars]
+
+        def apply_on_host(gw, gb):
+            # Average over all replicas, applied once on the host: loss is a per-replica mean.
+            return [w.assign_sub(LR * gw), b.assign_sub(LR * gb),
+                    tf.compat.v1.train.get_global_step().assign_add(1)]
+        return ipu.ipu_estimator.IPUEstimatorSpec(mode, loss=loss, train_op=tf.no_op(),
+                                                  host_call=(apply_on_host, grads))
+    train_op = opt.minimize(loss, global_step=tf.compat.v1.train.get_global_step())
+    return ipu.ipu_estimator.IPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def input_fn(params):
+    return tf.data.Dataset.from_tensor_slices((x_all, y_all)).batch(params["batch_size"])
+
+
+def input_fn_with_context(params, input_context):
+    ds = tf.data.Dataset.from_tensor_slices((x_all, y_all)).batch(params["batch_size"])
+    return ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+
+
+names = {"popdist": "PopDistStrategy", "horovod": "IPUHorovodStrategy",
+         "multi-worker": "IPUMultiWorkerStrategy"}
+strategy = getattr(strategies, names[args.strategy])()
+config = ipu.ipu_run_config.RunConfig(
+    ipu_run_config=ipu.ipu_run_config.IPURunConfig(iterations_per_loop=args.iterations_per_loop),
+    train_distribute=strategy, model_dir=args.model_dir, save_checkpoints_steps=2,
+    tf_random_seed=1)
+estimator = ipu.ipu_estimator.IPUEstimator(model_fn, config=config, train_batch_size=GLOBAL_BATCH,
+                                           eval_batch_size=GLOBAL_BATCH,
+                                           predict_batch_size=GLOBAL_BATCH)
+train_input = input_fn_with_context if args.input_context else input_fn
+if args.resume_steps:
+    estimator.train(train_input, steps=args.resume_steps)
+estimator.train(train_input, steps=args.steps)
+out = {
+    "w": estimator.get_variable_value("w").ravel().tolist(),
+    "b": estimator.get_variable_value("b").tolist(),
+    "global_step": int(estimator.get_variable_value("global_step")),
+    "latest": os.path.basename(estimator.latest_checkpoint() or ""),
+    "is_chief": estimator.config.is_chief,
+}
+out["eval"] = {k: float(v) for k, v in estimator.evaluate(input_fn, steps=2).items()}
+out["predict"] = [float(p["y"][0]) for p in estimator.predict(input_fn, yield_single_examples=True)][:8]
+with open(os.path.join(args.out_dir, f"estimator-{ctx.instance_index}.json"), "w") as f:
+    json.dump(out, f)
