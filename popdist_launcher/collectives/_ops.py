@@ -110,13 +110,13 @@ def _graph_end(token: tf.Tensor, *_resource) -> np.int64:
 
 
 def _private_resource(key: int, role: str) -> tf.Tensor:
-    """A resource handle no other op uses (nothing is ever allocated for it). A stateful op that
-    takes one is ordered by tf.function's automatic control dependencies only against ops on
-    that resource, so the marks never serialize unrelated collectives."""
+    """A resource no other op uses: a stateful op that takes one is ordered by tf.function's
+    automatic control dependencies only against ops on that resource, so the marks never
+    serialize unrelated collectives. A mutex, not a variable handle: code that walks graphs for
+    variables (tf.custom_gradient) must not mistake it for one."""
     with tf.control_dependencies(None):
-        return tf.raw_ops.VarHandleOp(dtype=tf.int32, shape=[],
-                                      shared_name=f"popdist_collective_{role}_{key}",
-                                      name=f"collective_{role}_resource")
+        return tf.raw_ops.MutexV2(shared_name=f"popdist_collective_{role}_{key}",
+                                  name=f"collective_{role}_resource")
 
 
 def _gate(tensor: tf.Tensor, begin: tf.Tensor, extra: List[tf.Tensor]) -> tf.Tensor:

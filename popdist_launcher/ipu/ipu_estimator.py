@@ -94,6 +94,13 @@ class IPUEstimator(tf.estimator.Estimator):
         self._train_strategy = config.train_distribute or self._default_strategy()
         self._eval_strategy = config.eval_distribute or self._train_strategy
         ctx = runtime.context()
+        from popdist_launcher.strategies import IPUMultiWorkerStrategy
+        if ctx.num_instances > 1 and any(isinstance(s, IPUMultiWorkerStrategy)
+                                         for s in (self._train_strategy, self._eval_strategy)):
+            raise ValueError(
+                "IPUMultiWorkerStrategy cannot drive an IPUEstimator across instances: "
+                "TensorFlow's collective ops do not run in the graph-mode sessions the estimator "
+                "creates; use PopDistStrategy (the default) or IPUHorovodStrategy.")
         self._num_instances = ctx.num_instances
         self._instance_index = ctx.instance_index
         self._is_chief = config.is_chief
@@ -176,7 +183,7 @@ class IPUEstimator(tf.estimator.Estimator):
                 return self
         hooks = list(hooks or [])
         if steps is not None or max_steps is not None:
-            hooks.append(_StopAtStepHook(steps, max_steps, per_loop))
+            hooks.append(_StopAtStepHook(steps, max_steps))
         # tf.estimator's own stop hook assumes one step per Session.run; ours knows per_loop.
         super().train(input_fn, hooks=hooks,
                       saving_listeners=saving_listeners if self._is_chief else None)
@@ -419,10 +426,10 @@ class IPUEstimator(tf.estimator.Estimator):
 
 
 class _StopAtStepHook(tf.compat.v1.train.SessionRunHook):
-    """Stops after ``steps`` more steps or at ``last_step``, knowing each run does ``per_run``."""
+    """Stops after ``steps`` more steps or at ``last_step``, reading the global step itself."""
 
-    def __init__(self, steps: Optional[int], last_step: Optional[int], per_run: int) -> None:
-        self._steps, self._last_step, self._per_run = steps, last_step, per_run
+    def __init__(self, steps: Optional[int], last_step: Optional[int]) -> None:
+        self._steps, self._last_step = steps, last_step
 
     def begin(self) -> None:
         self._global_step = tf.compat.v1.train.get_global_step().read_value()
@@ -431,9 +438,8 @@ class _StopAtStepHook(tf.compat.v1.train.SessionRunHook):
         if self._steps is not None:
             self._last_step = int(session.run(self._global_step)) + self._steps
 
-    def before_run(self, run_context):
-        return tf.compat.v1.train.SessionRunArgs(self._global_step)
-
     def after_run(self, run_context, run_values) -> None:
-        if int(run_values.results) + self._per_run >= self._last_step:
+        # Read after the run, never as a fetch of it: a fetch may see the step before or after
+        # the loop's update, and instances that stop on different steps wait for each other.
+        if int(run_context.session.run(self._global_step)) >= self._last_step:
             run_context.request_stop()

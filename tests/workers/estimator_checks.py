@@ -24,6 +24,7 @@ parser.add_argument("--resume-steps", type=int, default=0)
 parser.add_argument("--host-call", action="store_true")
 parser.add_argument("--eval-metrics", action="store_true")
 parser.add_argument("--input-context", action="store_true")
+parser.add_argument("--train-batch-size", type=int, default=16)
 args = parser.parse_args()
 
 GLOBAL_BATCH, FEATURES, LR = 16, 6, 0.1
@@ -81,7 +82,8 @@ config = ipu.ipu_run_config.RunConfig(
     ipu_run_config=ipu.ipu_run_config.IPURunConfig(iterations_per_loop=args.iterations_per_loop),
     train_distribute=strategy, model_dir=args.model_dir, save_checkpoints_steps=2,
     tf_random_seed=1)
-estimator = ipu.ipu_estimator.IPUEstimator(model_fn, config=config, train_batch_size=GLOBAL_BATCH,
+estimator = ipu.ipu_estimator.IPUEstimator(model_fn, config=config,
+                                           train_batch_size=args.train_batch_size,
                                            eval_batch_size=GLOBAL_BATCH,
                                            predict_batch_size=GLOBAL_BATCH)
 train_input = input_fn_with_context if args.input_context else input_fn

@@ -1,0 +1,86 @@
+"""IPUEstimator under the launcher: the same weights as one process on the same global batch,
+whatever the instances, replicas and iterations per loop; chief-only writing; resume."""
+import json
+
+import numpy as np
+import pytest
+
+from conftest import poprun
+
+pytestmark = pytest.mark.slow
+
+
+def run(tmp_path, name, *args, np_=2, replicas=None, strategy="popdist", model_dir=None):
+    out = tmp_path / name
+    out.mkdir()
+    model_dir = model_dir or (tmp_path / f"{name}-model")
+    opts = ["-np", str(np_)] + (["--num-replicas", str(replicas)] if replicas else [])
+    result = poprun(*opts, "tests/workers/estimator_checks.py", strategy, str(model_dir), str(out),
+                    *args, timeout=600)
+    return result, [json.loads((out / f"estimator-{i}.json").read_text()) for i in range(np_)] \
+        if result.returncode == 0 else None
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    result, (ref,) = run(tmp_path_factory.mktemp("ref"), "ref", np_=1)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert ref["global_step"] == 4
+    return ref
+
+
+def assert_same_model(got, ref):
+    np.testing.assert_allclose(got["w"] + got["b"], ref["w"] + ref["b"], rtol=1e-6, atol=1e-6)
+    assert got["global_step"] == ref["global_step"]
+
+
+@pytest.mark.parametrize("strategy, replicas, extra", [
+    ("popdist", None, ["--iterations-per-loop", "2"]),
+    ("horovod", 4, []),
+    ("popdist", 4, ["--host-call"]),
+])
+def test_equivalence_with_one_process(tmp_path, reference, strategy, replicas, extra):
+    result, runs = run(tmp_path, "job", *extra, replicas=replicas, strategy=strategy)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for got in runs:
+        assert_same_model(got, reference)
+        assert got["eval"] == pytest.approx(reference["eval"], rel=1e-5)
+    assert [r["is_chief"] for r in runs] == [True, False]
+    assert runs[0]["eval"] == runs[1]["eval"]  # every instance: metrics of the whole eval set
+    model_dir = tmp_path / "job-model"
+    # Only the chief wrote: one summary file for training and one for evaluation.
+    assert len(list(model_dir.glob("events.out.tfevents.*"))) == 1
+    assert len(list((model_dir / "eval").glob("events.out.tfevents.*"))) == 1
+    assert runs[0]["latest"] == "model.ckpt-4"
+
+
+def test_eval_metrics_on_the_host_and_input_context(tmp_path):
+    result, runs = run(tmp_path, "job", "--eval-metrics", "--input-context")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert runs[0]["w"] == runs[1]["w"]
+    assert runs[0]["eval"] == runs[1]["eval"]
+    assert runs[0]["eval"]["count"] == 16.0  # each step's metric saw the whole global batch
+    assert runs[0]["predict"] != runs[1]["predict"]  # each instance predicts its own shard
+
+
+def test_resume_from_the_latest_checkpoint(tmp_path, reference):
+    model_dir = tmp_path / "shared-model"
+    first, runs = run(tmp_path, "first", "--steps", "2", model_dir=model_dir)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert [r["global_step"] for r in runs] == [2, 2]
+    second, runs = run(tmp_path, "second", "--steps", "2", model_dir=model_dir)
+    assert second.returncode == 0, second.stderr[-3000:]
+    for got in runs:
+        assert_same_model(got, reference)
+
+
+def test_batch_size_not_divisible_names_the_numbers(tmp_path):
+    result, _ = run(tmp_path, "job", "--train-batch-size", "30", replicas=4)
+    assert result.returncode != 0
+    assert "train_batch_size 30 is not divisible by 2 worker(s) x 2 replica(s) = 4" in result.stderr
+
+
+def test_steps_must_fill_whole_loops(tmp_path):
+    result, _ = run(tmp_path, "job", "--iterations-per-loop", "3", np_=1)
+    assert result.returncode != 0
+    assert "steps=4 is not a multiple of iterations_per_loop=3" in result.stderr
