@@ -63,15 +63,20 @@ def test_eval_metrics_on_the_host_and_input_context(tmp_path):
     assert runs[0]["predict"] != runs[1]["predict"]  # each instance predicts its own shard
 
 
-def test_resume_from_the_latest_checkpoint(tmp_path, reference):
+def test_resume_from_the_latest_checkpoint(tmp_path):
+    # Two jobs of 2 steps on one model_dir == one process calling train(2) twice (each train()
+    # restarts the input pipeline, as in tf.estimator).
     model_dir = tmp_path / "shared-model"
     first, runs = run(tmp_path, "first", "--steps", "2", model_dir=model_dir)
     assert first.returncode == 0, first.stderr[-3000:]
     assert [r["global_step"] for r in runs] == [2, 2]
     second, runs = run(tmp_path, "second", "--steps", "2", model_dir=model_dir)
     assert second.returncode == 0, second.stderr[-3000:]
+    single, (expected,) = run(tmp_path, "single", "--resume-steps", "2", "--steps", "2", np_=1)
+    assert single.returncode == 0, single.stderr[-3000:]
+    assert expected["global_step"] == 4
     for got in runs:
-        assert_same_model(got, reference)
+        assert_same_model(got, expected)
 
 
 def test_batch_size_not_divisible_names_the_numbers(tmp_path):

@@ -366,7 +366,8 @@ class IPUEstimator(tf.estimator.Estimator):
                 fn = specs[0].host_call[0]
                 averaged = [strategy.reduce(tf.distribute.ReduceOp.MEAN, t, axis=None)
                             for t in outputs["host_call"]]
-                with tf.control_dependencies(deps), tf.device("/device:CPU:0"):
+                with strategy.scope(), tf.control_dependencies(deps + averaged), \
+                        tf.device("/device:CPU:0"):
                     host_result = fn(*averaged)
                 deps += [r for r in tf.nest.flatten(host_result) if r is not None]
             loss = strategy.reduce(tf.distribute.ReduceOp.MEAN, outputs["loss"], axis=None)
@@ -380,7 +381,10 @@ class IPUEstimator(tf.estimator.Estimator):
             lambda i, _: i < iterations, body,
             [tf.constant(0), tf.constant(0.0)], parallel_iterations=1, back_prop=False)
         spec = specs[0]
-        train_op = tf.group(total)
+        # Every run ends exactly iterations_per_loop steps on, on every instance: the stop hook
+        # and checkpoint hooks read this value, and instances must agree on when to stop.
+        with tf.control_dependencies([total]):
+            train_op = tf.group(global_step.assign(start_step + iterations))
         chief_hooks = getattr(spec, "training_chief_hooks", ()) if self._is_chief else ()
         return tf.estimator.EstimatorSpec(
             ModeKeys.TRAIN, loss=total / iterations, train_op=train_op,

@@ -53,8 +53,7 @@ def model_fn(features, labels, mode, params):
             mode, loss=loss, eval_metric_ops={"mse": tf.compat.v1.metrics.mean_squared_error(labels, predictions)})
     opt = tf.compat.v1.train.GradientDescentOptimizer(LR)
     if args.host_call:
-        grads_and_vars = opt.compute_gradients(loss, var_list=[w, b])
-        grads = [g for g, _ in grads_and_vars]
+        grads = tf.gradients(loss, [w, b])  # this replica's; host_call averages them
 
         def apply_on_host(gw, gb):
             # Average over all replicas, applied once on the host: loss is a per-replica mean.
