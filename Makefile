@@ -9,7 +9,7 @@ setup:
 	@VENV=$(VENV) bash scripts/setup.sh
 
 demo: setup
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/poprun-lite -np $(NP) examples/horovod_digits.py
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/poprun-lite -np $(NP) examples/cnn_estimator.py --min-accuracy 0.95
 
 test: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests $(PYTEST_ARGS)

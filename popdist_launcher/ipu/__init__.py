@@ -7,7 +7,7 @@ import importlib
 from popdist_launcher.ipu import config
 
 _SUBMODULES = {"distributed", "ipu_estimator", "ipu_run_config", "ipu_multi_worker_strategy",
-               "scopes", "ipu_compiler", "loops", "optimizers", "utils"}
+               "optimizers", "scopes"}
 
 
 def __getattr__(name):

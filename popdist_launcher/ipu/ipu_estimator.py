@@ -4,7 +4,8 @@ The user's ``model_fn`` runs once per replica under a distribution strategy (Pop
 unless ``RunConfig(train_distribute=...)`` names another), so training spans every replica of
 every instance started by poprun-lite. What this module adds to ``tf.estimator.Estimator``:
 
-- input: global batch sizes are divided by instances x replicas into ``params['batch_size']``;
+- input: global batch sizes are divided by instances x replicas into ``params['batch_size']``
+  (batches shorter than that are left out: replicas step together on static shapes);
   ``input_fn(params, input_context)`` may shard by itself, otherwise each instance takes its
   replicas' batches of every global step from the dataset the input_fn returns;
 - ``iterations_per_loop`` training steps run inside one ``Session.run`` (a ``tf.while_loop`` over
@@ -261,6 +262,14 @@ class IPUEstimator(tf.estimator.Estimator):
         """Elements of [iterations, local replicas, per-replica batch, ...]: what one
         Session.run of this instance consumes."""
         local, instances = self._num_local, self._num_instances
+        batch_size = self._batch_sizes[mode]
+        if batch_size is not None:
+            # Replicas step together on static shapes (as on the IPU): a short last batch
+            # cannot be stacked with full ones, so it is left out.
+            def full(*xs):
+                first = tf.nest.flatten(xs)[0]
+                return tf.equal(tf.shape(first)[0], batch_size)
+            dataset = dataset.filter(full)
         if shards_itself or instances == 1:
             dataset = dataset.batch(local, drop_remainder=True)
         else:

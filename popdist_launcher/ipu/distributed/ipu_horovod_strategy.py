@@ -1,0 +1,2 @@
+"""``ipu.distributed.ipu_horovod_strategy``: IPUHorovodStrategy at its IPU module path."""
+from popdist_launcher.strategies.popdist_strategy import IPUHorovodStrategy  # noqa: F401

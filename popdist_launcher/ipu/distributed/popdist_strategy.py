@@ -1,0 +1,2 @@
+"""``ipu.distributed.popdist_strategy``: PopDistStrategy at its IPU module path."""
+from popdist_launcher.strategies.popdist_strategy import PopDistStrategy  # noqa: F401
