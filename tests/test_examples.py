@@ -1,0 +1,36 @@
+"""The examples a user copies from, run as a user would: under poprun-lite."""
+import re
+
+import pytest
+
+from conftest import poprun
+
+pytestmark = pytest.mark.slow
+
+
+def final_accuracy(stdout: str) -> float:
+    return float(re.findall(r"test accuracy (\d\.\d+)", stdout)[-1])
+
+
+def test_custom_loop_example():
+    result = poprun("-np", "2", "--num-replicas", "4", "examples/custom_loop.py", "--epochs", "3",
+                    timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "4 replica(s), strategy popdist" in result.stdout
+    assert final_accuracy(result.stdout) > 0.85
+
+
+def test_keras_fit_example():
+    result = poprun("-np", "2", "examples/keras_fit.py", "--epochs", "3", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert final_accuracy(result.stdout) > 0.85
+
+
+def test_cnn_estimator_example_matches_one_process(tmp_path):
+    args = ["examples/cnn_estimator.py", "--epochs", "2", "--batches-per-step", "4"]
+    two = poprun("-np", "2", *args, "--model-dir", str(tmp_path / "two"), timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    one = poprun("-np", "1", *args, "--model-dir", str(tmp_path / "one"), timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert final_accuracy(two.stdout) > 0.9
+    assert abs(final_accuracy(two.stdout) - final_accuracy(one.stdout)) <= 0.01
