@@ -233,25 +233,16 @@ class IPUEstimator(tf.estimator.Estimator):
     def _call_input_fn(self, input_fn, mode, input_context=None):
         from tensorflow_estimator.python.estimator import util as estimator_util
 
-        args = estimator_util.fn_args(input_fn)
         params = dict(self.params)
         if self._batch_sizes[mode] is not None:
             params["batch_size"] = self._batch_sizes[mode]
-        kwargs: Dict[str, Any] = {}
-        if "params" in args:
-            kwargs["params"] = params
-        if "mode" in args:
-            kwargs["mode"] = mode
-        if "config" in args:
-            kwargs["config"] = self.config
-        shards_itself = "input_context" in args
-        if shards_itself:
-            kwargs["input_context"] = tf.distribute.InputContext(
-                num_input_pipelines=self._num_instances,
-                input_pipeline_id=self._instance_index,
-                num_replicas_in_sync=self._num_instances * self._num_local)
+        shards_itself = "input_context" in estimator_util.fn_args(input_fn)
+        context = tf.distribute.InputContext(
+            num_input_pipelines=self._num_instances, input_pipeline_id=self._instance_index,
+            num_replicas_in_sync=self._num_instances * self._num_local)
         with tf.device("/device:CPU:0"):
-            dataset = input_fn(**kwargs)
+            dataset = _call_with_accepted(input_fn, params=params, mode=mode,
+                                          config=self.config, input_context=context)
             if not isinstance(dataset, tf.data.Dataset):
                 raise ValueError(
                     f"input_fn must return a tf.data.Dataset of per-replica batches, got "
@@ -320,19 +311,8 @@ class IPUEstimator(tf.estimator.Estimator):
         return self._predict_spec(strategy, outputs, specs)
 
     def _call_user(self, features, labels, mode, params, config):
-        from tensorflow_estimator.python.estimator import util as estimator_util
-
-        args = estimator_util.fn_args(self._user_model_fn)
-        kwargs: Dict[str, Any] = {}
-        if "labels" in args:
-            kwargs["labels"] = labels
-        if "mode" in args:
-            kwargs["mode"] = mode
-        if "params" in args:
-            kwargs["params"] = params
-        if "config" in args:
-            kwargs["config"] = self.config
-        spec = self._user_model_fn(features=features, **kwargs)
+        spec = _call_with_accepted(self._user_model_fn, features=features, labels=labels,
+                                   mode=mode, params=params, config=self.config)
         if not isinstance(spec, (IPUEstimatorSpec, tf.estimator.EstimatorSpec)):
             raise ValueError(f"model_fn must return an IPUEstimatorSpec or EstimatorSpec, got "
                              f"{type(spec).__name__}.")
@@ -436,6 +416,14 @@ class IPUEstimator(tf.estimator.Estimator):
             return spec
         return tf.estimator.EstimatorSpec(mode, predictions=spec.predictions, loss=spec.loss,
                                           train_op=spec.train_op)
+
+
+def _call_with_accepted(fn: Callable, **available: Any) -> Any:
+    """Call ``fn`` with the keyword arguments its signature names (tf.estimator's convention)."""
+    from tensorflow_estimator.python.estimator import util as estimator_util
+
+    accepted = estimator_util.fn_args(fn)
+    return fn(**{name: value for name, value in available.items() if name in accepted})
 
 
 class _StopAtStepHook(tf.compat.v1.train.SessionRunHook):
