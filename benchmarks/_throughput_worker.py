@@ -1,0 +1,260 @@
+"""One instance of a training-throughput run; started by benchmarks/training_throughput.py.
+
+usage: _throughput_worker.py --variant VARIANT --result FILE [options]
+
+Every instance builds the same small CNN, trains it with the data-parallel engine VARIANT names
+for ``--warmup`` uncounted steps, synchronises all instances, then times ``--steps`` training
+steps on the wall clock. Instance 0 writes the result (samples/s and per-step times) as JSON to
+``--result``. The variants:
+
+* ``popdist``, ``ipu-horovod``, ``ipu-multi-worker``: popdist_launcher's PopDistStrategy,
+  IPUHorovodStrategy and IPUMultiWorkerStrategy (started under poprun-lite);
+* ``horovod``: plain Horovod, ``hvd.DistributedGradientTape`` (started under horovodrun);
+* ``mwms``: plain ``tf.distribute.MultiWorkerMirroredStrategy`` (under poprun-lite, which writes
+  TF_CONFIG).
+
+The strategy variants use the usual custom loop: ``strategy.run`` inside a ``tf.function`` that
+also takes the next element of a ``distribute_datasets_from_function`` iterator, and
+``tf.nn.compute_average_loss`` over the global batch. Plain Horovod averages the gradients of each
+instance's mean loss, which is the same gradient. Each step returns the per-instance loss without a
+cross-replica reduction, so every variant does exactly one gradient all-reduce per step.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Callable, Dict, List, Optional
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+_IMPORT_STARTED = time.perf_counter()
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+_IMPORT_S = time.perf_counter() - _IMPORT_STARTED
+
+VARIANTS = ("popdist", "ipu-horovod", "ipu-multi-worker", "horovod", "mwms")
+IMAGE_SHAPE = (32, 32, 3)
+NUM_CLASSES = 10
+DISTINCT_BATCHES = 4  # per replica; cached and repeated, so the input pipeline costs ~nothing
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variant", choices=VARIANTS, required=True)
+    parser.add_argument("--result", required=True, help="instance 0 writes its JSON result here")
+    parser.add_argument("--global-batch", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=100, help="timed steps")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed steps before timing")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--learning-rate", type=float, default=0.01)
+    parser.add_argument("--intra-op-threads", type=int, default=0, help="0: TensorFlow's default")
+    parser.add_argument("--inter-op-threads", type=int, default=0, help="0: TensorFlow's default")
+    return parser.parse_args(argv)
+
+
+def build_model() -> tf.keras.Model:
+    """conv 3x3x16 - relu - maxpool - conv 3x3x32 - relu - global average pool - dense 10."""
+    return tf.keras.Sequential([
+        tf.keras.layers.Input(IMAGE_SHAPE),
+        tf.keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
+        tf.keras.layers.MaxPooling2D(),
+        tf.keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+        tf.keras.layers.GlobalAveragePooling2D(),
+        tf.keras.layers.Dense(NUM_CLASSES),
+    ])
+
+
+def make_dataset(batch_size: int, seed: int, replica_index: int) -> tf.data.Dataset:
+    """Random images and labels, already batched, generated in memory for one replica."""
+    rng = np.random.default_rng([seed, replica_index])
+    images = rng.standard_normal((DISTINCT_BATCHES, batch_size) + IMAGE_SHAPE, dtype=np.float32)
+    labels = rng.integers(0, NUM_CLASSES, (DISTINCT_BATCHES, batch_size), dtype=np.int64)
+    return (tf.data.Dataset.from_tensor_slices((images, labels))
+            .cache().repeat().prefetch(tf.data.AUTOTUNE))
+
+
+def per_example_loss(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+    return tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+
+
+@dataclasses.dataclass
+class Trainer:
+    """What the timing loop needs: one training step, a barrier, and who this instance is."""
+
+    rank: int
+    size: int
+    num_replicas: int
+    step: Callable[[], tf.Tensor]        # runs one step; returns this instance's mean loss
+    barrier: Callable[[], float]         # a collective over all replicas; returns their count
+
+
+def strategy_trainer(variant: str, args: argparse.Namespace) -> Trainer:
+    """A custom training loop under one of the tf.distribute strategies."""
+    if variant == "mwms":
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        resolver = strategy.cluster_resolver
+        rank = resolver.task_id or 0
+        size = strategy.extended._num_workers  # noqa: SLF001 (no public accessor)
+    else:
+        import popdist_launcher
+        from popdist_launcher import strategies
+
+        ctx = popdist_launcher.init()
+        cls = {"popdist": strategies.PopDistStrategy, "ipu-horovod": strategies.IPUHorovodStrategy,
+               "ipu-multi-worker": strategies.IPUMultiWorkerStrategy}[variant]
+        strategy = cls()
+        rank, size = ctx.instance_index, ctx.num_instances
+    replicas = strategy.num_replicas_in_sync
+    global_batch = args.global_batch
+
+    def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
+        per_replica = input_context.get_per_replica_batch_size(global_batch)
+        # One replica per instance here, so the pipeline id is the replica index.
+        return make_dataset(per_replica, args.seed, input_context.input_pipeline_id)
+
+    iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
+    with strategy.scope():
+        model = build_model()
+        optimizer = tf.keras.optimizers.SGD(args.learning_rate)
+
+    @tf.function
+    def train_step(iterator) -> tf.Tensor:
+        def replica_fn(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+            with tf.GradientTape() as tape:
+                logits = model(images, training=True)
+                loss = tf.nn.compute_average_loss(per_example_loss(labels, logits),
+                                                  global_batch_size=global_batch)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+
+        images, labels = next(iterator)
+        return strategy.run(replica_fn, args=(images, labels))
+
+    # A cross-replica SUM of a per-replica 1: a real collective under every strategy.
+    ones = strategy.experimental_distribute_values_from_function(lambda _: tf.ones([]))
+
+    @tf.function
+    def all_replicas() -> tf.Tensor:
+        return strategy.reduce("SUM", ones, axis=None)
+
+    def step() -> tf.Tensor:
+        # compute_average_loss divided the replica's sum by the global batch, i.e. by `replicas`
+        # times the replica's batch: scale back to this replica's mean loss.
+        return strategy.experimental_local_results(train_step(iterator))[0] * replicas
+
+    def barrier() -> float:
+        return float(all_replicas())
+
+    return Trainer(rank, size, replicas, step, barrier)
+
+
+def horovod_trainer(args: argparse.Namespace) -> Trainer:
+    """Plain Horovod: DistributedGradientTape averages each instance's gradients."""
+    import horovod.tensorflow as hvd
+
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    per_instance = args.global_batch // size
+    iterator = iter(make_dataset(per_instance, args.seed, rank))
+    model = build_model()
+    optimizer = tf.keras.optimizers.SGD(args.learning_rate)
+    hvd.broadcast_variables(model.variables, root_rank=0)
+
+    @tf.function
+    def train_step(iterator) -> tf.Tensor:
+        images, labels = next(iterator)
+        with tf.GradientTape() as tape:
+            logits = model(images, training=True)
+            loss = tf.reduce_mean(per_example_loss(labels, logits))
+        tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    @tf.function
+    def all_ranks() -> tf.Tensor:
+        return hvd.allreduce(tf.ones([]), op=hvd.Sum)
+
+    return Trainer(rank, size, size, step=lambda: train_step(iterator),
+                   barrier=lambda: float(all_ranks()))
+
+
+def time_steps(trainer: Trainer, warmup: int, steps: int) -> Dict[str, object]:
+    """Run ``warmup`` untimed steps (tracing included), then time ``steps`` steps.
+
+    A barrier lines all instances up first; the last loss is read back to the host, so the clock
+    stops only when the work is done. Returns the timed seconds, each step's seconds, the final
+    loss and the warm-up's seconds.
+    """
+    started = time.perf_counter()
+    loss = None
+    for _ in range(warmup):
+        loss = trainer.step()
+    if loss is not None:
+        loss.numpy()
+    replicas = trainer.barrier()
+    if replicas != trainer.num_replicas:
+        raise RuntimeError(f"barrier counted {replicas} replicas, expected {trainer.num_replicas}")
+    warmup_s = time.perf_counter() - started
+    step_times: List[float] = []
+    start = previous = time.perf_counter()
+    for _ in range(steps):
+        loss = trainer.step()
+        now = time.perf_counter()
+        step_times.append(now - previous)
+        previous = now
+    final_loss = float(loss.numpy())
+    elapsed = time.perf_counter() - start
+    trainer.barrier()  # nobody leaves (and tears down its collectives) while others still train
+    return {"elapsed_s": elapsed, "step_times_s": step_times, "final_loss": final_loss,
+            "warmup_s": warmup_s}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    if args.intra_op_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
+    if args.inter_op_threads:
+        tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
+    tf.keras.utils.set_random_seed(args.seed)  # same initial weights everywhere
+
+    started = time.perf_counter()
+    trainer = (horovod_trainer(args) if args.variant == "horovod"
+               else strategy_trainer(args.variant, args))
+    if args.global_batch % trainer.num_replicas:
+        raise SystemExit(f"--global-batch {args.global_batch} is not divisible by "
+                         f"{trainer.num_replicas} replicas")
+    setup_s = time.perf_counter() - started
+    timing = time_steps(trainer, args.warmup, args.steps)
+    elapsed, step_times = timing["elapsed_s"], timing["step_times_s"]
+    if trainer.rank == 0:
+        result = {
+            "variant": args.variant,
+            "instances": trainer.size,
+            "replicas": trainer.num_replicas,
+            "global_batch": args.global_batch,
+            "steps": args.steps,
+            "warmup": args.warmup,
+            "elapsed_s": elapsed,
+            "samples_per_s": args.steps * args.global_batch / elapsed,
+            "median_step_s": float(np.median(step_times)),
+            "step_times_s": step_times,
+            "final_loss_instance0": timing["final_loss"],
+            "import_s": _IMPORT_S,
+            "setup_s": setup_s,
+            "warmup_s": timing["warmup_s"],
+            "tensorflow": tf.__version__,
+        }
+        with open(args.result, "w") as f:
+            json.dump(result, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

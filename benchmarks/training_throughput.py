@@ -1,0 +1,593 @@
+"""Training throughput of popdist_launcher's strategies against the plain engines they build on.
+
+What it measures
+----------------
+Samples per second of one small CNN (conv 3x3x16 - relu - maxpool - conv 3x3x32 - relu - global
+average pool - dense 10) trained with SGD on random 32x32x3 float32 images, for a fixed *global*
+batch (default 128, split evenly over the instances) with -np 1, 2 and 4 instances. Variants:
+
+==================  ===========================================  =========================
+variant             engine                                       started by
+==================  ===========================================  =========================
+popdist             PopDistStrategy (Horovod allreduce)          poprun-lite -np N
+ipu-horovod         IPUHorovodStrategy (Horovod allreduce)       poprun-lite -np N
+ipu-multi-worker    IPUMultiWorkerStrategy (TF collectives)      poprun-lite -np N
+horovod             plain hvd.DistributedGradientTape            horovodrun --gloo -np N
+mwms                plain tf.distribute.MultiWorkerMirrored...   poprun-lite -np N (TF_CONFIG)
+==================  ===========================================  =========================
+
+popdist and ipu-horovod are compared with ``horovod`` and ipu-multi-worker with ``mwms``: the
+issue's goal is that each of our strategies reaches at least 0.97x the samples/s of the plain
+engine it is built on, at every -np.
+
+How
+---
+Every instance runs ``benchmarks/_throughput_worker.py`` (see its docstring): the same model,
+optimizer, seed, global batch and data (generated in memory per replica, cached, repeated,
+prefetched, so input is never the bottleneck), ``--warmup`` untimed steps (tracing included), a
+barrier (an all-reduce over every replica), then ``--steps`` timed steps; instance 0 stops the
+clock after reading the last loss back to the host, and reports samples/s = steps x global batch /
+seconds. Each instance uses ``max(1, cores // N)`` intra-op threads and 2 inter-op threads, the
+same for every variant, so N processes do not oversubscribe the machine more than they must.
+
+Each (variant, N) is launched ``--repeats`` times; every round runs each N once per variant, in a
+variant order shuffled (seeded) per round and N, so machine noise spreads over all variants; the
+median over repeats is reported. The final loss of instance 0 is recorded too: at one N every variant
+does the same computation, so the losses must agree (a check that the comparison is fair).
+
+The goal is judged on the ratio of the median wall-clock samples/s. On a shared machine other
+jobs' load easily moves one launch by 10-50%, so two more ratios help tell a real gap from
+noise: ``median_step`` (samples/s at each launch's median step time, which bursts of load barely
+move) and ``paired`` (median over rounds of ours/plain between launches of the same round).
+
+Every launch has a timeout; on expiry the launcher's process group (and any descendant it
+started) is stopped, first with SIGTERM then SIGKILL, and the variant is recorded with an error
+(the last line of its stderr), as is a launch that fails. Only loopback addresses are used.
+
+Output: benchmarks/results/training_throughput.json (``--out``) and a plot next to it (same name,
+.png): samples/s against N, one line per variant, and our/plain ratios against the 0.97 goal. The
+JSON also records every launch, the machine, its load average at each launch, and which
+popdist_launcher sources were measured (git commit plus a hash of the working tree's sources).
+
+Run: ``PATH=.venv/bin:$PATH .venv/bin/python benchmarks/training_throughput.py``
+(``--steps``, ``--warmup``, ``--np``, ``--repeats``, ``--variants`` to change the defaults). The
+defaults (3 repeats of 5 variants at -np 1, 2, 4: 45 launches, most of each spent starting
+TensorFlow) take about 10-12 minutes on 2 otherwise idle cores, longer while other jobs run.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import psutil
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "_throughput_worker.py")
+DEFAULT_OUT = os.path.join(HERE, "results", "training_throughput.json")
+GOAL = 0.97  # each of our strategies at least 0.97x the plain engine it is built on
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    description: str
+    launcher: str                    # "poprun-lite" or "horovodrun"
+    baseline: Optional[str] = None   # for our strategies: the plain engine they are built on
+
+
+VARIANTS: Tuple[Variant, ...] = (
+    Variant("popdist", "PopDistStrategy, custom loop, poprun-lite", "poprun-lite", "horovod"),
+    Variant("ipu-horovod", "IPUHorovodStrategy, custom loop, poprun-lite", "poprun-lite",
+            "horovod"),
+    Variant("ipu-multi-worker", "IPUMultiWorkerStrategy, custom loop, poprun-lite", "poprun-lite",
+            "mwms"),
+    Variant("horovod", "plain Horovod DistributedGradientTape, horovodrun --gloo", "horovodrun"),
+    Variant("mwms", "plain tf.distribute.MultiWorkerMirroredStrategy, custom loop, poprun-lite",
+            "poprun-lite"),
+)
+BY_NAME = {v.name: v for v in VARIANTS}
+# Launcher variables a parent shell may hold; every launch must start from a clean slate.
+INHERITED_PREFIXES = ("POPDIST_", "POPRUN_", "HOROVOD_", "OMPI_", "PMI_")
+
+
+@dataclass
+class Launch:
+    """One launch of one variant at one N."""
+    variant: str
+    np: int
+    round: int
+    ok: bool
+    wall_s: float
+    samples_per_s: Optional[float] = None
+    median_step_samples_per_s: Optional[float] = None
+    final_loss_instance0: Optional[float] = None
+    setup_s: Optional[float] = None
+    error: Optional[str] = None
+    load_1min: Optional[float] = None  # the machine's load average when the launch started
+    stray_processes: List[str] = field(default_factory=list)  # outlived the launcher; killed
+
+
+@dataclass
+class Cell:
+    """All launches of one variant at one N."""
+    launches: List[Launch] = field(default_factory=list)
+
+    def values(self, key: str = "samples_per_s") -> List[float]:
+        return [getattr(run, key) for run in self.launches if run.ok]
+
+    def median(self, key: str = "samples_per_s") -> Optional[float]:
+        values = self.values(key)
+        return statistics.median(values) if values else None
+
+
+# ---- launching -----------------------------------------------------------------------------------
+def tool(name: str) -> str:
+    """The launcher next to this interpreter (the virtualenv's bin/), else the one on PATH."""
+    candidate = os.path.join(os.path.dirname(sys.executable), name)
+    return candidate if os.access(candidate, os.X_OK) else name
+
+
+def command(variant: Variant, np_: int, worker_args: List[str], start_timeout_s: float
+            ) -> List[str]:
+    if variant.launcher == "horovodrun":
+        return [tool("horovodrun"), "--gloo", "-np", str(np_), "-H", f"localhost:{np_}",
+                "--network-interfaces", "lo", "--start-timeout", str(int(start_timeout_s)),
+                sys.executable, WORKER, *worker_args]
+    return [tool("poprun-lite"), "-np", str(np_), "--start-timeout", str(start_timeout_s),
+            WORKER, *worker_args]
+
+
+def clean_environment() -> Dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(INHERITED_PREFIXES) and k != "TF_CONFIG"}
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def last_line(path: str) -> str:
+    """The most telling line of a log: the last one naming an error, else the last one."""
+    with open(path, "rb") as f:
+        lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if "Error" in line or "error:" in line:
+            return line[-500:]
+    return lines[-1][-500:] if lines else ""
+
+
+def group_members(pgid: int) -> List[psutil.Process]:
+    """Live processes in process group ``pgid`` (a group this benchmark created)."""
+    members = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                members.append(proc)
+        except (ProcessLookupError, psutil.Error):
+            pass
+    return members
+
+
+def reap_group(pgid: int, patience_s: float = 3.0) -> List[str]:
+    """Processes of the launcher's group that outlive it by ``patience_s``: SIGKILLed; their
+    command lines are returned so the report shows them."""
+    deadline = time.monotonic() + patience_s
+    members = group_members(pgid)
+    while members and time.monotonic() < deadline:
+        time.sleep(0.1)
+        members = group_members(pgid)
+    described = []
+    for member in members:
+        try:
+            described.append(" ".join(member.cmdline())[:200])
+            member.kill()
+        except psutil.Error:
+            pass
+    return described
+
+
+def stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGTERM then SIGKILL the launcher's process group and the descendants it started."""
+    try:
+        started = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        started = []
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)  # start_new_session: pgid == the launcher's pid
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for child in started:  # descendants that left the group (a launcher may start sessions)
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+    proc.wait(timeout=grace_s)
+
+
+def launch(variant: Variant, np_: int, round_: int, args: argparse.Namespace) -> Launch:
+    """Run one variant at one N to completion (or timeout); parse instance 0's result."""
+    cores = os.cpu_count() or 1
+    with tempfile.TemporaryDirectory(prefix="throughput-") as tmp:
+        result_path = os.path.join(tmp, "result.json")
+        worker_args = ["--variant", variant.name, "--result", result_path,
+                       "--global-batch", str(args.global_batch), "--steps", str(args.steps),
+                       "--warmup", str(args.warmup), "--seed", str(args.seed),
+                       "--intra-op-threads", str(max(1, cores // np_)),
+                       "--inter-op-threads", "2"]
+        argv = command(variant, np_, worker_args, args.timeout)
+        out_path, err_path = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
+        load = os.getloadavg()[0]
+        started = time.perf_counter()
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    env=clean_environment(), cwd=tmp, start_new_session=True)
+            error = None
+            try:
+                rc = proc.wait(timeout=args.timeout)
+            except subprocess.TimeoutExpired:
+                stop(proc)
+                rc = None
+                error = f"timed out after {args.timeout:g} s"
+        wall = time.perf_counter() - started
+        strays = reap_group(proc.pid)
+        if rc is not None and rc != 0:
+            error = f"exit status {rc}"
+        if error is None and not os.path.exists(result_path):
+            error = "instance 0 wrote no result"
+        if error is not None:
+            detail = last_line(err_path) or last_line(out_path)
+            return Launch(variant.name, np_, round_, False, wall,
+                          error=f"{error}: {detail}" if detail else error, load_1min=load,
+                          stray_processes=strays)
+        with open(result_path) as f:
+            result = json.load(f)
+    return Launch(variant.name, np_, round_, True, wall,
+                  samples_per_s=result["samples_per_s"],
+                  median_step_samples_per_s=args.global_batch / result["median_step_s"],
+                  final_loss_instance0=result["final_loss_instance0"],
+                  setup_s=result["setup_s"], load_1min=load, stray_processes=strays)
+
+
+def run_all(variants: Sequence[Variant], nps: Sequence[int], args: argparse.Namespace
+            ) -> Dict[str, Dict[int, Cell]]:
+    """Every round: each N, each variant once, in a variant order shuffled (seeded) per round
+    and N, so no variant always runs right after the same other one."""
+    cells: Dict[str, Dict[int, Cell]] = {v.name: {n: Cell() for n in nps} for v in variants}
+    total, done = len(variants) * len(nps) * args.repeats, 0
+    for round_ in range(args.repeats):
+        for np_ in nps:
+            order = list(variants)
+            random.Random(f"{args.seed}-{round_}-{np_}").shuffle(order)
+            for variant in order:
+                if args.skip_failed and any(not r.ok for r in cells[variant.name][np_].launches):
+                    continue
+                run = launch(variant, np_, round_, args)
+                cells[variant.name][np_].launches.append(run)
+                done += 1
+                shown = (f"{run.samples_per_s:8.0f} samples/s" if run.ok
+                         else f"FAILED: {run.error}")
+                print(f"[{done:3d}/{total}] round {round_ + 1} -np {np_} {variant.name:17s} "
+                      f"{shown}  ({run.wall_s:.1f} s)", flush=True)
+    return cells
+
+
+# ---- summary -------------------------------------------------------------------------------------
+def summarize(cells: Dict[str, Dict[int, Cell]], nps: Sequence[int]) -> Dict[str, Any]:
+    per_variant: Dict[str, Any] = {}
+    for name, by_np in cells.items():
+        per_np = {}
+        for np_ in nps:
+            cell = by_np[np_]
+            values = cell.values()
+            median = cell.median()
+            per_np[str(np_)] = {
+                "samples_per_s_median": median,
+                "samples_per_s_repeats": values,
+                "spread": (max(values) - min(values)) / median if len(values) > 1 else None,
+                "median_step_samples_per_s_median": cell.median("median_step_samples_per_s"),
+                "median_step_samples_per_s_repeats": cell.values("median_step_samples_per_s"),
+                "final_loss_instance0": cell.values("final_loss_instance0"),
+                "setup_s_median": cell.median("setup_s"),
+                "errors": [r.error for r in cell.launches if not r.ok],
+                "stray_processes": sum(len(r.stray_processes) for r in cell.launches),
+            }
+        per_variant[name] = {"description": BY_NAME[name].description,
+                             "launcher": BY_NAME[name].launcher, "by_np": per_np}
+    return per_variant
+
+
+def paired_ratio(cells: Dict[str, Dict[int, Cell]], ours: str, plain: str, np_: int
+                 ) -> Optional[float]:
+    """Median over rounds of ours/plain within a round (launched close together in time)."""
+    plain_by_round = {r.round: r.samples_per_s for r in cells[plain][np_].launches if r.ok}
+    ratios = [r.samples_per_s / plain_by_round[r.round] for r in cells[ours][np_].launches
+              if r.ok and r.round in plain_by_round]
+    return statistics.median(ratios) if ratios else None
+
+
+def ratios_and_goal(per_variant: Dict[str, Any], cells: Dict[str, Dict[int, Cell]],
+                    nps: Sequence[int]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """Ours / plain engine at every N, and the goal check.
+
+    ``samples_per_s``: ratio of the medians of the wall-clock samples/s (what the goal is judged
+    on). Also, to tell a real gap from machine noise: ``median_step``, the same from each
+    launch's median step time (insensitive to bursts of load from other jobs), ``paired``, the
+    median over rounds of the ratio between launches of the same round, and ``noise_control``:
+    PopDistStrategy / IPUHorovodStrategy, two strategies that build the very same engine, so
+    its distance from 1 shows how large a gap the noise alone produces.
+    """
+    metrics = {"samples_per_s": "samples_per_s_median",
+               "median_step": "median_step_samples_per_s_median"}
+    ratios: Dict[str, Any] = {m: {} for m in (*metrics, "paired")}
+    goal: Dict[str, Any] = {
+        "threshold": GOAL,
+        "statement": ("each of our strategies at least 0.97x of the plain engine it is built "
+                      "on, at every -np"),
+        "judged_on": "ratio of median wall-clock samples/s",
+        "checks": {}, "checks_median_step": {}}
+    for variant in VARIANTS:
+        if variant.baseline is None or variant.name not in per_variant \
+                or variant.baseline not in per_variant:
+            continue
+        key = f"{variant.name}/{variant.baseline}"
+        for metric, field_name in metrics.items():
+            ratios[metric][key] = {}
+            for np_ in nps:
+                ours = per_variant[variant.name]["by_np"][str(np_)][field_name]
+                plain = per_variant[variant.baseline]["by_np"][str(np_)][field_name]
+                ratios[metric][key][str(np_)] = ours / plain if ours is not None and plain \
+                    else None
+        ratios["paired"][key] = {str(n): paired_ratio(cells, variant.name, variant.baseline, n)
+                                 for n in nps}
+        for check, metric in (("checks", "samples_per_s"), ("checks_median_step", "median_step")):
+            goal[check][key] = {n: r is not None and r >= GOAL
+                                for n, r in ratios[metric][key].items()}
+    if "popdist" in per_variant and "ipu-horovod" in per_variant:
+        # Same class of engine (HorovodExtended, same options): any gap is measurement noise.
+        ratios["noise_control"] = {"popdist/ipu-horovod": {
+            str(n): (lambda a, b: a / b if a is not None and b else None)(
+                per_variant["popdist"]["by_np"][str(n)]["samples_per_s_median"],
+                per_variant["ipu-horovod"]["by_np"][str(n)]["samples_per_s_median"])
+            for n in nps}}
+    goal["met"] = bool(goal["checks"]) and all(
+        ok for by_np in goal["checks"].values() for ok in by_np.values())
+    goal["met_on_median_step"] = bool(goal["checks_median_step"]) and all(
+        ok for by_np in goal["checks_median_step"].values() for ok in by_np.values())
+    return ratios, goal
+
+
+def loss_agreement(per_variant: Dict[str, Any], nps: Sequence[int]) -> Dict[str, Any]:
+    """Largest difference between the variants' final losses at each N (same work: ~0)."""
+    out = {}
+    for np_ in nps:
+        losses = [loss for v in per_variant.values()
+                  for loss in v["by_np"][str(np_)]["final_loss_instance0"]]
+        out[str(np_)] = max(losses) - min(losses) if losses else None
+    return out
+
+
+def machine_info(load_before: Sequence[float]) -> Dict[str, Any]:
+    model = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
+                         model)
+    except OSError:
+        pass
+
+    def version(dist: str) -> Optional[str]:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    return {
+        "platform": platform.platform(),
+        "cpu_model": model,
+        "logical_cpus": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2 ** 30, 1),
+        "python": platform.python_version(),
+        "tensorflow": version("tensorflow-cpu") or version("tensorflow"),
+        "horovod": version("horovod"),
+        "load_average_before": list(load_before),
+        "load_average_after": list(os.getloadavg()),
+        "note": "shared machine: other jobs may run at the same time; compare spreads",
+    }
+
+
+def code_version() -> Dict[str, Any]:
+    """Which popdist_launcher was measured: git commit, dirty or not, and a hash of its sources
+    (the working tree may hold uncommitted changes)."""
+    root = os.path.dirname(HERE)
+
+    def git(*argv: str) -> Optional[str]:
+        try:
+            return subprocess.run(["git", *argv], cwd=root, capture_output=True, text=True,
+                                  timeout=30, check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    digest = hashlib.sha256()
+    package = os.path.join(root, "popdist_launcher")
+    for folder, dirs, files in sorted(os.walk(package)):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, name)
+            digest.update(os.path.relpath(path, root).encode())
+            with open(path, "rb") as f:
+                digest.update(f.read())
+    status = git("status", "--porcelain", "--", "popdist_launcher")
+    return {"git_commit": git("rev-parse", "HEAD"),
+            "popdist_launcher_changed_since_commit": bool(status) if status is not None else None,
+            "popdist_launcher_sources_sha256": digest.hexdigest()}
+
+
+def print_table(per_variant: Dict[str, Any], ratios: Dict[str, Any], goal: Dict[str, Any],
+                nps: Sequence[int]) -> None:
+    def fmt(value: Optional[float], spec: str) -> str:
+        return format(value, spec) if value is not None else "-"
+
+    def row(label: str, values: Sequence[str]) -> None:
+        print(f"{label:34s}" + "".join(f"{v:>11s}" for v in values))
+
+    print()
+    row("samples/s, median of repeats", [f"-np {n}" for n in nps])
+    for name, data in per_variant.items():
+        row(name, [fmt(data["by_np"][str(n)]["samples_per_s_median"], ".0f") for n in nps])
+    print("ours/plain (! = below the goal); in brackets: median-step ratio, paired ratio")
+    for key, by_np in ratios["samples_per_s"].items():
+        row(key, [fmt(by_np[str(n)], ".3f") + ("" if goal["checks"][key][str(n)] else "!")
+                  for n in nps])
+        row("", [f"[{fmt(ratios['median_step'][key][str(n)], '.2f')},"
+                 f"{fmt(ratios['paired'][key][str(n)], '.2f')}]" for n in nps])
+    for key, by_np in ratios.get("noise_control", {}).items():
+        row(f"{key} (control)", [fmt(by_np[str(n)], ".3f") for n in nps])
+    print(f"goal (>= {GOAL}x at every -np): {'met' if goal['met'] else 'NOT met'}"
+          f" (on median step times: {'met' if goal['met_on_median_step'] else 'NOT met'})")
+
+
+def plot(per_variant: Dict[str, Any], ratios: Dict[str, Any],
+         nps: Sequence[int], path: str, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, rax) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [3, 2]})
+    styles = {"popdist": ("tab:blue", "o", "-"), "ipu-horovod": ("tab:cyan", "s", "-"),
+              "horovod": ("black", "D", "--"), "ipu-multi-worker": ("tab:orange", "^", "-"),
+              "mwms": ("tab:red", "v", "--")}
+    for name, data in per_variant.items():
+        color, marker, line = styles.get(name, ("gray", "x", "-"))
+        xs = [n for n in nps if data["by_np"][str(n)]["samples_per_s_median"] is not None]
+        ax.plot(xs, [data["by_np"][str(n)]["samples_per_s_median"] for n in xs], line,
+                color=color, marker=marker, label=f"{name}: {data['description']}")
+        for n in nps:
+            repeats = data["by_np"][str(n)]["samples_per_s_repeats"]
+            ax.scatter([n] * len(repeats), repeats, color=color, marker=marker, s=12, alpha=0.35)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(nps), [str(n) for n in nps])
+    ax.set_xlabel("instances (-np)")
+    ax.set_ylabel("samples/s (median; faint points: repeats)")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="lower left")
+    ax.set_title("Training throughput, fixed global batch")
+    for metric, line, suffix in (("samples_per_s", "-", ""),
+                                 ("median_step", ":", " (median step)")):
+        for key, by_np in ratios[metric].items():
+            color, marker, _ = styles.get(key.split("/")[0], ("gray", "x", "-"))
+            xs = [n for n in nps if by_np[str(n)] is not None]
+            rax.plot(xs, [by_np[str(n)] for n in xs], line, color=color, marker=marker,
+                     alpha=1.0 if not suffix else 0.5, label=key + suffix)
+    for key, by_np in ratios.get("noise_control", {}).items():
+        xs = [n for n in nps if by_np[str(n)] is not None]
+        rax.plot(xs, [by_np[str(n)] for n in xs], "-.", color="gray", marker=".",
+                 label=f"{key} (same engine: noise)")
+    rax.axhline(GOAL, color="green", linestyle="--", label=f"goal {GOAL}x")
+    rax.axhline(1.0, color="gray", linewidth=0.8)
+    rax.set_xscale("log", base=2)
+    rax.set_xticks(list(nps), [str(n) for n in nps])
+    rax.set_xlabel("instances (-np)")
+    rax.set_ylabel("ours / plain engine (medians)")
+    rax.grid(True, alpha=0.3)
+    rax.legend(fontsize=7, loc="best", framealpha=0.6)
+    rax.set_title("Ratio to the plain engine")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--np", default="1,2,4", help="comma-separated instance counts")
+    parser.add_argument("--variants", default=",".join(v.name for v in VARIANTS),
+                        help="comma-separated subset of: " + ", ".join(BY_NAME))
+    parser.add_argument("--steps", type=int, default=100, help="timed steps per launch")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed steps before timing")
+    parser.add_argument("--repeats", type=int, default=3, help="launches per variant and -np")
+    parser.add_argument("--global-batch", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds per launch")
+    parser.add_argument("--skip-failed", action="store_true",
+                        help="do not repeat a (variant, -np) that has failed once")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="JSON result; the plot goes next to it")
+    args = parser.parse_args(argv)
+    args.np_list = [int(n) for n in args.np.split(",") if n.strip()]
+    args.variant_list = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in args.variant_list if v not in BY_NAME]
+    if unknown:
+        parser.error(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(BY_NAME)}")
+    bad = [n for n in args.np_list if n < 1 or args.global_batch % n]
+    if bad:
+        parser.error(f"--global-batch {args.global_batch} must split evenly over -np {bad}")
+    return args
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    variants = [BY_NAME[name] for name in args.variant_list]
+    load_before = os.getloadavg()
+    code_before = code_version()
+    started = time.perf_counter()
+    cells = run_all(variants, args.np_list, args)
+    per_variant = summarize(cells, args.np_list)
+    ratios, goal = ratios_and_goal(per_variant, cells, args.np_list)
+    report = {
+        "benchmark": "training_throughput",
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "what": ("samples/s of a small CNN (conv3x3x16-relu-maxpool-conv3x3x32-relu-GAP-dense10, "
+                 "SGD) on random 32x32x3 images; wall clock on instance 0 over the timed steps"),
+        "config": {"np": args.np_list, "global_batch": args.global_batch, "steps": args.steps,
+                   "warmup": args.warmup, "repeats": args.repeats, "seed": args.seed,
+                   "timeout_s": args.timeout,
+                   "threads_per_instance": "intra-op max(1, cores // np), inter-op 2"},
+        "variants": per_variant,
+        "ratios": ratios,
+        "goal": goal,
+        "final_loss_max_difference_between_variants": loss_agreement(per_variant, args.np_list),
+        "launches": [vars(run) for by_np in cells.values() for cell in by_np.values()
+                     for run in cell.launches],
+        "machine": machine_info(load_before),
+        "code": {**code_before, "sources_changed_during_run":
+                 code_version()["popdist_launcher_sources_sha256"]
+                 != code_before["popdist_launcher_sources_sha256"]},
+        "total_wall_s": time.perf_counter() - started,
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=2)
+    png = os.path.splitext(args.out)[0] + ".png"
+    plot(per_variant, ratios, args.np_list, png,
+         f"global batch {args.global_batch}, {args.steps} timed steps after {args.warmup}, "
+         f"median of {args.repeats}; {report['machine']['logical_cpus']} CPUs "
+         f"({report['machine']['cpu_model']}), shared machine")
+    print_table(per_variant, ratios, goal, args.np_list)
+    print(f"\nwrote {args.out} and {png} ({report['total_wall_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
