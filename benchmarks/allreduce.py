@@ -692,7 +692,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--resnet-iters", type=int, default=8, help="0 skips the ResNet step")
     p.add_argument("--resnet-warmup", type=int, default=2)
     p.add_argument("--rounds", type=int, default=1, help="launches per (N, peer), pooled")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per launch")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per launch")
     p.add_argument("--no-knob-sweep", dest="knob_sweep", action="store_false")
     p.add_argument("--knob-nps", type=csv(int), default=None, help="N for the sweep (--nps)")
     p.add_argument("--cycle-times", type=csv(float), default=[0.1, 1.0, 5.0],
