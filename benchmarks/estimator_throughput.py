@@ -24,7 +24,7 @@ ipl100-np4        batch split over the instances
 How
 ---
 Every launch runs benchmarks/_estimator_worker.py, which makes ONE ``train()`` call of ``--steps``
-steps (rounded up to a multiple of iterations_per_loop). Timing uses a SessionRunHook: it notes
+steps (``--scaling-steps`` at -np > 1; rounded up to whole Session.runs). Timing uses a SessionRunHook: it notes
 the wall clock after every Session.run, and throughput = steps run between the end of the FIRST
 Session.run and the end of the LAST one / that time. Graph building, session creation, the first
 run (which also fills the input pipeline) and the final checkpoint (written when the session
@@ -58,8 +58,10 @@ and repeats of steps/s and samples/s, the ratios (ipl100/plain, ipl100/ipl1, ...
 efficiency per -np, the goal check, every launch, and the machine; and a plot next to it (.png).
 
 Run: ``PATH=.venv/bin:$PATH .venv/bin/python benchmarks/estimator_throughput.py``
-(``--steps``, ``--repeats``, ``--iterations``, ``--np``, ``--global-batch``, ``--timeout``). The
-defaults (3 rounds of 6 launches, 1000 steps each) take about 8-10 minutes on 2 cores.
+(``--steps``, ``--scaling-steps``, ``--repeats``, ``--iterations``, ``--np``, ``--global-batch``,
+``--timeout``). The defaults (2 rounds of 6 launches; 1000 steps per launch at -np 1, 500 at -np
+2 and 4) take about 10 minutes on 2 cores shared with other jobs (load ~10), most of it spent
+starting TensorFlow and building graphs; ``--repeats 3`` takes half as long again.
 """
 from __future__ import annotations
 
@@ -274,7 +276,8 @@ def steps_for(config: Config, steps: int) -> int:
 
 
 def run_all(configs: Sequence[Config], args: argparse.Namespace) -> Dict[str, Cell]:
-    cells = {c.name: Cell(c, steps_for(c, args.steps)) for c in configs}
+    cells = {c.name: Cell(c, steps_for(c, args.steps if c.np == 1 else args.scaling_steps))
+             for c in configs}
     total, done = len(configs) * args.repeats, 0
     for round_ in range(args.repeats):
         shift = round_ % len(configs)
@@ -465,9 +468,11 @@ def plot(per_config: Dict[str, Any], summary: Dict[str, Any], nps: Sequence[int]
                        color="tab:red", zorder=3,
                        label="median Session.run (noise-robust)" if x == 0 else None)
         label = (f"{e['steps_per_s_median']:.0f} steps/s\n{e['samples_per_s_median']:.0f} "
-                 f"samples/s" if e["steps_per_s_median"] else "failed")
-        ax.annotate(label, (x, medians[x]), ha="center", va="bottom", fontsize=8,
-                    xytext=(0, 3), textcoords="offset points")
+                 f"samples/s\n{e['cpu_ms_per_step_median']:.2f} CPU ms/step"
+                 if e["steps_per_s_median"] else "failed:\n" + "\n".join(
+                     err[:30] for err in e["errors"][:1]))
+        ax.text(x, medians[x] / 2 if medians[x] else 1, label, ha="center", va="center",
+                fontsize=8, color="white" if medians[x] else "black")
     plain = per_config.get("plain", {}).get("steps_per_s_median")
     if plain:
         ax.axhline(GOAL_RATIO * plain, color="green", linestyle="--",
@@ -492,25 +497,30 @@ def plot(per_config: Dict[str, Any], summary: Dict[str, Any], nps: Sequence[int]
                         color="tab:blue", s=12, alpha=0.4)
     if points:
         sax.plot([p[0] for p in points], [p[1] for p in points], "o-", color="tab:blue",
-                 label=f"IPUEstimator ipl{GOAL_IPL}, median")
+                 label=f"IPUEstimator ipl{GOAL_IPL}, median (faint: repeats)")
         for n, value in points:
-            eff = scaling[str(n)]["efficiency"]
-            sax.annotate(f"eff {eff:.2f}", (n, value), fontsize=8, xytext=(4, -12),
-                         textcoords="offset points")
+            sc = scaling[str(n)]
+            sax.annotate(f"{value:.0f} steps/s\nspeedup {sc['speedup']:.2f}\n"
+                         f"efficiency {sc['efficiency']:.2f}", (n, value), fontsize=7,
+                         xytext=(0, 8), textcoords="offset points",
+                         ha="right" if n == nps[-1] else "left")
     base = scaling[str(nps[0])]["steps_per_s"] if nps[0] == 1 else None
+    top = max([v for n in nps for v in per_config.get(scaling_name(n), {})
+               .get("steps_per_s_repeats", [])] + [base or 0]) * 1.6 or 1
     if base:
         cores = os.cpu_count() or 1
-        sax.plot(nps, [base * n for n in nps], ":", color="gray", label="ideal (linear)")
+        sax.plot(nps, [base * n for n in nps], ":", color="gray", label="ideal (linear in -np)")
         sax.plot(nps, [base * cores_used(n, cores) / cores_used(1, cores) for n in nps], "--",
-                 color="gray", label=f"ceiling on {cores} cores (-np 1 uses them all)")
+                 color="gray", label=f"ceiling on {cores} cores (-np 1 already uses them all)")
     sax.set_xscale("log", base=2)
+    sax.set_xlim(nps[0] / 1.25, nps[-1] * 1.25)  # also when every scaling launch failed
     sax.set_xticks(list(nps), [str(n) for n in nps])
     sax.set_xlabel("instances (poprun-lite -np)")
     sax.set_ylabel("training steps/s")
-    sax.set_ylim(bottom=0)
+    sax.set_ylim(0, top)
     sax.grid(True, alpha=0.3)
-    sax.legend(fontsize=7)
-    sax.set_title("Scaling, fixed global batch", fontsize=10)
+    sax.legend(fontsize=7, loc="upper right")
+    sax.set_title(f"Scaling of IPUEstimator ipl{GOAL_IPL}, global batch fixed", fontsize=10)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -520,8 +530,12 @@ def plot(per_config: Dict[str, Any], summary: Dict[str, Any], nps: Sequence[int]
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1000,
-                        help="steps of each launch's one train() call (rounded up to whole runs)")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds; each launches every "
+                        help="steps of each -np 1 launch's one train() call (rounded up to "
+                             "whole Session.runs)")
+    parser.add_argument("--scaling-steps", type=int, default=500,
+                        help="the same for the -np 2, 4... launches (several times slower per "
+                             "step here)")
+    parser.add_argument("--repeats", type=int, default=2, help="rounds; each launches every "
                                                                 "configuration once")
     parser.add_argument("--iterations", default="1,10,100",
                         help="comma-separated iterations_per_loop values at -np 1")
@@ -560,7 +574,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                    "end of the last Session.run (SessionRunHook), so graph building, session "
                    "creation, the first run and the final checkpoint are excluded; median over "
                    "repeats interleaved in rotated order"),
-        "settings": {"steps": args.steps, "repeats": args.repeats,
+        "settings": {"steps": args.steps, "scaling_steps": args.scaling_steps,
+                     "repeats": args.repeats,
                      "global_batch": args.global_batch, "iterations_per_loop": args.iteration_list,
                      "np": args.np_list, "timeout_s": args.timeout, "learning_rate": 0.05,
                      "optimizer": "MomentumOptimizer(momentum=0.9) (IPUEstimator: inside "
@@ -579,7 +594,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     png = os.path.splitext(args.out)[0] + ".png"
     plot(per_config, summary, args.np_list, png,
          f"examples/cnn_estimator.py CNN on digits, global batch {args.global_batch}, "
-         f"{args.steps} steps per train() (steady state timed), median of {args.repeats}; "
+         f"{args.steps} steps per train() ({args.scaling_steps} at -np > 1; steady state "
+         f"timed), median of {args.repeats}; "
          f"{report['machine']['logical_cpus']} CPUs ({report['machine']['cpu_model']}), "
          f"shared machine, load {load_before[0]:.1f} at start")
     print_table(per_config, summary)
