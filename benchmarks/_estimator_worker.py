@@ -55,6 +55,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=2000,
                         help="steps of the one train() call (a multiple of iterations-per-loop)")
     parser.add_argument("--global-batch", type=int, default=32)
+    parser.add_argument("--window-steps", type=int, default=100,
+                        help="steps per window of the median-window throughput (a multiple of "
+                             "iterations-per-loop)")
     parser.add_argument("--learning-rate", type=float, default=0.05)
     parser.add_argument("--intra-op-threads", type=int, default=0, help="0: TensorFlow's default")
     parser.add_argument("--inter-op-threads", type=int, default=0, help="0: TensorFlow's default")
@@ -149,6 +152,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.steps % steps_per_run or args.steps // steps_per_run < 3:
         raise SystemExit(f"--steps {args.steps} must be a multiple of {steps_per_run} "
                          f"(steps per Session.run), at least 3 runs")
+    if args.window_steps % steps_per_run:
+        raise SystemExit(f"--window-steps {args.window_steps} must be a multiple of "
+                         f"{steps_per_run} (steps per Session.run)")
     ctx = runtime.context()
     if args.variant == "plain" and ctx.num_instances > 1:
         raise SystemExit("the plain variant runs as one process")
@@ -177,6 +183,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     runs = len(times) - 1
     timed_s = times[-1] - times[0]
     intervals = [b - a for a, b in zip(times, times[1:])]
+    # Consecutive windows of --window-steps steps: the same amount of work whatever the steps
+    # per run, so their median is comparable across configurations and barely moved by bursts
+    # of load from other jobs.
+    per_window = args.window_steps // steps_per_run
+    windows = [times[i + per_window] - times[i] for i in range(0, runs - per_window + 1,
+                                                                 per_window)]
     steps = runs * steps_per_run
     cpu_s = timer.after_run_cpu[-1] - timer.after_run_cpu[0]
     result: Dict[str, Any] = {
@@ -191,8 +203,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         "steps_per_s": steps / timed_s,
         "samples_per_s": steps * args.global_batch / timed_s,
         "median_run_s": statistics.median(intervals),
-        "median_run_steps_per_s": steps_per_run / statistics.median(intervals),
         "slowest_run_s": max(intervals),
+        "window_steps": args.window_steps,
+        "windows": len(windows),
+        "median_window_steps_per_s": (args.window_steps / statistics.median(windows)
+                                      if windows else None),
         "cpu_s_per_step": cpu_s / steps,  # instance 0's CPU time, every thread
         "first_run_done_s": times[0] - _STARTED,  # process start to the end of the first run
         "import_s": _IMPORTED_S,

@@ -36,7 +36,7 @@ rotated from round to round, and the iterations of all rounds are pooled.
 Knob sweep: ``ours`` again, with Horovod's HOROVOD_CYCLE_TIME (ms) and HOROVOD_FUSION_THRESHOLD
 (bytes) passed with ``poprun-lite -x``, one knob at a time (the other at Horovod 0.28.1's default:
 1 ms, 128 MiB, also measured, passed explicitly), measuring the ResNet step and the 4 MiB and
-64 MiB busbw. "Best" is the value with the lowest mean, over N and metrics, of its time relative
+64 MiB busbw, for the largest N (``--knob-nps 2,4`` for more). "Best" is the value with the lowest mean, over N and metrics, of its time relative
 to the best value's for that metric.
 
 Scheduling: with the kernel's autogroup scheduling on (``sched_autogroup_enabled``, recorded),
@@ -689,12 +689,13 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--max-iters", type=int, default=100)
     p.add_argument("--warmup", type=int, default=None,
                    help="warm-up iterations per size (default: iterations/10, within 2..10)")
-    p.add_argument("--resnet-iters", type=int, default=8, help="0 skips the ResNet step")
+    p.add_argument("--resnet-iters", type=int, default=6, help="0 skips the ResNet step")
     p.add_argument("--resnet-warmup", type=int, default=2)
     p.add_argument("--rounds", type=int, default=1, help="launches per (N, peer), pooled")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per launch")
     p.add_argument("--no-knob-sweep", dest="knob_sweep", action="store_false")
-    p.add_argument("--knob-nps", type=csv(int), default=None, help="N for the sweep (--nps)")
+    p.add_argument("--knob-nps", type=csv(int), default=None,
+                   help="N for the sweep (default: the largest of --nps)")
     p.add_argument("--cycle-times", type=csv(float), default=[0.1, 1.0, 5.0],
                    help="HOROVOD_CYCLE_TIME values, ms")
     p.add_argument("--fusion-mib", type=csv(int), default=[16, 64, 128],
@@ -728,7 +729,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.knob_sweep:
             # The baseline gets its own launches (with the defaults passed explicitly), among
             # the others, so that it sees the same machine load as the values it is compared to.
-            for n in args.knob_nps or args.nps:
+            for n in args.knob_nps or [max(args.nps)]:
                 for cycle, fusion in knob_settings(args.cycle_times, args.fusion_mib):
                     sweep_launches[(n, cycle, fusion)] = Launch(
                         "ours", n, knob_plan.items(), knobs=knob_env(cycle, fusion))
@@ -758,6 +759,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "iters": {size_label(s): plan.iters[s] for s in plan.sizes},
             "warmup": {size_label(s): plan.warmup[s] for s in plan.sizes},
             "resnet50_iters": plan.resnet_iters, "resnet50_warmup": plan.resnet_warmup,
+            "knob_sweep": args.knob_sweep and {
+                "nps": args.knob_nps or [max(args.nps)], "cycle_times_ms": args.cycle_times,
+                "fusion_thresholds_mib": args.fusion_mib,
+                "sizes": [size_label(s) for s in args.knob_sizes]},
             "busbw": "bytes * 2 * (n - 1) / n / median time, GB/s = 1e9 bytes/s",
             "timing": "each measured call timed on its own on rank 0, after warm-up and a "
                       "barrier; median over calls (pooled over rounds)",

@@ -37,9 +37,10 @@ threads and 2 inter-op threads.
 Every configuration is launched ``--repeats`` times, interleaved: each round runs every
 configuration once, in an order rotated from round to round, so slow phases of a shared machine
 spread over all of them; the median over repeats is reported. Two more numbers help tell real
-gaps from noise: ``median_run`` throughput (steps per Session.run / the median Session.run
-interval, which bursts of load from other jobs barely move; coarse for iterations_per_loop 100,
-where a launch has only ~10 runs) and ``paired`` ratios (median over rounds of the ratio between
+gaps from noise: ``median_window`` throughput (the timed steps cut into consecutive windows of
+``--window-steps``, default the largest iterations_per_loop, i.e. one Session.run of ipl100 or 100
+of the plain Estimator: window steps / the median window's time, which bursts of load from other
+jobs barely move and which compares the same amount of work everywhere) and ``paired`` ratios (median over rounds of the ratio between
 launches of the same round). ``cpu_ms_per_step`` is instance 0's CPU time (all threads) per step
 in the timed window: the work a step costs, whatever else runs on the machine.
 
@@ -112,7 +113,7 @@ class Launch:
     wall_s: float
     steps_per_s: Optional[float] = None
     samples_per_s: Optional[float] = None
-    median_run_steps_per_s: Optional[float] = None
+    median_window_steps_per_s: Optional[float] = None
     cpu_ms_per_step: Optional[float] = None
     timed_steps: Optional[int] = None
     session_runs: Optional[int] = None
@@ -234,6 +235,7 @@ def launch(config: Config, steps: int, round_: int, args: argparse.Namespace) ->
                        "--model-dir", os.path.join(tmp, "model"),
                        "--iterations-per-loop", str(config.iterations_per_loop),
                        "--steps", str(steps), "--global-batch", str(args.global_batch),
+                       "--window-steps", str(args.window_steps),
                        "--intra-op-threads", str(intra_op_threads(config.np, cores)),
                        "--inter-op-threads", "2"]
         out_path, err_path = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
@@ -262,7 +264,7 @@ def launch(config: Config, steps: int, round_: int, args: argparse.Namespace) ->
             result = json.load(f)
     return Launch(config.name, round_, True, wall,
                   steps_per_s=result["steps_per_s"], samples_per_s=result["samples_per_s"],
-                  median_run_steps_per_s=result["median_run_steps_per_s"],
+                  median_window_steps_per_s=result["median_window_steps_per_s"],
                   cpu_ms_per_step=1000 * result["cpu_s_per_step"],
                   timed_steps=result["timed_steps"], session_runs=result["session_runs"],
                   first_run_done_s=result["first_run_done_s"], final_loss=result["final_loss"],
@@ -287,7 +289,7 @@ def run_all(configs: Sequence[Config], args: argparse.Namespace) -> Dict[str, Ce
             cell.launches.append(run)
             done += 1
             shown = (f"{run.steps_per_s:7.1f} steps/s {run.samples_per_s:7.0f} samples/s "
-                     f"(median run {run.median_run_steps_per_s:7.1f} steps/s, "
+                     f"(median window {fmt(run.median_window_steps_per_s, '.1f')} steps/s, "
                      f"{run.cpu_ms_per_step:5.2f} CPU ms/step)" if run.ok
                      else f"FAILED: {run.error}")
             print(f"[{done:2d}/{total}] round {round_ + 1} {config.name:11s} {shown}  "
@@ -296,7 +298,7 @@ def run_all(configs: Sequence[Config], args: argparse.Namespace) -> Dict[str, Ce
 
 
 # ---- summary ---------------------------------------------------------------------------------
-METRICS = ("steps_per_s", "samples_per_s", "median_run_steps_per_s", "cpu_ms_per_step")
+METRICS = ("steps_per_s", "samples_per_s", "median_window_steps_per_s", "cpu_ms_per_step")
 
 
 def summarize(cells: Dict[str, Cell]) -> Dict[str, Any]:
@@ -343,7 +345,8 @@ def ratios_and_goal(per_config: Dict[str, Any], cells: Dict[str, Cell],
     ratios: Dict[str, Any] = {}
     for key, (num, den) in pairs.items():
         ratios[key] = {"steps_per_s": ratio(per_config, num, den, "steps_per_s"),
-                       "median_run": ratio(per_config, num, den, "median_run_steps_per_s"),
+                       "median_window": ratio(per_config, num, den,
+                                              "median_window_steps_per_s"),
                        "paired": paired_ratio(cells, num, den),
                        "cpu_per_step": ratio(per_config, num, den, "cpu_ms_per_step")}
     cores = os.cpu_count() or 1
@@ -365,7 +368,8 @@ def ratios_and_goal(per_config: Dict[str, Any], cells: Dict[str, Cell],
             "judged_on": "ratio of the median steps/s (ipl100 / plain), -np 1, same global batch",
             "ratio": value,
             "met": value is not None and value >= GOAL_RATIO,
-            "met_on_median_run": (ratios.get(key, {}).get("median_run") or 0) >= GOAL_RATIO,
+            "met_on_median_window": ((ratios.get(key, {}).get("median_window") or 0)
+                                     >= GOAL_RATIO),
             "met_on_paired": (ratios.get(key, {}).get("paired") or 0) >= GOAL_RATIO}
     return {"ratios": ratios, "scaling": scaling, "goal": goal}
 
@@ -420,19 +424,19 @@ def fmt(value: Optional[float], spec: str) -> str:
 
 
 def print_table(per_config: Dict[str, Any], summary: Dict[str, Any]) -> None:
-    print(f"\n{'configuration':14s}{'steps/s':>9s}{'samples/s':>11s}{'median-run':>12s}"
+    print(f"\n{'configuration':14s}{'steps/s':>9s}{'samples/s':>11s}{'med-window':>12s}"
           f"{'CPU ms/step':>13s}{'spread':>8s}  repeats (steps/s)")
     for name, e in per_config.items():
         repeats = ", ".join(f"{v:.1f}" for v in e["steps_per_s_repeats"])
         failed = f"  {len(e['errors'])} failed" if e["errors"] else ""
         print(f"{name:14s}{fmt(e['steps_per_s_median'], '9.1f')}"
               f"{fmt(e['samples_per_s_median'], '11.0f')}"
-              f"{fmt(e['median_run_steps_per_s_median'], '12.1f')}"
+              f"{fmt(e['median_window_steps_per_s_median'], '12.1f')}"
               f"{fmt(e['cpu_ms_per_step_median'], '13.2f')}{fmt(e['spread'], '8.2f')}"
               f"  {repeats}{failed}")
-    print("\nratio        steps/s  median-run  paired  CPU/step")
+    print("\nratio        steps/s  med-window  paired  CPU/step")
     for key, r in summary["ratios"].items():
-        print(f"{key:12s}{fmt(r['steps_per_s'], '8.2f')}{fmt(r['median_run'], '12.2f')}"
+        print(f"{key:12s}{fmt(r['steps_per_s'], '8.2f')}{fmt(r['median_window'], '12.2f')}"
               f"{fmt(r['paired'], '8.2f')}{fmt(r['cpu_per_step'], '10.2f')}")
     print(f"\nscaling, ipl{GOAL_IPL}, fixed global batch")
     print("  -np  steps/s  speedup  efficiency  machine ceiling  efficiency vs ceiling")
@@ -442,8 +446,8 @@ def print_table(per_config: Dict[str, Any], summary: Dict[str, Any]) -> None:
               f"{fmt(sc['efficiency_vs_ceiling'], '23.2f')}")
     goal = summary["goal"]
     print(f"\ngoal: {goal['statement']}: ratio {fmt(goal['ratio'], '.2f')} -> "
-          f"{'MET' if goal['met'] else 'NOT met'} (median-run: "
-          f"{'met' if goal['met_on_median_run'] else 'not met'}, paired: "
+          f"{'MET' if goal['met'] else 'NOT met'} (median window: "
+          f"{'met' if goal['met_on_median_window'] else 'not met'}, paired: "
           f"{'met' if goal['met_on_paired'] else 'not met'})")
 
 
@@ -463,10 +467,10 @@ def plot(per_config: Dict[str, Any], summary: Dict[str, Any], nps: Sequence[int]
         e = per_config[name]
         ax.scatter([x] * len(e["steps_per_s_repeats"]), e["steps_per_s_repeats"], color="black",
                    s=14, zorder=3, label="repeats" if x == 0 else None)
-        if e["median_run_steps_per_s_median"] is not None:
-            ax.scatter([x], [e["median_run_steps_per_s_median"]], marker="_", s=400,
+        if e["median_window_steps_per_s_median"] is not None:
+            ax.scatter([x], [e["median_window_steps_per_s_median"]], marker="_", s=400,
                        color="tab:red", zorder=3,
-                       label="median Session.run (noise-robust)" if x == 0 else None)
+                       label="median window (noise-robust)" if x == 0 else None)
         label = (f"{e['steps_per_s_median']:.0f} steps/s\n{e['samples_per_s_median']:.0f} "
                  f"samples/s\n{e['cpu_ms_per_step_median']:.2f} CPU ms/step"
                  if e["steps_per_s_median"] else "failed:\n" + "\n".join(
@@ -541,6 +545,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help="comma-separated iterations_per_loop values at -np 1")
     parser.add_argument("--np", default="1,2,4", help="comma-separated -np for the scaling runs")
     parser.add_argument("--global-batch", type=int, default=32)
+    parser.add_argument("--window-steps", type=int, default=None,
+                        help="steps per window of the median-window throughput (default: the "
+                             "largest --iterations; must be a multiple of each)")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds per launch")
     parser.add_argument("--out", default=DEFAULT_OUT, help="JSON result; the plot goes next to it")
     args = parser.parse_args(argv)
@@ -550,6 +557,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         parser.error(f"--iterations must include {GOAL_IPL} (the goal and the scaling use it)")
     if any(k < 1 for k in args.iteration_list) or any(n < 1 for n in args.np_list):
         parser.error("iterations and -np must be positive")
+    if args.window_steps is None:
+        args.window_steps = max(args.iteration_list)
+    if any(args.window_steps % k for k in args.iteration_list):
+        parser.error(f"--window-steps {args.window_steps} must be a multiple of every "
+                     f"iterations_per_loop")
     bad = [n for n in args.np_list if args.global_batch % n]
     if bad:
         parser.error(f"--global-batch {args.global_batch} must split evenly over -np {bad}")
@@ -575,6 +587,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                    "creation, the first run and the final checkpoint are excluded; median over "
                    "repeats interleaved in rotated order"),
         "settings": {"steps": args.steps, "scaling_steps": args.scaling_steps,
+                     "window_steps": args.window_steps,
                      "repeats": args.repeats,
                      "global_batch": args.global_batch, "iterations_per_loop": args.iteration_list,
                      "np": args.np_list, "timeout_s": args.timeout, "learning_rate": 0.05,
