@@ -10,16 +10,16 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import click
 
-from popdist_launcher import __version__, _say, ports
-from popdist_launcher.backends import get_backend
+from popdist_launcher import __version__, ports, topology
+from popdist_launcher import _say as verbosity
 from popdist_launcher.plan import PlanError, build_plan, check_counts, format_topology, \
     parse_exports, resolve_program
 from popdist_launcher.procs import OutputOptions
-from popdist_launcher.supervisor import Supervisor
+from popdist_launcher.remote import SshOptions
+from popdist_launcher.supervisor import JobState, Supervisor
 
 PROG = "poprun-lite"
 ENV_PREFIX = "POPRUN"
-LOCAL_ADDRESS = "127.0.0.1"
 # Options that are actions, not launch settings: never read from or written to config files.
 NOT_CONFIGURABLE = {"config", "export_config", "print_topology", "check_build", "version",
                     "program", "args", "verbose"}
@@ -102,6 +102,35 @@ def _positive(ctx: click.Context, param: click.Parameter, value: Optional[float]
 @click.option("--port-range", default=None, metavar="LOW-HIGH", callback=_parse_port_range,
               show_envvar=True, help="Where to look for free TF_CONFIG ports "
                                      "[default: below the kernel's ephemeral range].")
+@click.option("-H", "--host", "host", default=None, metavar="HOST[:SLOTS],...", show_envvar=True,
+              help="Hosts to run on, with slots (instances each may run; 1 when omitted); "
+                   "ranges such as node[0-3]:2 work. Default: this host only.")
+@click.option("--hostfile", type=click.Path(dir_okay=False), default=None, show_envvar=True,
+              help="File of 'HOSTNAME slots=N' lines (# comments), instead of -H.")
+@click.option("--oversubscribe", is_flag=True, show_envvar=True,
+              help="Allow more instances than slots on the hosts.")
+@click.option("--backend", type=click.Choice(["auto", "local", "ssh", "mpi", "slurm"]),
+              default="auto", show_envvar=True,
+              help="How instances start: auto = local for one host, slurm inside a Slurm "
+                   "allocation, ssh otherwise; mpi = Open MPI's mpirun (Horovod's MPI controller).")
+@click.option("--ssh-port", type=click.IntRange(1, 65535), default=None, show_envvar=True,
+              help="Port of the hosts' ssh servers [default: ssh's own].")
+@click.option("--ssh-identity", type=click.Path(dir_okay=False), default=None, show_envvar=True,
+              help="Private key file for ssh (-i).")
+@click.option("--ssh-config", type=click.Path(dir_okay=False), default=None, show_envvar=True,
+              help="ssh_config file for ssh (-F); its host aliases are honoured.")
+@click.option("--network-interface", default=None, metavar="NAME", show_envvar=True,
+              help="Network interface (same name on every host) for TF_CONFIG addresses, "
+                   "Horovod's Gloo and the rendezvous.")
+@click.option("--host-subnet", default=None, metavar="CIDR", show_envvar=True,
+              help="Use each host's address in this subnet, e.g. 10.1.0.0/16.")
+@click.option("--mpi-global-args", default="", metavar="ARGS", show_envvar=True,
+              help="Extra arguments for mpirun (mpi backend), e.g. \"--mca btl tcp,self\".")
+@click.option("--mpi-local-args", default="", metavar="ARGS", show_envvar=True,
+              help="Extra arguments for each instance's part of the mpirun command line.")
+@click.option("--max-restarts", type=click.IntRange(0), default=0, show_envvar=True,
+              help="When an instance fails, stop the job everywhere and start it again, up to "
+                   "this many times (POPRUN_RESTART_COUNT tells the program the attempt).")
 @click.option("--print-topology", is_flag=True, show_envvar=True,
               help="Print instances, replicas, ports and each instance's environment; start "
                    "nothing.")
@@ -122,7 +151,10 @@ def _positive(ctx: click.Context, param: click.Parameter, value: Optional[float]
 def cli(ctx: click.Context, num_instances: int, num_replicas: Optional[int], ipus_per_replica: int,
         env: Sequence[str], only_output_from_instance: Optional[int], output_dir: Optional[str],
         tag_output: bool, start_timeout: float, grace_period: float,
-        port_range: Optional[Tuple[int, int]], print_topology: bool,
+        port_range: Optional[Tuple[int, int]], host: Optional[str], hostfile: Optional[str],
+        oversubscribe: bool, backend: str, ssh_port: Optional[int], ssh_identity: Optional[str],
+        ssh_config: Optional[str], network_interface: Optional[str], host_subnet: Optional[str],
+        mpi_global_args: str, mpi_local_args: str, max_restarts: int, print_topology: bool,
         export_config: Optional[str], verbose: int, program: str, args: Sequence[str]) -> int:
     """Run PROGRAM [ARGS]... as NUM_INSTANCES cooperating instances.
 
@@ -140,7 +172,12 @@ def cli(ctx: click.Context, num_instances: int, num_replicas: Optional[int], ipu
                 f"this job; expected 0..{num_instances - 1}.")
         argv = resolve_program(program, args)
         exported = parse_exports(env, os.environ)
-    except PlanError as exc:
+        layout = topology.choose(
+            num_instances, host=host, hostfile=hostfile, oversubscribe=oversubscribe,
+            backend=backend, environ=os.environ, subnet=host_subnet, iface=network_interface,
+            mpi_global_args=mpi_global_args, mpi_local_args=mpi_local_args,
+            ssh=SshOptions(ssh_port, ssh_identity, ssh_config, start_timeout))
+    except (PlanError, topology.TopologyError) as exc:
         raise click.UsageError(str(exc), ctx) from None
 
     if export_config:
@@ -148,26 +185,31 @@ def cli(ctx: click.Context, num_instances: int, num_replicas: Optional[int], ipu
 
         config_file.dump(export_config, _configurable_values(ctx))
 
-    try:
-        reservation = ports.reserve(num_instances, port_range=port_range)
-        rendezvous = ports.listen_socket(LOCAL_ADDRESS)
-    except ports.PortError as exc:
-        raise click.ClickException(str(exc)) from None
-    with reservation:
-        plan = build_plan(
-            argv, num_instances, reservation.ports, rendezvous.getsockname()[:2],
-            num_replicas=num_replicas, ipus_per_replica=ipus_per_replica, exported_env=exported,
-            start_timeout=start_timeout, grace_period=grace_period)
-        if print_topology:
-            rendezvous.close()
-            click.echo(format_topology(plan, " (besides what it inherits)"))
-            return 0
-        output = OutputOptions(tag_output=tag_output, only_instance=only_output_from_instance,
-                               output_dir=output_dir)
-        supervisor = Supervisor(plan, get_backend("local"), output, rendezvous_socket=rendezvous,
-                                say=_say)
-        reservation.release_binds()
-        result = supervisor.run()
+    output = OutputOptions(tag_output=tag_output, only_instance=only_output_from_instance,
+                           output_dir=output_dir)
+    for attempt in range(max_restarts + 1):
+        try:
+            prepared = layout.prepare(port_range)
+        except (ports.PortError, topology.TopologyError) as exc:
+            raise click.ClickException(str(exc)) from None
+        with prepared:
+            plan = build_plan(
+                argv, num_instances, prepared.tf_ports, prepared.rendezvous_address,
+                num_replicas=num_replicas, ipus_per_replica=ipus_per_replica, hosts=prepared.hosts,
+                counts=layout.counts, exported_env=exported, start_timeout=start_timeout,
+                grace_period=grace_period, restart_count=attempt, controller=layout.controller,
+                max_restarts=max_restarts)
+            if print_topology:
+                click.echo(format_topology(plan, layout.backend, " (besides what it inherits)"))
+                return 0
+            supervisor = Supervisor(plan, layout.backend, output,
+                                    rendezvous_socket=prepared.take_rendezvous_socket(), say=_say)
+            prepared.release_binds()
+            result = supervisor.run()
+        if result.state is not JobState.FAILED or attempt == max_restarts:
+            break
+        _say(f"poprun-lite: restarting the job on every host (restart {attempt + 1} of "
+             f"{max_restarts}, fresh ports); POPRUN_RESTART_COUNT={attempt + 1}.")
     return result.exit_code
 
 
@@ -188,7 +230,7 @@ def _say(message: str) -> None:
 
 
 def _configure_logging(verbose: int) -> None:
-    _say.verbose = verbose
+    verbosity.verbose = verbose
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -25,6 +25,8 @@ class Host(NamedTuple):
 
     name: str
     address: str
+    iface: str = ""  # the network interface holding ``address`` on that host (Horovod's Gloo)
+    local: bool = True  # the launcher's own host: started without ssh
 
 
 class InstanceSpec(NamedTuple):
@@ -63,6 +65,8 @@ class LaunchPlan(NamedTuple):
     start_timeout: float = 120.0
     grace_period: float = 10.0
     restart_count: int = 0
+    controller: str = "gloo"  # Horovod's controller: "gloo" (our rendezvous) or "mpi" (mpirun)
+    max_restarts: int = 0
 
     @property
     def num_local_replicas(self) -> int:
@@ -101,15 +105,16 @@ class LaunchPlan(NamedTuple):
             "HOROVOD_CROSS_RANK": str(inst.cross_rank),
             "HOROVOD_CROSS_SIZE": str(inst.cross_size),
             "HOROVOD_HOSTNAME": inst.host.name,
-            "HOROVOD_CONTROLLER": "gloo",
-            "HOROVOD_CPU_OPERATIONS": "gloo",
-            "HOROVOD_GLOO_RENDEZVOUS_ADDR": self.rendezvous_address,
-            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(self.rendezvous_port),
-            "HOROVOD_GLOO_IFACE": "lo" if inst.host.address.startswith("127.") else "",
-            "HOROVOD_GLOO_TIMEOUT_SECONDS": str(max(1, int(self.start_timeout))),
+            "HOROVOD_CONTROLLER": self.controller,
+            "HOROVOD_CPU_OPERATIONS": self.controller,
         }
-        if not env["HOROVOD_GLOO_IFACE"]:
-            del env["HOROVOD_GLOO_IFACE"]
+        iface = inst.host.iface or ("lo" if inst.host.address.startswith("127.") else "")
+        if iface:
+            env["HOROVOD_GLOO_IFACE"] = iface
+        if self.controller == "gloo":
+            env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] = self.rendezvous_address
+            env["HOROVOD_GLOO_RENDEZVOUS_PORT"] = str(self.rendezvous_port)
+            env["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, int(self.start_timeout)))
         env.update(self.exported_env)
         return env
 
@@ -183,12 +188,17 @@ def parse_exports(items: Sequence[str], environ: Mapping[str, str]) -> Tuple[Tup
     return tuple(exported.items())
 
 
-def distribute(num_instances: int, hosts: Sequence[Host]) -> List[Host]:
-    """Host of each instance: contiguous blocks, spread as evenly as possible."""
-    per_host, extra = divmod(num_instances, len(hosts))
+def distribute(num_instances: int, hosts: Sequence[Host],
+               counts: Optional[Sequence[int]] = None) -> List[Host]:
+    """Host of each instance: contiguous blocks, ``counts`` per host or spread evenly."""
+    if counts is None:
+        per_host, extra = divmod(num_instances, len(hosts))
+        counts = [per_host + (1 if i < extra else 0) for i in range(len(hosts))]
+    if sum(counts) != num_instances:
+        raise PlanError(f"internal: {sum(counts)} instance slots laid out for {num_instances}.")
     layout: List[Host] = []
-    for i, host in enumerate(hosts):
-        layout.extend([host] * (per_host + (1 if i < extra else 0)))
+    for host, count in zip(hosts, counts):
+        layout.extend([host] * count)
     return layout
 
 
@@ -204,6 +214,9 @@ def build_plan(
     start_timeout: float = 120.0,
     grace_period: float = 10.0,
     restart_count: int = 0,
+    counts: Optional[Sequence[int]] = None,
+    controller: str = "gloo",
+    max_restarts: int = 0,
 ) -> LaunchPlan:
     """Validate the numbers and lay instances and replicas out over the hosts."""
     check_counts(num_instances, num_replicas, ipus_per_replica)
@@ -211,7 +224,7 @@ def build_plan(
     if len(tf_ports) != num_instances:
         raise PlanError(f"need {num_instances} TF ports, got {len(tf_ports)}.")
     local_replicas = num_replicas // num_instances
-    layout = distribute(num_instances, hosts)
+    layout = distribute(num_instances, hosts, counts)
     host_order = list(dict.fromkeys(layout))
     local_counts = {h: layout.count(h) for h in host_order}
     local_index: Dict[Host, int] = {h: 0 for h in host_order}
@@ -246,6 +259,8 @@ def build_plan(
         start_timeout=start_timeout,
         grace_period=grace_period,
         restart_count=restart_count,
+        controller=controller,
+        max_restarts=max_restarts,
     )
 
 
@@ -271,27 +286,43 @@ def check_counts(num_instances: int, num_replicas: Optional[int], ipus_per_repli
         )
 
 
-def format_topology(plan: LaunchPlan, base_env_note: str = "") -> str:
-    """The human-readable table ``--print-topology`` shows."""
-    rows = [("instance", "host", "local", "replicas", "TF_CONFIG address", "command")]
+def format_topology(plan: LaunchPlan, backend=None, base_env_note: str = "") -> str:
+    """The human-readable table ``--print-topology`` shows, with the exact commands."""
+    import shlex
+
+    rows = [("instance", "host", "local", "replicas", "TF_CONFIG address")]
     for inst in plan.instances:
         first, last = inst.replicas[0], inst.replicas[-1]
         reps = str(first) if first == last else f"{first}-{last}"
-        rows.append((str(inst.index), inst.host.name, str(inst.local_index), reps, inst.tf_address,
-                     " ".join(plan.program)))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+        rows.append((str(inst.index), inst.host.name, str(inst.local_index), reps, inst.tf_address))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    name = backend.name if backend is not None else "local"
     lines = [
         f"poprun-lite: {plan.num_instances} instance(s), {plan.num_replicas} replica(s) "
         f"({plan.num_local_replicas} per instance), {plan.ipus_per_replica} IPU(s) per replica, "
-        f"{len(plan.hosts)} host(s); Horovod rendezvous at "
-        f"{plan.rendezvous_address}:{plan.rendezvous_port}",
+        f"{len(plan.hosts)} host(s), backend {name}; Horovod controller {plan.controller}"
+        + (f", rendezvous at {plan.rendezvous_address}:{plan.rendezvous_port}"
+           if plan.controller == "gloo" else ""),
+        "",
+        "hosts: " + ", ".join(
+            f"{h.name} ({h.address}{', ' + h.iface if h.iface else ''}, "
+            f"{sum(1 for i in plan.instances if i.host == h)} instance(s))" for h in plan.hosts),
         "",
     ]
     for row in rows:
-        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    if backend is None:
+        commands = [(i, list(plan.program)) for i in range(plan.num_instances)]
+    elif getattr(backend, "engine", False):
+        commands = [("all", backend.command(plan, 0))]
+    else:
+        commands = [(i, backend.command(plan, i)) for i in range(plan.num_instances)]
+    lines.append("")
+    for who, argv in commands:
+        lines.append(f"command of instance {who}: " + " ".join(shlex.quote(a) for a in argv))
     for inst in plan.instances:
         lines.append("")
         lines.append(f"environment of instance {inst.index}{base_env_note}:")
-        for name, value in sorted(plan.instance_env(inst.index).items()):
-            lines.append(f"  {name}={value}")
+        for key, value in sorted(plan.instance_env(inst.index).items()):
+            lines.append(f"  {key}={value}")
     return "\n".join(lines)

@@ -80,13 +80,17 @@ def signal_group(pgid: int, sig: int) -> bool:
 class Instance:
     """A started instance: its process, group, pidfd and exit status once reaped."""
 
-    __slots__ = ("index", "proc", "pidfd", "returncode")
+    __slots__ = ("index", "proc", "pidfd", "returncode", "control", "started")
 
-    def __init__(self, index: int, proc: subprocess.Popen, pidfd: int) -> None:
+    def __init__(self, index: int, proc: subprocess.Popen, pidfd: int, control: bool = False) -> None:
         self.index = index
         self.proc = proc
         self.pidfd = pidfd
         self.returncode: Optional[int] = None
+        # A remote session: signals travel as bytes on its stdin, and it has started once the
+        # remote side wrote its start marker.
+        self.control = control
+        self.started = not control
 
     @property
     def pid(self) -> int:
@@ -96,29 +100,44 @@ class Instance:
     def alive(self) -> bool:
         return self.returncode is None
 
+    def send_signal(self, sig: int) -> None:
+        """Signal the instance's process group, wherever it runs."""
+        if not self.control or sig == signal.SIGKILL:
+            # For a remote session, killing the ssh client ends the session: the remote side
+            # kills its group on end of file.
+            signal_group(self.proc.pid, sig)
+            return
+        try:
+            os.write(self.proc.stdin.fileno(), bytes([sig]))
+        except (OSError, ValueError):
+            signal_group(self.proc.pid, signal.SIGKILL)
+
     def reap(self) -> int:
         """Collect the exit status (the pidfd said it exited), kill what is left of its group."""
         _, status = os.waitpid(self.proc.pid, 0)
         self.proc.returncode = self.returncode = os.waitstatus_to_exitcode(status)
         signal_group(self.proc.pid, signal.SIGKILL)  # no orphans left behind in the group
         os.close(self.pidfd)
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
         return self.returncode
 
 
 def start_instance(index: int, argv: Sequence[str], env: Mapping[str, str],
-                   cwd: Optional[str] = None) -> Instance:
-    """Start one instance as leader of a new process group, stdout/stderr on pipes."""
+                   cwd: Optional[str] = None, control: bool = False) -> Instance:
+    """Start one instance as leader of a new process group, stdout/stderr on pipes (and stdin
+    too for a remote session's control channel)."""
     proc = subprocess.Popen(
         list(argv),
         env=dict(env),
         cwd=cwd,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.PIPE if control else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         process_group=0,
         close_fds=True,
     )
-    return Instance(index=index, proc=proc, pidfd=os.pidfd_open(proc.pid))
+    return Instance(index=index, proc=proc, pidfd=os.pidfd_open(proc.pid), control=control)
 
 
 def exit_code_of(returncode: int) -> int:

@@ -20,6 +20,7 @@ import time
 from typing import Callable, Dict, List, NamedTuple, Optional
 
 from popdist_launcher import procs
+from popdist_launcher._exec import STARTED_MARKER
 from popdist_launcher._say import debug
 from popdist_launcher.backends.base import Backend
 from popdist_launcher.plan import LaunchPlan
@@ -68,6 +69,14 @@ class Supervisor:
         self._drain_deadline: Optional[float] = None
         self._watchdog: Optional[procs.Watchdog] = None
         self._start_exit_code = 1  # for an instance that never started
+        self._start_deadline: Optional[float] = None  # remote sessions not yet up by then fail
+        self._marker_pending: Dict[int, bytes] = {}
+        # An engine backend (mpirun, srun) is one process that starts every instance itself and
+        # tags each output line with the instance; its own lines are kept for failure reports.
+        self._engine = bool(getattr(backend, "engine", False))
+        self._engine_partial: Dict[str, bytes] = {}
+        self._engine_lines: List[str] = []
+        self._engine_failure: Optional[int] = None
 
     # ---- public -------------------------------------------------------------------------
     def run(self) -> JobResult:
@@ -94,12 +103,13 @@ class Supervisor:
     def _start_all(self) -> None:
         deadline = time.monotonic() + self.plan.start_timeout
         inherited = os.environ
-        for index in range(self.plan.num_instances):
+        for index in range(1 if self._engine else self.plan.num_instances):
             argv = self.backend.command(self.plan, index)
             env = self.backend.environment(self.plan, index, inherited)
+            control = self.backend.uses_control_channel(self.plan, index)
             debug("starting instance %d: %s", index, " ".join(argv))
             try:
-                inst = procs.start_instance(index, argv, env)
+                inst = procs.start_instance(index, argv, env, control=control)
             except OSError as exc:
                 self.say(f"poprun-lite: instance {index} could not start {argv[0]!r}: "
                          f"{exc.strerror or exc}.")
@@ -111,9 +121,10 @@ class Supervisor:
             self._sel.register(inst.pidfd, selectors.EVENT_READ, ("exit", inst))
             for stream, pipe in ((procs.STDOUT, inst.proc.stdout), (procs.STDERR, inst.proc.stderr)):
                 os.set_blocking(pipe.fileno(), False)
-                self._sel.register(pipe, selectors.EVENT_READ, ("out", index, stream))
+                kind = "engine" if self._engine else "out"
+                self._sel.register(pipe, selectors.EVENT_READ, (kind, index, stream))
                 self._streams += 1
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline and not self._engine:
                 missing = ", ".join(str(i) for i in range(index + 1, self.plan.num_instances))
                 self.say(f"poprun-lite: start timeout ({self.plan.start_timeout:g} s) expired "
                          f"before instances {missing} started; raise --start-timeout.")
@@ -122,6 +133,8 @@ class Supervisor:
                 return
         if self._rendezvous_socket is not None:
             self._sel.register(self._rendezvous_socket, selectors.EVENT_READ, ("rendezvous",))
+        if not all(i.started for i in self.instances):
+            self._start_deadline = deadline
         self.state = JobState.RUNNING
         if self._on_started:
             self._on_started()
@@ -142,11 +155,15 @@ class Supervisor:
             if self._kill_deadline is not None and now >= self._kill_deadline:
                 self._kill_all(signal.SIGKILL)
                 self._kill_deadline = None
-            deadlines = [d for d in (self._kill_deadline, self._drain_deadline) if d is not None]
+            if self._start_deadline is not None and now >= self._start_deadline:
+                self._start_deadline = None
+                self._on_start_timeout()
+            deadlines = [d for d in (self._kill_deadline, self._drain_deadline,
+                                     self._start_deadline) if d is not None]
             timeout = max(0.0, min(deadlines) - now) if deadlines else None
             for key, _ in self._sel.select(timeout):
                 kind = key.data[0]
-                if kind == "out":
+                if kind in ("out", "engine"):
                     self._read(key)
                 elif kind == "exit":
                     self._on_exit(key.data[1])
@@ -161,25 +178,111 @@ class Supervisor:
             data = os.read(key.fd, 65536)
         except BlockingIOError:
             return
+        if data and self._engine:
+            self._demux(stream, data)
+            return
         if data:
+            inst = self.instances[index]
+            if not inst.started and stream == procs.STDERR:
+                data = self._strip_marker(inst, data)
             self.router.feed(index, stream, data)
             return
         self._sel.unregister(key.fileobj)
         key.fileobj.close()
         self._streams -= 1
+        if self._engine:
+            rest = self._engine_partial.pop(stream, b"")
+            if rest:
+                self._demux(stream, rest + b"\n")
+            for i in range(self.plan.num_instances):
+                self.router.close(i, stream)
+            return
         self.router.close(index, stream)
+
+    def _demux(self, stream: str, data: bytes) -> None:
+        """Route the engine's tagged lines to their instances; print and keep its own lines."""
+        data = self._engine_partial.pop(stream, b"") + data
+        cut = data.rfind(b"\n") + 1
+        if cut < len(data):
+            self._engine_partial[stream] = data[cut:]
+        own = []
+        for line in data[:cut].splitlines():
+            routed = self.backend.demux(line, stream)
+            if routed is None:
+                text = line.decode("utf-8", "replace")
+                self._engine_lines.append(text)
+                own.append(line)
+            else:
+                index, inst_stream, payload = routed
+                if 0 <= index < self.plan.num_instances:
+                    self.router.feed(index, inst_stream, payload + b"\n")
+        if own:
+            procs.write_all(2, b"".join(b"[" + self.backend.name.encode() + b"]: " + line + b"\n"
+                                        for line in own))
+
+    def _strip_marker(self, inst: procs.Instance, data: bytes) -> bytes:
+        """Take the remote start marker out of the stream; what comes before it is ssh's own."""
+        data = self._marker_pending.pop(inst.index, b"") + data
+        at = data.find(STARTED_MARKER)
+        if at >= 0:
+            inst.started = True
+            debug("instance %d is up on %s", inst.index, self.plan.instances[inst.index].host.name)
+            if self._start_deadline is not None and all(i.started for i in self.instances):
+                self._start_deadline = None
+            return data[:at] + data[at + len(STARTED_MARKER):]
+        for keep in range(min(len(STARTED_MARKER) - 1, len(data)), 0, -1):
+            if STARTED_MARKER.startswith(data[-keep:]):
+                self._marker_pending[inst.index] = data[-keep:]
+                return data[:-keep]
+        return data
+
+    def _on_start_timeout(self) -> None:
+        late = [i for i in self.instances if not i.started and i.alive]
+        if not late or self.state is JobState.STOPPING:
+            return
+        hosts = list(dict.fromkeys(self.plan.instances[i.index].host.name for i in late))
+        indices = ", ".join(str(i.index) for i in late)
+        self.say(f"poprun-lite: start timeout ({self.plan.start_timeout:g} s) expired: host(s) "
+                 f"{', '.join(hosts)} never came up (instances {indices}); check that "
+                 f"'ssh {hosts[0]} true' answers, or raise --start-timeout.")
+        self._failed = late[0].index
+        self._fail_start(exit_code=124)
+
+    def _describe(self, inst: procs.Instance, code: int) -> str:
+        return (self.backend.explain_exit(self.plan, inst.index, code)
+                or procs.describe_exit(code))
 
     def _on_exit(self, inst: procs.Instance) -> None:
         self._sel.unregister(inst.pidfd)
         code = inst.reap()
         self._watchdog.forget(inst.pid)
-        debug("instance %d %s", inst.index, procs.describe_exit(code))
+        debug("instance %d %s", inst.index, self._describe(inst, code))
+        if self._engine:
+            self._on_engine_exit(inst, code)
+            return
         if code != 0 and self._failed is None and self._signal is None and self.state is not JobState.STOPPING:
             self._failed = inst.index
             others = sum(1 for i in self.instances if i.alive)
-            self.say(f"poprun-lite: instance {inst.index} {procs.describe_exit(code)}; "
-                     f"stopping the other {others} instance(s).")
+            host = self.plan.instances[inst.index].host.name
+            self.say(f"poprun-lite: instance {inst.index} {self._describe(inst, code)} (host "
+                     f"{host}); stopping the other {others} instance(s).")
             self._begin_stop()
+
+    def _on_engine_exit(self, inst: procs.Instance, code: int) -> None:
+        if code != 0 and self._signal is None:
+            self._engine_failure = code  # which instance: read from the report once drained
+
+    def _attribute_engine_failure(self) -> None:
+        found = self.backend.failed_instance(self._engine_lines)
+        if found is None:
+            self._failed = 0
+            self.say(f"poprun-lite: {self.backend.name} {procs.describe_exit(self._engine_failure)}"
+                     f" without naming a failed instance (see its lines above).")
+            return
+        self._failed, self._engine_failure = found
+        host = self.plan.instances[self._failed].host.name
+        self.say(f"poprun-lite: instance {self._failed} {procs.describe_exit(self._engine_failure)}"
+                 f" (host {host}; {self.backend.name} ended the job).")
 
     def _on_signals(self, wake: socket.socket) -> None:
         try:
@@ -215,7 +318,7 @@ class Supervisor:
     def _kill_all(self, sig: int) -> None:
         for inst in self.instances:
             if inst.alive:
-                procs.signal_group(inst.pid, sig)
+                inst.send_signal(sig)
 
     def _alive_count(self) -> int:
         return sum(1 for i in self.instances if i.alive)
@@ -263,6 +366,12 @@ class Supervisor:
         if self._signal is not None and self._failed is None:
             self.state = JobState.INTERRUPTED
             return JobResult(self.state, 128 + self._signal, None, self._signal, codes)
+        if self._engine and self._engine_failure is not None and self._signal is None:
+            self._attribute_engine_failure()
+            self.state = JobState.FAILED
+            self._summarize(self._failed)
+            code = procs.exit_code_of(self._engine_failure)
+            return JobResult(self.state, code, self._failed, self._signal, codes)
         if self._failed is not None:
             self.state = JobState.FAILED
             inst = next((i for i in self.instances if i.index == self._failed), None)
@@ -279,9 +388,13 @@ class Supervisor:
         inst = next((i for i in self.instances if i.index == index), None)
         host = self.plan.instances[index].host.name
         lines = ["", "poprun-lite: ===== job failed: root cause ====="]
-        if inst is not None and inst.returncode is not None:
-            lines.append(f"poprun-lite: instance {index} (host {host}, pid {inst.pid}) "
-                         f"{procs.describe_exit(inst.returncode)}.")
+        if self._engine and self._engine_failure is not None:
+            lines.append(f"poprun-lite: instance {index} (host {host}, started by "
+                         f"{self.backend.name}) {procs.describe_exit(self._engine_failure)}.")
+        elif inst is not None and inst.returncode is not None:
+            via = "ssh session pid" if inst.control else "pid"
+            lines.append(f"poprun-lite: instance {index} (host {host}, {via} {inst.pid}) "
+                         f"{self._describe(inst, inst.returncode)}.")
         else:
             lines.append(f"poprun-lite: instance {index} (host {host}) did not start.")
         tail = self.router.tail(index)
@@ -290,8 +403,9 @@ class Supervisor:
             lines.extend(f"    {line}" for line in tail)
         else:
             lines.append(f"poprun-lite: instance {index} wrote nothing to stderr.")
-        others = [f"{i.index}: {procs.describe_exit(i.returncode)}"
-                  for i in self.instances if i.index != index and i.returncode is not None]
+        others = [] if self._engine else [
+            f"{i.index}: {self._describe(i, i.returncode)}"
+            for i in self.instances if i.index != index and i.returncode is not None]
         if others:
             lines.append("poprun-lite: other instances: " + "; ".join(others) + ".")
         self.say("\n".join(lines))

@@ -1,0 +1,153 @@
+"""Reaching other hosts with the system's ssh client: argv building with safe quoting, host name
+resolution through ssh's own configuration, and the one probe per host that finds its address,
+network interface and free ports before a multi-host job starts.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+from popdist_launcher._say import debug
+
+
+class RemoteError(RuntimeError):
+    """A host could not be reached or probed; the message names it and says what to check."""
+
+
+class SshOptions(NamedTuple):
+    port: Optional[int] = None
+    identity: Optional[str] = None
+    config: Optional[str] = None
+    connect_timeout: float = 30.0
+
+    def base_argv(self) -> List[str]:
+        """``ssh`` with our options: never prompt, fail fast, notice a dead peer."""
+        argv = ["ssh", "-o", "BatchMode=yes", "-o",
+                f"ConnectTimeout={max(1, int(self.connect_timeout))}",
+                "-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=3", "-T"]
+        if self.config:
+            argv += ["-F", self.config]
+        if self.port:
+            argv += ["-p", str(self.port)]
+        if self.identity:
+            argv += ["-i", self.identity]
+        return argv
+
+    def argv(self, host: str, remote_command: str) -> List[str]:
+        return [*self.base_argv(), "--", host, remote_command]
+
+
+class Probe(NamedTuple):
+    address: str
+    iface: str
+    ports: Tuple[int, ...]
+
+
+def remote_command(argv: Sequence[str], env: Mapping[str, str] = (), cwd: Optional[str] = None,
+                   control: bool = False) -> str:
+    """One shell-safe command line: env, our _exec wrapper, then the program, every word quoted."""
+    words: List[str] = []
+    if env:
+        words += ["env", "--", *(f"{k}={v}" for k, v in env.items())]
+    words += [sys.executable, "-m", "popdist_launcher._exec"]
+    if cwd:
+        words += ["--cwd", cwd]
+    if control:
+        words.append("--control")
+    words += ["--", *argv]
+    return "exec " + " ".join(shlex.quote(w) for w in words)
+
+
+def resolve(host: str, options: SshOptions) -> str:
+    """The IPv4 address ssh would connect to for ``host`` (honours aliases in ssh_config)."""
+    name = host
+    if options.config or not _is_address(host):
+        argv = ["ssh", "-G"] + (["-F", options.config] if options.config else []) + ["--", host]
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise RemoteError(f"cannot run 'ssh -G {host}' ({exc}); install an OpenSSH client.") from None
+        for line in out.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "hostname" and value:
+                name = value.strip()
+                break
+    try:
+        infos = socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise RemoteError(f"host {host!r} does not resolve ({exc.strerror}); check the name, "
+                          f"/etc/hosts or your ssh_config.") from None
+    return infos[0][4][0]
+
+
+def _is_address(text: str) -> bool:
+    try:
+        socket.inet_aton(text)
+        return text.count(".") == 3
+    except OSError:
+        return False
+
+
+def probe_hosts(hosts: Sequence[str], ports_per_host: Sequence[int], options: SshOptions,
+                subnet: Optional[str] = None, iface: Optional[str] = None,
+                port_range: Optional[Tuple[int, int]] = None) -> Dict[str, Probe]:
+    """Probe every host in parallel over ssh; an error names each host that failed and why."""
+    procs = {}
+    for host, count in zip(hosts, ports_per_host):
+        peer = resolve(host, options)
+        words = [sys.executable, "-m", "popdist_launcher.netinfo", "--ports", str(count),
+                 "--peer", peer]
+        if subnet:
+            words += ["--subnet", subnet]
+        if iface:
+            words += ["--iface", iface]
+        if port_range:
+            words += ["--port-range", f"{port_range[0]}-{port_range[1]}"]
+        argv = options.argv(host, " ".join(shlex.quote(w) for w in words))
+        debug("probing %s: %s", host, " ".join(argv))
+        procs[host] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True, process_group=0)
+    deadline = time.monotonic() + options.connect_timeout + 10
+    results: Dict[str, Probe] = {}
+    problems: List[str] = []
+    for host, proc in procs.items():
+        try:
+            out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.communicate()
+            problems.append(f"{host} did not answer within --start-timeout "
+                            f"{options.connect_timeout:g} s")
+            continue
+        reply = _last_json(out)
+        if proc.returncode == 0 and reply and "address" in reply:
+            results[host] = Probe(reply["address"], reply.get("iface", ""), tuple(reply["ports"]))
+        elif reply and "error" in reply:
+            problems.append(f"{host}: {reply['error']}")
+        else:
+            why = (err.strip().splitlines() or [f"ssh exited with {proc.returncode}"])[-1]
+            if "timed out" in why:
+                why += f" (--start-timeout {options.connect_timeout:g} s)"
+            problems.append(f"{host} could not be reached or probed over ssh: {why}")
+    if problems:
+        raise RemoteError("; ".join(problems) + ". Check that 'ssh HOST true' works without a "
+                          "password and that poprun-lite is installed at the same path on every "
+                          "host.")
+    return results
+
+
+def _last_json(text: str) -> Optional[dict]:
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                return None
+    return None

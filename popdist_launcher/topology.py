@@ -1,0 +1,183 @@
+"""From host options to a startable layout: which hosts, how many instances each, which backend,
+and, for every attempt of the job, the addresses and fresh ports on each host.
+
+``choose`` runs once (pure checks, no network). ``Layout.prepare`` runs before every start (and
+restart): it reserves local ports, probes remote hosts over ssh (or srun) for their address,
+interface and free ports, and binds the rendezvous socket where every host can reach it.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+from typing import List, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+from popdist_launcher import hosts as hostlib
+from popdist_launcher import netinfo, ports
+from popdist_launcher.backends import Backend, LocalBackend, SshBackend
+from popdist_launcher.plan import Host
+from popdist_launcher.remote import RemoteError, SshOptions, probe_hosts
+
+LOOPBACK = "127.0.0.1"
+
+
+class TopologyError(ValueError):
+    """Hosts, slots or backend options that cannot work together; one sentence for the user."""
+
+
+class Prepared:
+    """One attempt's hosts, ports and rendezvous socket; closing it releases the port locks."""
+
+    def __init__(self, hosts: List[Host], tf_ports: List[int], rendezvous: socket.socket,
+                 reservations: Sequence[ports.PortReservation]) -> None:
+        self.hosts = hosts
+        self.tf_ports = tf_ports
+        self._rendezvous: Optional[socket.socket] = rendezvous
+        self.rendezvous_address: Tuple[str, int] = rendezvous.getsockname()[:2]
+        self._reservations = list(reservations)
+
+    def take_rendezvous_socket(self) -> socket.socket:
+        sock, self._rendezvous = self._rendezvous, None
+        return sock
+
+    def release_binds(self) -> None:
+        for reservation in self._reservations:
+            reservation.release_binds()
+
+    def __enter__(self) -> "Prepared":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._rendezvous is not None:
+            self._rendezvous.close()
+        for reservation in self._reservations:
+            reservation.close()
+
+
+class Layout(NamedTuple):
+    slots: Tuple[hostlib.HostSlots, ...]
+    counts: Tuple[int, ...]
+    backend: Backend
+    controller: str
+    subnet: Optional[str]
+    iface: Optional[str]
+    ssh: SshOptions
+
+    @property
+    def used(self) -> List[Tuple[hostlib.HostSlots, int]]:
+        return [(h, n) for h, n in zip(self.slots, self.counts) if n]
+
+    @property
+    def all_local(self) -> bool:
+        return all(hostlib.is_local(h.name) for h, _ in self.used)
+
+    def prepare(self, port_range: Optional[Tuple[int, int]] = None) -> Prepared:
+        if self.all_local:
+            return self._prepare_local(port_range)
+        return self._prepare_multi_host(port_range)
+
+    def _prepare_local(self, port_range) -> Prepared:
+        address, iface = LOOPBACK, "lo"
+        if self.subnet or self.iface:
+            address, iface = _local_choice(self.subnet, self.iface, None)
+        reservation = ports.reserve(sum(self.counts), port_range=port_range)
+        try:
+            rendezvous = ports.listen_socket(address)
+        except ports.PortError:
+            reservation.close()
+            raise
+        chosen = [Host(h.name, address, iface, local=True) for h, _ in self.used]
+        return Prepared(chosen, list(reservation.ports), rendezvous, [reservation])
+
+    def _prepare_multi_host(self, port_range) -> Prepared:
+        remote = [(h, n) for h, n in self.used if not hostlib.is_local(h.name)]
+        try:
+            probes = probe_hosts([h.name for h, _ in remote], [n for _, n in remote], self.ssh,
+                                 subnet=self.subnet, iface=self.iface, port_range=port_range)
+            peer = probes[remote[0][0].name].address
+        except RemoteError as exc:
+            raise TopologyError(str(exc)) from None
+        address, iface = _local_choice(self.subnet, self.iface, peer)
+        reservations, chosen, tf_ports = [], [], []
+        try:
+            for slot, count in self.used:
+                if hostlib.is_local(slot.name):
+                    reservation = ports.reserve(count, port_range=port_range)
+                    reservations.append(reservation)
+                    chosen.append(Host(slot.name, address, iface, local=True))
+                    tf_ports.extend(reservation.ports)
+                else:
+                    probe = probes[slot.name]
+                    chosen.append(Host(slot.name, probe.address, probe.iface, local=False))
+                    tf_ports.extend(probe.ports)
+            rendezvous = ports.listen_socket(address)
+        except BaseException:
+            for reservation in reservations:
+                reservation.close()
+            raise
+        return Prepared(chosen, tf_ports, rendezvous, reservations)
+
+
+def _local_choice(subnet: Optional[str], iface: Optional[str], peer: Optional[str]) -> Tuple[str, str]:
+    try:
+        return netinfo.choose(subnet, iface, peer)
+    except (netinfo.NetInfoError, OSError, ValueError) as exc:
+        raise TopologyError(f"this host (the launcher's): {exc}") from None
+
+
+def choose(num_instances: int, host: Optional[str] = None, hostfile: Optional[str] = None,
+           oversubscribe: bool = False, backend: str = "auto",
+           environ: Mapping[str, str] = os.environ, subnet: Optional[str] = None,
+           iface: Optional[str] = None, mpi_global_args: str = "", mpi_local_args: str = "",
+           ssh: SshOptions = SshOptions()) -> Layout:
+    """Check the host options against each other and lay the instances out."""
+    if host and hostfile:
+        raise TopologyError("-H and --hostfile both name hosts; give one of them.")
+    if subnet:
+        import ipaddress
+        try:
+            ipaddress.ip_network(subnet, strict=False)
+        except ValueError:
+            raise TopologyError(f"--host-subnet {subnet!r} is not a subnet; expected CIDR "
+                                f"notation such as 10.1.0.0/16.") from None
+    in_slurm = bool(environ.get("SLURM_JOB_ID") and environ.get("SLURM_JOB_NODELIST"))
+    try:
+        if host:
+            slots, source = hostlib.parse_host_list(host), "-H"
+        elif hostfile:
+            try:
+                with open(hostfile) as f:
+                    text = f.read()
+            except OSError as exc:
+                raise TopologyError(f"--hostfile {hostfile!r} cannot be read ({exc.strerror}); "
+                                    f"give the path of a file of 'HOSTNAME slots=N' lines.") from None
+            slots, source = hostlib.parse_hostfile(text, hostfile), "--hostfile"
+        elif backend == "slurm" or (backend == "auto" and in_slurm):
+            slots, source = hostlib.slurm_hosts(dict(environ))
+        else:
+            slots, source = [hostlib.HostSlots("localhost", num_instances)], "localhost"
+        counts = hostlib.allocate(num_instances, slots, oversubscribe, source)
+    except hostlib.HostError as exc:
+        raise TopologyError(str(exc)) from None
+
+    all_local = all(hostlib.is_local(s.name) for s, n in zip(slots, counts) if n)
+    if backend == "auto":
+        backend = "slurm" if (in_slurm and not host and not hostfile) else (
+            "local" if all_local else "ssh")
+    if backend == "local" and not all_local:
+        remote = next(s.name for s, n in zip(slots, counts) if n and not hostlib.is_local(s.name))
+        raise TopologyError(f"--backend local cannot start instances on {remote}; use "
+                            f"--backend ssh (or auto) for other hosts.")
+    if backend in ("mpi", "slurm"):
+        from popdist_launcher.backends import engines
+        try:
+            engine = engines.make(backend, slots=slots, counts=counts, ssh=ssh,
+                                  global_args=shlex.split(mpi_global_args),
+                                  local_args=shlex.split(mpi_local_args),
+                                  oversubscribe=oversubscribe, environ=environ)
+        except engines.EngineError as exc:
+            raise TopologyError(str(exc)) from None
+        controller = "mpi" if backend == "mpi" else "gloo"
+        return Layout(tuple(slots), tuple(counts), engine, controller, subnet, iface, ssh)
+    chosen = LocalBackend() if backend == "local" else SshBackend(ssh)
+    return Layout(tuple(slots), tuple(counts), chosen, "gloo", subnet, iface, ssh)
