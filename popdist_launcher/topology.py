@@ -174,7 +174,8 @@ def choose(num_instances: int, host: Optional[str] = None, hostfile: Optional[st
             engine = engines.make(backend, slots=slots, counts=counts, ssh=ssh,
                                   global_args=shlex.split(mpi_global_args),
                                   local_args=shlex.split(mpi_local_args),
-                                  oversubscribe=oversubscribe, environ=environ)
+                                  oversubscribe=oversubscribe, environ=environ,
+                                  network=subnet or iface)
         except engines.EngineError as exc:
             raise TopologyError(str(exc)) from None
         controller = "mpi" if backend == "mpi" else "gloo"

@@ -65,8 +65,9 @@ class MpiBackend(_Engine):
 
     def __init__(self, slots, counts, ssh: SshOptions = SshOptions(),
                  global_args: Sequence[str] = (), local_args: Sequence[str] = (),
-                 oversubscribe: bool = False) -> None:
+                 oversubscribe: bool = False, network: Optional[str] = None) -> None:
         super().__init__(slots, counts)
+        self.network = network  # --host-subnet or --network-interface: MPI's traffic stays there
         self.mpirun = _which("mpirun") or os.path.join(os.path.dirname(sys.executable), "mpirun")
         if not os.path.isfile(self.mpirun):
             raise EngineError("--backend mpi needs Open MPI's mpirun on PATH; install the "
@@ -88,6 +89,9 @@ class MpiBackend(_Engine):
             agent = " ".join(shlex.quote(w) for w in self.ssh.base_argv())
             argv += ["--prtemca", "plm_ssh_agent", agent,
                      "--prefix", os.path.dirname(os.path.dirname(self.mpirun))]
+            if self.network:
+                argv += ["--prtemca", "prte_if_include", self.network,
+                         "--mca", "btl_tcp_if_include", self.network]
         common, _ = split_env(plan)
         for name in (*common, INSTANCE_ENVS, "PYTHONUNBUFFERED", "PATH"):
             argv += ["-x", name]
@@ -151,7 +155,8 @@ class SlurmBackend(_Engine):
 
 
 def make(kind: str, slots, counts, ssh: SshOptions, global_args: Sequence[str],
-         local_args: Sequence[str], oversubscribe: bool, environ: Mapping[str, str]) -> Backend:
+         local_args: Sequence[str], oversubscribe: bool, environ: Mapping[str, str],
+         network: Optional[str] = None) -> Backend:
     if kind == "mpi":
-        return MpiBackend(slots, counts, ssh, global_args, local_args, oversubscribe)
+        return MpiBackend(slots, counts, ssh, global_args, local_args, oversubscribe, network)
     return SlurmBackend(slots, counts, global_args, local_args)

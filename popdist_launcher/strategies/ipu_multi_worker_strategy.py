@@ -30,6 +30,16 @@ class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceE
                       for d in self._replica_devices)
         return local, kinds.pop()
 
+    def _get_variable_creator_initial_value(self, replica_id, device, primary_var, **kwargs):
+        if replica_id == 0 and _is_global_step(kwargs):
+            # The global step starts at 0 everywhere and must not be broadcast: TensorFlow's
+            # global-step read (tf.compat.v1.train's, fetched by the chief's checkpoint, summary
+            # and step-counter hooks) evaluates initial_value, so a broadcast in it would run a
+            # collective on the chief alone, and the chief would wait for it forever.
+            return kwargs["initial_value"]
+        return super()._get_variable_creator_initial_value(replica_id, device, primary_var,
+                                                           **kwargs)
+
     def _create_variable(self, next_creator, **kwargs):
         if not self._variables_on_host:
             return super()._create_variable(next_creator, **kwargs)
@@ -65,3 +75,10 @@ class IPUMultiWorkerStrategy(collective_all_reduce_strategy.CollectiveAllReduceS
     def update_config_proto(self, config_proto):
         """The session config a TF1-style ``tf.compat.v1.Session`` needs for this strategy."""
         return self.extended._update_config_proto(config_proto)  # noqa: SLF001
+
+
+def _is_global_step(variable_kwargs) -> bool:
+    collections = variable_kwargs.get("collections") or ()
+    name = str(variable_kwargs.get("name") or "").split(":")[0]
+    return (tf.compat.v1.GraphKeys.GLOBAL_STEP in collections
+            or name == tf.compat.v1.GraphKeys.GLOBAL_STEP)

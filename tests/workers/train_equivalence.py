@@ -116,4 +116,4 @@ else:
     raise SystemExit(f"unknown mode {mode!r}")
 
 with open(os.path.join(out_dir, f"{mode}-{ctx.instance_index}.json"), "w") as f:
-    json.dump({"history": history}, f)
+    json.dump({"history": history, "hostname": __import__("socket").gethostname()}, f)

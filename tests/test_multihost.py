@@ -1,0 +1,158 @@
+"""Beyond one machine: two test hosts as network namespaces with their own sshd (tests/netns_hosts),
+real training over ssh and over mpirun, faults across hosts, and restarts."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import LAUNCHER, alive, poprun, poprun_background, program, read_pids, \
+    wait_for_files, wait_gone
+from netns_hosts import TestHosts, require_test_hosts
+
+pytestmark = pytest.mark.slow
+HOSTS = "hostA:2,hostB:2"
+
+
+@pytest.fixture
+def hosts(tmp_path):
+    require_test_hosts()
+    with TestHosts(names=("hostA", "hostB"), workdir=tmp_path) as test_hosts:
+        yield test_hosts
+
+
+def over_ssh(hosts, *args):
+    return ["-H", HOSTS, "--ssh-config", hosts.ssh_config, "--host-subnet", hosts.subnet, *args]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reference")
+    result = poprun("-np", "1", "tests/workers/train_equivalence.py", "reference", "none", str(out),
+                    timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads((out / "reference-0.json").read_text())["history"]
+
+
+@pytest.mark.parametrize("backend", ["ssh", "mpi"])
+def test_training_across_two_hosts_matches_one_process(hosts, reference, tmp_path, backend):
+    result = poprun("-np", "4", *over_ssh(hosts, "--backend", backend, "--start-timeout", "60"),
+                    "tests/workers/train_equivalence.py", "tf2", "popdist", str(tmp_path),
+                    timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    runs = [json.loads((tmp_path / f"tf2-{i}.json").read_text()) for i in range(4)]
+    assert [r["hostname"] for r in runs] == ["hostA", "hostA", "hostB", "hostB"]
+    for step, ref in enumerate(reference):
+        for i in range(1, 4):
+            assert runs[i]["history"][step] == runs[0]["history"][step], f"instance {i}, step {step}"
+        np.testing.assert_allclose(runs[0]["history"][step], ref, rtol=1e-6, atol=1e-6)
+
+
+def test_topology_shows_hosts_and_ssh_commands(hosts):
+    result = poprun("-np", "4", *over_ssh(hosts), "--print-topology", "python", "-c", "pass")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert f"hostA ({hosts.address('hostA')}, eth0, 2 instance(s))" in out
+    assert f"hostB ({hosts.address('hostB')}, eth0, 2 instance(s))" in out
+    assert "backend ssh" in out and "BatchMode=yes" in out
+    assert f"HOROVOD_GLOO_RENDEZVOUS_ADDR={hosts.launcher_address}" in out
+    assert out.count("command of instance") == 4
+
+
+def test_sigkill_of_an_instance_on_host_b_ends_the_job_on_both_hosts(hosts, pid_dir):
+    job = poprun_background("-np", "4", *over_ssh(hosts), program("behave.py"), str(pid_dir),
+                            "sleep:120")
+    try:
+        wait_for_files([pid_dir / f"pid-{i}" for i in range(4)], timeout=60)
+        pids = read_pids(pid_dir, "pid")
+        os.kill(pids[3], signal.SIGKILL)  # instance 3 runs on hostB
+        out, err = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 128 + signal.SIGKILL, err
+    assert "instance 3 was killed by SIGKILL (host hostB)" in err
+    assert "job failed: root cause" in err
+    assert wait_gone(pids, timeout=15) == []
+    assert hosts.pids_in("hostA", include_sshd_sessions=False) == []
+    assert hosts.pids_in("hostB", include_sshd_sessions=False) == []
+
+
+def test_launcher_sigkill_leaves_nothing_on_either_host(hosts, pid_dir):
+    job = poprun_background("-np", "4", *over_ssh(hosts), program("behave.py"), str(pid_dir),
+                            "child", "sleep:120")
+    try:
+        wait_for_files([pid_dir / f"child-{i}" for i in range(4)], timeout=60)
+        pids = read_pids(pid_dir, "pid") + read_pids(pid_dir, "child")
+        job.send_signal(signal.SIGKILL)
+        job.wait(timeout=10)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert wait_gone(pids, timeout=20) == []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (hosts.pids_in("hostA", include_sshd_sessions=False)
+                                           or hosts.pids_in("hostB", include_sshd_sessions=False)):
+        time.sleep(0.2)
+    assert hosts.pids_in("hostA", include_sshd_sessions=False) == []
+    assert hosts.pids_in("hostB", include_sshd_sessions=False) == []
+
+
+def test_signal_forwarded_to_remote_instances(hosts, pid_dir):
+    job = poprun_background("-np", "4", *over_ssh(hosts), program("behave.py"), str(pid_dir),
+                            "usr1", "sleep:120")
+    try:
+        wait_for_files([pid_dir / f"pid-{i}" for i in range(4)], timeout=60)
+        time.sleep(0.5)
+        job.send_signal(signal.SIGUSR1)
+        wait_for_files([pid_dir / f"usr1-{i}" for i in range(4)], timeout=20)
+        job.send_signal(signal.SIGTERM)
+        out, err = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 128 + signal.SIGTERM, err
+    assert wait_gone(read_pids(pid_dir, "pid"), timeout=15) == []
+
+
+def test_a_host_that_does_not_answer_is_named_within_the_start_timeout(hosts):
+    hosts.set_down("hostB")
+    start = time.monotonic()
+    result = poprun("-np", "4", *over_ssh(hosts, "--start-timeout", "3"), "python", "-c", "pass",
+                    timeout=120)
+    assert result.returncode != 0
+    assert time.monotonic() - start < 30
+    assert "hostB" in result.stderr and "hostA" not in result.stderr.split("error:")[-1].split(";")[0]
+    assert "start-timeout" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_restart_resumes_from_the_checkpoint_with_the_same_final_weights(tmp_path):
+    steps = "8"
+    clean, resumed = tmp_path / "clean", tmp_path / "resumed"
+    for d in (clean, resumed):
+        (d / "ckpt").mkdir(parents=True)
+    result = poprun("-np", "2", "tests/workers/restart_training.py", str(clean), str(clean / "ckpt"),
+                    steps, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = poprun("-np", "2", "--max-restarts", "1", "tests/workers/restart_training.py",
+                    str(resumed), str(resumed / "ckpt"), steps, "3", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "restarting the job on every host (restart 1 of 1" in result.stderr
+    finals = [json.loads((resumed / f"final-{i}.json").read_text()) for i in range(2)]
+    expected = json.loads((clean / "final-0.json").read_text())
+    assert [f["attempt"] for f in finals] == [1, 1]
+    assert finals[0]["resumed_at"] == finals[1]["resumed_at"] in (2, 3)
+    for f in finals:
+        np.testing.assert_allclose(f["w"], expected["w"], rtol=1e-6, atol=1e-7)
+
+
+def test_max_restarts_gives_up_with_the_failure_exit_code(tmp_path, pid_dir):
+    result = poprun("-np", "2", "--max-restarts", "2", program("behave.py"), str(pid_dir),
+                    "exit:5@1", timeout=120)
+    assert result.returncode == 5
+    assert result.stderr.count("restarting the job") == 2
