@@ -69,6 +69,8 @@ def context_from_environ(env: Optional[Mapping[str, str]] = None) -> RuntimeCont
     """Parse and cross-check the PopDist variables; a single instance when none is set."""
     env = os.environ if env is None else env
     if c.NUM_TOTAL_REPLICAS not in env and c.NUM_INSTANCES not in env:
+        if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and "SLURM_STEP_ID" in env:
+            return _context_from_slurm(env)
         return SINGLE_INSTANCE
     missing = [n for n in (c.NUM_TOTAL_REPLICAS, c.NUM_LOCAL_REPLICAS, c.REPLICA_INDEX_OFFSET)
                if n not in env]
@@ -105,6 +107,19 @@ def context_from_environ(env: Optional[Mapping[str, str]] = None) -> RuntimeCont
         )
     return RuntimeContext(True, num_instances, index, local_index, total, local, offset, ipus,
                           restart)
+
+
+def _context_from_slurm(env: Mapping[str, str]) -> RuntimeContext:
+    """A task of ``srun`` started without poprun-lite: one replica per task, Slurm's numbering."""
+    ntasks = _read_int(env, "SLURM_NTASKS", 1)
+    index = _read_int(env, "SLURM_PROCID", 0)
+    local_index = _read_int(env, "SLURM_LOCALID", 0) if "SLURM_LOCALID" in env else 0
+    if index >= ntasks:
+        raise LaunchEnvironmentError(
+            f"SLURM_PROCID={index} is out of range for SLURM_NTASKS={ntasks}; run the program "
+            f"as an srun task or through poprun-lite.")
+    restart = _read_int(env, c.RESTART_COUNT, 0) if c.RESTART_COUNT in env else 0
+    return RuntimeContext(True, ntasks, index, local_index, ntasks, 1, index, 1, restart)
 
 
 _context: Optional[RuntimeContext] = None

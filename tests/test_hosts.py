@@ -1,0 +1,76 @@
+"""Host lists, ranges, hostfiles and slot allocation (pure functions), and their CLI errors."""
+import pytest
+
+from conftest import poprun
+from popdist_launcher import hosts as h
+
+
+def test_host_list_with_slots_ranges_and_defaults():
+    assert h.parse_host_list("a:2,b:2") == [h.HostSlots("a", 2), h.HostSlots("b", 2)]
+    assert h.parse_host_list("node[0-2]:4") == [h.HostSlots(f"node{i}", 4) for i in range(3)]
+    assert [x.name for x in h.parse_host_list("n[08-10,3]")] == ["n08", "n09", "n10", "n3"]
+    assert h.parse_host_list("a,b") == [h.HostSlots("a", 1), h.HostSlots("b", 1)]
+    assert h.parse_host_list("a:1,a:2") == [h.HostSlots("a", 3)]  # named twice: slots add up
+    assert [x.name for x in h.parse_host_list("r[1-2]c[1-2]")] == ["r1c1", "r1c2", "r2c1", "r2c2"]
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("a:0", "at least 1"), ("a:x", "slots must be"), ("n[3-1]", "runs backwards"),
+    ("n[a-b]", "not a list of numbers"), ("n[1-2", "unbalanced"), ("a b", "not a host name"),
+    (",", "names no host"),
+])
+def test_host_list_errors_say_what_to_write(spec, words):
+    with pytest.raises(h.HostError, match=words):
+        h.parse_host_list(spec)
+
+
+def test_hostfile_format():
+    text = "# cluster\nnodeA slots=2\n\nnodeB slots=4 max_slots=8  # big one\nnode[1-2]\n"
+    assert h.parse_hostfile(text) == [h.HostSlots("nodeA", 2), h.HostSlots("nodeB", 4),
+                                      h.HostSlots("node1", 1), h.HostSlots("node2", 1)]
+    with pytest.raises(h.HostError, match="line 2: 'cpus=4' is not understood"):
+        h.parse_hostfile("a slots=1\nb cpus=4\n", "hostfile")
+    with pytest.raises(h.HostError, match="lists no host"):
+        h.parse_hostfile("# nothing\n")
+
+
+def test_allocation_spreads_evenly_within_slots():
+    two_two = [h.HostSlots("a", 2), h.HostSlots("b", 2)]
+    assert h.allocate(4, two_two) == [2, 2]
+    assert h.allocate(2, two_two) == [1, 1]
+    assert h.allocate(3, two_two) == [2, 1]
+    assert h.allocate(5, [h.HostSlots("a", 1), h.HostSlots("b", 4)]) == [1, 4]
+    assert h.allocate(1, [h.HostSlots("a", 1)] * 3) == [1, 0, 0]
+    with pytest.raises(h.HostError, match="5 instances need 5 slots but -H gives 4"):
+        h.allocate(5, two_two)
+    assert h.allocate(6, two_two, oversubscribe=True) == [3, 3]
+
+
+def test_slurm_allocation_from_its_variables():
+    assert h.parse_tasks_per_node("2(x3),1") == [2, 2, 2, 1]
+    slots, _ = h.slurm_hosts({"SLURM_JOB_NODELIST": "node[1-3],gpu7", "SLURM_TASKS_PER_NODE": "2(x3),1"})
+    assert slots == [h.HostSlots("node1", 2), h.HostSlots("node2", 2), h.HostSlots("node3", 2),
+                     h.HostSlots("gpu7", 1)]
+    with pytest.raises(h.HostError, match="inside salloc"):
+        h.slurm_hosts({})
+
+
+@pytest.mark.parametrize("args, words", [
+    (["-np", "3", "-H", "localhost:2"], "3 instances need 3 slots but -H gives 2"),
+    (["-np", "2", "-H", "a", "--hostfile", "f"], "give one of them"),
+    (["-np", "2", "--hostfile", "/nonexistent/hosts"], "cannot be read"),
+    (["-np", "2", "-H", "x:1,y:1", "--backend", "local"], "--backend local cannot start"),
+    (["-np", "2", "--host-subnet", "10.1.2"], "is not a subnet"),
+    (["-np", "2", "--backend", "slurm"], "needs a Slurm allocation"),
+])
+def test_cli_host_errors_are_one_sentence(args, words):
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("SLURM_")}
+    result = poprun(*args, "python", "-c", "pass", env=env)
+    assert result.returncode == 2
+    assert words in result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_oversubscribe_on_localhost_runs(tmp_path):
+    result = poprun("-np", "3", "-H", "localhost:1", "--oversubscribe", "python", "-c", "pass")
+    assert result.returncode == 0, result.stderr
