@@ -5,7 +5,10 @@ environment, with no race) and starts this helper only when the first instance c
 that never call ``hvd.init()`` never pay for importing Horovod. The helper lives until the
 launcher closes its stdin, or dies.
 
-Usage (by the launcher only): python -m popdist_launcher.rendezvous FD SLOTS_JSON
+It answers only the job's own hosts (ALLOWED_JSON: their addresses) and loopback: Gloo's HTTP
+client cannot carry a secret, so the peer address is what tells this job from others.
+
+Usage (by the launcher only): python -m popdist_launcher.rendezvous FD SLOTS_JSON [ALLOWED_JSON]
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import threading
 import types
 
 
-def serve(fd: int, slots: list) -> None:
+def serve(fd: int, slots: list, allowed: list = ()) -> None:
     from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
 
     class AdoptedRendezvousServer(RendezvousHTTPServer):
@@ -31,6 +34,12 @@ def serve(fd: int, slots: list) -> None:
         def server_activate(self) -> None:
             pass  # already listening
 
+        def verify_request(self, request, client_address) -> bool:
+            host = client_address[0]
+            if host.startswith("::ffff:"):
+                host = host[7:]
+            return not allowed or host in allowed or host.startswith("127.") or host == "::1"
+
     server = AdoptedRendezvousServer(("", 0), RendezvousHandler, False)
     server.daemon_threads = True
     server.init([types.SimpleNamespace(**slot) for slot in slots])
@@ -41,4 +50,5 @@ def serve(fd: int, slots: list) -> None:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), json.loads(sys.argv[2]))
+    serve(int(sys.argv[1]), json.loads(sys.argv[2]),
+          json.loads(sys.argv[3]) if len(sys.argv) > 3 else [])

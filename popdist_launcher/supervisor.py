@@ -328,9 +328,11 @@ class Supervisor:
         sock = self._rendezvous_socket
         self._sel.unregister(sock)
         slots = json.dumps(self.plan.horovod_slots(), separators=(",", ":"))
+        allowed = json.dumps(sorted({h.address for h in self.plan.hosts}))
         debug("first rendezvous connection: starting Horovod's rendezvous server")
         self._rendezvous_proc = subprocess.Popen(
-            [sys.executable, "-m", "popdist_launcher.rendezvous", str(sock.fileno()), slots],
+            [sys.executable, "-m", "popdist_launcher.rendezvous", str(sock.fileno()), slots,
+             allowed],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, pass_fds=(sock.fileno(),),
             process_group=0, close_fds=True)
         self._watchdog.watch(self._rendezvous_proc.pid)
