@@ -1,0 +1,90 @@
+"""The slurm backend, for real: a one-node Slurm cluster (slurm-wlm + munge) started by
+scripts/slurm-local.sh, poprun-lite inside `salloc` choosing srun by itself. Plus the runtime
+context of a plain srun task, from SLURM_* variables recorded on that cluster."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import LAUNCHER, program
+from popdist_launcher import runtime, topology
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+RECORDED = Path(__file__).parent / "data" / "slurm"
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    if os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail("the Slurm tests need root to run a one-node cluster")
+        pytest.skip("the Slurm tests need root to run a one-node cluster")
+    folder = Path("/tmp") / f"poprun-slurm-{os.getpid()}"  # munged needs a world-enterable path
+    started = subprocess.run(["bash", str(ROOT / "scripts/slurm-local.sh"), "start", str(folder)],
+                             capture_output=True, text=True, timeout=900)
+    assert started.returncode == 0, started.stderr[-3000:]
+    env = dict(os.environ, SLURM_CONF=str(folder / "slurm.conf"))
+    try:
+        yield env
+    finally:
+        subprocess.run(["bash", str(ROOT / "scripts/slurm-local.sh"), "stop", str(folder)],
+                       capture_output=True, timeout=120)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_inside_salloc_poprun_lite_starts_instances_with_srun(slurm, tmp_path):
+    result = subprocess.run(
+        ["salloc", "-N1", "-n4", *LAUNCHER, "-np", "4", "--start-timeout", "60",
+         program("dump_env.py"), str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env=slurm)
+    assert result.returncode == 0, result.stderr[-3000:]
+    envs = [json.loads((tmp_path / f"instance-{i}.json").read_text()) for i in range(4)]
+    workers = json.loads(envs[0]["TF_CONFIG"])["cluster"]["worker"]
+    assert len(set(workers)) == 4
+    for i, env in enumerate(envs):
+        assert env["POPDIST_INSTANCE_INDEX"] == str(i)
+        assert env["POPDIST_NUM_INSTANCES"] == "4"
+        assert env["HOROVOD_RANK"] == str(i) and env["HOROVOD_LOCAL_RANK"] == str(i)
+        assert json.loads(env["TF_CONFIG"])["task"]["index"] == i
+    assert "[0]<stdout>:" not in result.stderr  # srun's labels were turned into our tags
+    topo = subprocess.run(["salloc", "-N1", "-n4", *LAUNCHER, "-np", "4", "--print-topology",
+                           "python", "-c", "pass"], capture_output=True, text=True, timeout=300,
+                          env=slurm)
+    assert "backend srun" in topo.stdout and "--kill-on-bad-exit=1" in topo.stdout, topo.stderr
+
+
+def test_a_failing_srun_task_ends_the_job_with_its_code(slurm, tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    result = subprocess.run(
+        ["salloc", "-N1", "-n2", *LAUNCHER, "-np", "2", program("behave.py"), str(pids),
+         "exit:7@1", "sleep:60"],
+        capture_output=True, text=True, timeout=300, env=slurm)
+    assert result.returncode == 7, result.stderr[-3000:]
+    assert "instance 1 exited with code 7" in result.stderr
+    assert "[1]<stderr>:instance 1 gives up with code 7" in result.stderr
+
+
+def test_plain_srun_task_reads_its_place_from_slurm_variables():
+    task3 = json.loads((RECORDED / "srun-task3.json").read_text())
+    ctx = runtime.context_from_environ(task3)
+    assert (ctx.launched, ctx.num_instances, ctx.instance_index) == (True, 4, 3)
+    assert (ctx.local_instance_index, ctx.num_total_replicas, ctx.replica_index_offset) == (3, 4, 3)
+    salloc = json.loads((RECORDED / "salloc.json").read_text())
+    assert runtime.context_from_environ(salloc) == runtime.SINGLE_INSTANCE  # no task yet
+
+
+def test_auto_backend_inside_an_allocation_is_srun():
+    salloc = json.loads((RECORDED / "salloc.json").read_text())
+    if shutil.which("srun") is None:
+        with pytest.raises(topology.TopologyError, match="needs Slurm's srun"):
+            topology.choose(4, environ=salloc)
+        return
+    layout = topology.choose(4, environ=salloc)
+    assert layout.backend.name == "srun"
+    assert [(s.name, s.slots) for s in layout.slots] == [("node0", 4)]
