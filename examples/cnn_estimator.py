@@ -2,6 +2,7 @@
 
     poprun-lite -np 4 examples/cnn_estimator.py                 # 4 instances, digits
     poprun-lite -np 2 --num-replicas 4 examples/cnn_estimator.py --strategy horovod
+    poprun-lite -np 2 examples/cnn_estimator.py --strategy multi-worker   # TF collectives
     python examples/cnn_estimator.py                            # one process, same result
 
 --batch-size is the global batch: the estimator gives every replica of every instance its share
@@ -27,7 +28,8 @@ import tensorflow as tf  # noqa: E402
 import popdist_launcher  # noqa: E402
 from popdist_launcher import ipu, strategies  # noqa: E402
 
-STRATEGIES = {"popdist": "PopDistStrategy", "horovod": "IPUHorovodStrategy"}
+STRATEGIES = {"popdist": "PopDistStrategy", "horovod": "IPUHorovodStrategy",
+              "multi-worker": "IPUMultiWorkerStrategy"}
 
 
 def parse_args() -> argparse.Namespace:

@@ -38,6 +38,9 @@ def assert_same_model(got, ref):
     ("popdist", None, ["--iterations-per-loop", "2"]),
     ("horovod", 4, []),
     ("popdist", 4, ["--host-call"]),
+    # TensorFlow's collectives in the estimator's sessions, through each instance's gRPC server
+    ("multi-worker", 4, ["--iterations-per-loop", "2"]),
+    ("multi-worker", None, ["--graph-mode"]),  # eager off: the estimator starts the server
 ])
 def test_equivalence_with_one_process(tmp_path, reference, strategy, replicas, extra):
     result, runs = run(tmp_path, "job", *extra, replicas=replicas, strategy=strategy)
@@ -54,8 +57,9 @@ def test_equivalence_with_one_process(tmp_path, reference, strategy, replicas, e
     assert runs[0]["latest"] == "model.ckpt-4"
 
 
-def test_eval_metrics_on_the_host_and_input_context(tmp_path):
-    result, runs = run(tmp_path, "job", "--eval-metrics", "--input-context")
+@pytest.mark.parametrize("strategy", ["popdist", "multi-worker"])
+def test_eval_metrics_on_the_host_and_input_context(tmp_path, strategy):
+    result, runs = run(tmp_path, "job", "--eval-metrics", "--input-context", strategy=strategy)
     assert result.returncode == 0, result.stderr[-3000:]
     assert runs[0]["w"] == runs[1]["w"]
     assert runs[0]["eval"] == runs[1]["eval"]
@@ -63,14 +67,15 @@ def test_eval_metrics_on_the_host_and_input_context(tmp_path):
     assert runs[0]["predict"] != runs[1]["predict"]  # each instance predicts its own shard
 
 
-def test_resume_from_the_latest_checkpoint(tmp_path):
+@pytest.mark.parametrize("strategy", ["popdist", "multi-worker"])
+def test_resume_from_the_latest_checkpoint(tmp_path, strategy):
     # Two jobs of 2 steps on one model_dir == one process calling train(2) twice (each train()
     # restarts the input pipeline, as in tf.estimator).
     model_dir = tmp_path / "shared-model"
-    first, runs = run(tmp_path, "first", "--steps", "2", model_dir=model_dir)
+    first, runs = run(tmp_path, "first", "--steps", "2", model_dir=model_dir, strategy=strategy)
     assert first.returncode == 0, first.stderr[-3000:]
     assert [r["global_step"] for r in runs] == [2, 2]
-    second, runs = run(tmp_path, "second", "--steps", "2", model_dir=model_dir)
+    second, runs = run(tmp_path, "second", "--steps", "2", model_dir=model_dir, strategy=strategy)
     assert second.returncode == 0, second.stderr[-3000:]
     single, (expected,) = run(tmp_path, "single", "--resume-steps", "2", "--steps", "2", np_=1)
     assert single.returncode == 0, single.stderr[-3000:]

@@ -95,13 +95,6 @@ class IPUEstimator(tf.estimator.Estimator):
         self._train_strategy = config.train_distribute or self._default_strategy()
         self._eval_strategy = config.eval_distribute or self._train_strategy
         ctx = runtime.context()
-        from popdist_launcher.strategies import IPUMultiWorkerStrategy
-        if ctx.num_instances > 1 and any(isinstance(s, IPUMultiWorkerStrategy)
-                                         for s in (self._train_strategy, self._eval_strategy)):
-            raise ValueError(
-                "IPUMultiWorkerStrategy cannot drive an IPUEstimator across instances: "
-                "TensorFlow's collective ops do not run in the graph-mode sessions the estimator "
-                "creates; use PopDistStrategy (the default) or IPUHorovodStrategy.")
         self._num_instances = ctx.num_instances
         self._instance_index = ctx.instance_index
         self._is_chief = config.is_chief
@@ -144,15 +137,19 @@ class IPUEstimator(tf.estimator.Estimator):
         if not self._is_chief:
             changes.update(save_checkpoints_steps=None, save_checkpoints_secs=None,
                            save_summary_steps=0, log_step_count_steps=None)
-        from popdist_launcher.strategies import IPUMultiWorkerStrategy
-        if isinstance(self._train_strategy, IPUMultiWorkerStrategy):
-            session_config = config.session_config or tf.compat.v1.ConfigProto()
-            changes["session_config"] = self._train_strategy.update_config_proto(session_config)
+        master = None
+        if _uses_tf_collectives(self._train_strategy):
+            # Graph-mode collectives run in this worker's gRPC server, with the strategy's
+            # session config (collective group leader, device filters).
+            session_config = self._train_strategy.update_config_proto(
+                config.session_config or tf.compat.v1.ConfigProto())
+            changes["session_config"] = session_config
+            master = self._train_strategy.session_target(session_config) or None
         internal = config.replace(**changes)
         internal._is_chief = True  # noqa: SLF001 - a local session per instance, see above
-        if isinstance(self._train_strategy, IPUMultiWorkerStrategy) and config._tf_config:  # noqa: SLF001
-            internal._master = f"grpc://{config._tf_config.address}"  # noqa: SLF001
-            internal._evaluation_master = internal._master  # noqa: SLF001
+        if master:
+            internal._master = master  # noqa: SLF001
+            internal._evaluation_master = master  # noqa: SLF001
         return internal
 
     @property
@@ -194,7 +191,27 @@ class IPUEstimator(tf.estimator.Estimator):
         return self
 
     def _barrier(self) -> None:
-        if self._num_instances > 1:
+        if self._num_instances == 1:
+            return
+        if _uses_tf_collectives(self._train_strategy):
+            # An all-reduce over the instances through this worker's TensorFlow server: eager,
+            # or in a session of its own when eager execution is off.
+            strategy = self._train_strategy
+
+            def all_reduce():
+                with tf.device(strategy.extended.worker_devices[0]):
+                    done = tf.identity(0.0)
+                return strategy.reduce(tf.distribute.ReduceOp.SUM, done, axis=None)
+
+            if tf.executing_eagerly():
+                all_reduce()
+                return
+            with tf.Graph().as_default():
+                done = all_reduce()
+                with tf.compat.v1.Session(self._config.master,
+                                          config=self._session_config) as session:
+                    session.run(done)
+        else:
             from popdist_launcher import collectives
             collectives.allreduce(tf.constant(0.0), op=collectives.Sum)
 
@@ -392,6 +409,10 @@ class IPUEstimator(tf.estimator.Estimator):
             fn = spec.eval_metrics[0]
             tensors = []
             for t in outputs["eval_metrics"]:
+                if self._num_instances > 1 and _uses_tf_collectives(strategy):
+                    # Every replica's tensor of every instance, in global replica order.
+                    tensors.append(strategy.gather(t, axis=0))
+                    continue
                 local = tf.concat(strategy.experimental_local_results(t), axis=0)
                 tensors.append(collectives.allgather(local) if self._num_instances > 1 else local)
             with tf.device("/device:CPU:0"):
@@ -416,6 +437,12 @@ class IPUEstimator(tf.estimator.Estimator):
             return spec
         return tf.estimator.EstimatorSpec(mode, predictions=spec.predictions, loss=spec.loss,
                                           train_op=spec.train_op)
+
+
+def _uses_tf_collectives(strategy) -> bool:
+    """True for IPUMultiWorkerStrategy: TensorFlow's collectives, not Horovod, join instances."""
+    from popdist_launcher.strategies import IPUMultiWorkerStrategy
+    return isinstance(strategy, IPUMultiWorkerStrategy)
 
 
 def _call_with_accepted(fn: Callable, **available: Any) -> Any:

@@ -3,10 +3,12 @@ gRPC, the cluster taken from TF_CONFIG (which poprun-lite writes for every insta
 
 TensorFlow's CollectiveAllReduceExtended does the work; this subclass makes each instance's
 local replicas (logical CPU devices, or GPUs) its devices and can keep variables on the host.
+TF1 sessions (the IPUEstimator's too) run its collectives through this worker's gRPC server:
+``tf.compat.v1.Session(strategy.session_target(), config=strategy.update_config_proto(...))``.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Dict, Optional
 
 import tensorflow as tf
 
@@ -15,6 +17,9 @@ from popdist_launcher.ipu import config as ipu_config
 from popdist_launcher.strategies._common import resolve_reduce_op
 from popdist_launcher.strategies._tf_internal import (TFConfigClusterResolver,
                                                        collective_all_reduce_strategy)
+
+# This process's gRPC servers started for graph-mode sessions, by address (one per process).
+_SERVERS: Dict[str, tf.distribute.Server] = {}
 
 
 class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceExtended):
@@ -39,6 +44,22 @@ class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceE
             return kwargs["initial_value"]
         return super()._get_variable_creator_initial_value(replica_id, device, primary_var,
                                                            **kwargs)
+
+    def _session_target(self, config_proto) -> str:
+        """The master of a TF1 Session that runs this strategy's collectives: this worker's
+        gRPC server. Built with eager execution on, the strategy started that server itself
+        (TensorFlow's context server); with eager execution off it is started here, once."""
+        if not self._cluster_spec:
+            return ""
+        address = self._cluster_spec.task_address(self._task_type, self._task_id)
+        if not getattr(self, "_std_server_started", False) and address not in _SERVERS:
+            # Kept outside the strategy: tf.estimator deep-copies its RunConfig, strategy
+            # included, and a server cannot be copied.
+            _SERVERS[address] = tf.distribute.Server(
+                self._cluster_spec, job_name=self._task_type, task_index=self._task_id,
+                protocol=self._rpc_layer or "grpc",
+                config=self._update_config_proto(config_proto), start=True)
+        return f"grpc://{address}"
 
     def _create_variable(self, next_creator, **kwargs):
         if not self._variables_on_host:
@@ -71,6 +92,12 @@ class IPUMultiWorkerStrategy(collective_all_reduce_strategy.CollectiveAllReduceS
 
     def experimental_run_v2(self, fn, args=(), kwargs=None, options=None):
         return self.run(fn, args=args, kwargs=kwargs, options=options)
+
+    def session_target(self, config_proto=None) -> str:
+        """The ``master`` for a ``tf.compat.v1.Session`` (with ``update_config_proto``'s config)
+        that runs this strategy's collectives across instances; "" (in-process) on one worker."""
+        config_proto = config_proto if config_proto is not None else tf.compat.v1.ConfigProto()
+        return self.extended._session_target(config_proto)  # noqa: SLF001
 
     def update_config_proto(self, config_proto):
         """The session config a TF1-style ``tf.compat.v1.Session`` needs for this strategy."""

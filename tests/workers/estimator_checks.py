@@ -1,7 +1,9 @@
 """Trains, evaluates and predicts with an IPUEstimator; writes OUT_DIR/estimator-<i>.json.
 
 usage: estimator_checks.py STRATEGY MODEL_DIR OUT_DIR [--iterations-per-loop N] [--steps N]
-       [--host-call] [--eval-metrics] [--input-context] [--resume-steps N]
+       [--host-call] [--eval-metrics] [--input-context] [--resume-steps N] [--graph-mode]
+
+--graph-mode turns eager execution off before anything else (TF1-era programs do).
 """
 import argparse
 import json
@@ -25,7 +27,10 @@ parser.add_argument("--host-call", action="store_true")
 parser.add_argument("--eval-metrics", action="store_true")
 parser.add_argument("--input-context", action="store_true")
 parser.add_argument("--train-batch-size", type=int, default=16)
+parser.add_argument("--graph-mode", action="store_true")
 args = parser.parse_args()
+if args.graph_mode:
+    tf.compat.v1.disable_eager_execution()
 
 GLOBAL_BATCH, FEATURES, LR = 16, 6, 0.1
 rng = np.random.default_rng(42)
