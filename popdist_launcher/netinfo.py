@@ -79,6 +79,14 @@ def route_source(destination: str) -> str:
         return s.getsockname()[0]
 
 
+def hostname_address() -> str:
+    """What this host's own name resolves to here ("" when it does not resolve)."""
+    try:
+        return socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)[0][4][0]
+    except (socket.gaierror, IndexError):
+        return ""
+
+
 def free_ports(count: int, port_range: Optional[Tuple[int, int]] = None) -> List[int]:
     from popdist_launcher import ports
 
@@ -102,7 +110,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(json.dumps({"error": str(exc)}))
         return 1
     print(json.dumps({"address": address, "iface": iface, "ports": found,
-                      "hostname": socket.gethostname()}))
+                      "hostname": socket.gethostname(), "hostname_address": hostname_address()}))
     return 0
 
 

@@ -47,6 +47,8 @@ class Probe(NamedTuple):
     address: str
     iface: str
     ports: Tuple[int, ...]
+    hostname: str = ""
+    hostname_address: str = ""
 
 
 def remote_command(argv: Sequence[str], env: Mapping[str, str] = (), cwd: Optional[str] = None,
@@ -127,7 +129,8 @@ def probe_hosts(hosts: Sequence[str], ports_per_host: Sequence[int], options: Ss
             continue
         reply = _last_json(out)
         if proc.returncode == 0 and reply and "address" in reply:
-            results[host] = Probe(reply["address"], reply.get("iface", ""), tuple(reply["ports"]))
+            results[host] = Probe(reply["address"], reply.get("iface", ""), tuple(reply["ports"]),
+                                  reply.get("hostname", ""), reply.get("hostname_address", ""))
         elif reply and "error" in reply:
             problems.append(f"{host}: {reply['error']}")
         else:

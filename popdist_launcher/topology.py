@@ -98,6 +98,13 @@ class Layout(NamedTuple):
         except RemoteError as exc:
             raise TopologyError(str(exc)) from None
         address, iface = _local_choice(self.subnet, self.iface, peer)
+        if self.controller == "gloo":
+            for name, probe in probes.items():
+                if probe.hostname_address.startswith("127."):
+                    _warn(f"on {name}, the host name {probe.hostname!r} resolves to "
+                          f"{probe.hostname_address}; Horovod's Gloo binds that address for its "
+                          f"process sets, so hvd.init() across hosts will fail. Map the name to "
+                          f"{probe.address} in that host's /etc/hosts, or use --backend mpi.")
         reservations, chosen, tf_ports = [], [], []
         try:
             for slot, count in self.used:
@@ -116,6 +123,11 @@ class Layout(NamedTuple):
                 reservation.close()
             raise
         return Prepared(chosen, tf_ports, rendezvous, reservations)
+
+
+def _warn(message: str) -> None:
+    import sys
+    sys.stderr.write(f"poprun-lite: warning: {message}\n")
 
 
 def _local_choice(subnet: Optional[str], iface: Optional[str], peer: Optional[str]) -> Tuple[str, str]:

@@ -156,3 +156,93 @@ def test_max_restarts_gives_up_with_the_failure_exit_code(tmp_path, pid_dir):
                     "exit:5@1", timeout=120)
     assert result.returncode == 5
     assert result.stderr.count("restarting the job") == 2
+
+
+def test_mpi_backend_sigkill_on_host_b_and_launcher_sigkill_leave_nothing(hosts, pid_dir):
+    args = ("-np", "4", *over_ssh(hosts, "--backend", "mpi"), program("behave.py"), str(pid_dir))
+    job = poprun_background(*args, "sleep:120")
+    try:
+        wait_for_files([pid_dir / f"pid-{i}" for i in range(4)], timeout=60)
+        pids = read_pids(pid_dir, "pid")
+        os.kill(pids[3], signal.SIGKILL)
+        out, err = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 128 + signal.SIGKILL, err
+    assert "instance 3 was killed by SIGKILL (host hostB; mpirun ended the job)" in err
+    assert wait_gone(pids, timeout=15) == []
+
+    for p in pid_dir.iterdir():
+        p.unlink()
+    job = poprun_background(*args, "child", "sleep:120")
+    try:
+        wait_for_files([pid_dir / f"child-{i}" for i in range(4)], timeout=60)
+        pids = read_pids(pid_dir, "pid") + read_pids(pid_dir, "child")
+        job.send_signal(signal.SIGKILL)
+        job.wait(timeout=10)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert wait_gone(pids, timeout=30) == []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (hosts.pids_in("hostA", include_sshd_sessions=False)
+                                           or hosts.pids_in("hostB", include_sshd_sessions=False)):
+        time.sleep(0.2)
+    assert hosts.pids_in("hostA", include_sshd_sessions=False) == []
+    assert hosts.pids_in("hostB", include_sshd_sessions=False) == []
+
+
+def test_restart_across_hosts_resumes_with_the_same_final_weights(hosts, tmp_path):
+    clean, resumed = tmp_path / "clean", tmp_path / "resumed"
+    for d in (clean, resumed):
+        (d / "ckpt").mkdir(parents=True)
+    two_hosts = ("-np", "2", "-H", "hostA:1,hostB:1", "--ssh-config", hosts.ssh_config,
+                 "--host-subnet", hosts.subnet)
+    result = poprun(*two_hosts, "tests/workers/restart_training.py", str(clean),
+                    str(clean / "ckpt"), "6", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = poprun(*two_hosts, "--max-restarts", "1", "tests/workers/restart_training.py",
+                    str(resumed), str(resumed / "ckpt"), "6", "2", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "instance 1 was killed by SIGKILL (host hostB)" in result.stderr
+    assert "restarting the job on every host (restart 1 of 1" in result.stderr
+    expected = json.loads((clean / "final-0.json").read_text())
+    for i in range(2):
+        final = json.loads((resumed / f"final-{i}.json").read_text())
+        assert final["attempt"] == 1 and final["resumed_at"] in (1, 2)
+        np.testing.assert_allclose(final["w"], expected["w"], rtol=1e-6, atol=1e-7)
+
+
+def test_rendezvous_answers_only_the_jobs_hosts(tmp_path):
+    require_test_hosts()
+    show = ("import os, time; print('PORT', os.environ['HOROVOD_GLOO_RENDEZVOUS_PORT'], "
+            "flush=True); time.sleep(60)")
+    with TestHosts(names=("hostA", "hostB", "hostC"), workdir=tmp_path) as hosts:
+        job = poprun_background("-np", "2", *over_ssh(hosts)[2:], "-H", "hostA:1,hostB:1",
+                                "python", "-c", show)
+        try:
+            line = job.stdout.readline()
+            port = line.split("PORT", 1)[1].split()[0]
+            url = f"http://{hosts.launcher_address}:{port}/global/missing"
+            probe = ("import sys, urllib.request, urllib.error\n"
+                     "try:\n    urllib.request.urlopen(sys.argv[1], timeout=10)\n"
+                     "except urllib.error.HTTPError as e:\n    print('HTTP', e.code)\n"
+                     "except Exception as e:\n    print('REFUSED', type(e).__name__)\n")
+            outsider = hosts.exec("hostC", [sys.executable, "-c", probe, url], timeout=60)
+            member = hosts.exec("hostA", [sys.executable, "-c", probe, url], timeout=60)
+        finally:
+            job.send_signal(signal.SIGTERM)
+            job.communicate(timeout=60)
+    assert outsider.stdout.startswith("REFUSED"), outsider.stdout + outsider.stderr
+    assert member.stdout.startswith("HTTP"), member.stdout + member.stderr
+
+
+def test_warns_when_a_host_name_resolves_to_loopback(hosts):
+    hosts_file = f"/etc/netns/{hosts.netns('hostB')}/hosts"
+    with open(hosts_file, "w") as f:  # same inode: the namespace's bind mount sees it
+        f.write("127.0.0.1 localhost\n127.0.1.1 hostB\n")
+    result = poprun("-np", "4", *over_ssh(hosts), "--print-topology", "python", "-c", "pass")
+    assert result.returncode == 0, result.stderr
+    assert "warning: on hostB, the host name 'hostB' resolves to 127.0.1.1" in result.stderr
+    assert "hostA" not in result.stderr

@@ -62,6 +62,7 @@ class MpiBackend(_Engine):
     _FAILED = re.compile(r"@\d+,(\d+)\]")
     _CODE = re.compile(r"Exit code:\s*(\d+)")
     _SIGNAL = re.compile(r"signal (\d+)")
+    _SIGNALED = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on\s+signal (\d+)")
 
     def __init__(self, slots, counts, ssh: SshOptions = SshOptions(),
                  global_args: Sequence[str] = (), local_args: Sequence[str] = (),
@@ -105,7 +106,10 @@ class MpiBackend(_Engine):
 
     def failed_instance(self, lines: Sequence[str]) -> Optional[Tuple[int, int]]:
         text = "\n".join(lines)
+        signaled = self._SIGNALED.search(text)
         rank = self._FAILED.search(text)
+        if signaled is not None and (rank is None or signaled.start() < rank.start()):
+            return int(signaled.group(1)), -int(signaled.group(2))
         if rank is None:
             return None
         code = self._CODE.search(text, rank.end())
