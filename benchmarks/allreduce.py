@@ -17,6 +17,8 @@ Peers, each started by its own launcher:
 
 * ``ours``          ``popdist_launcher.collectives`` (allreduce / grouped_allreduce, eager), under
                     ``poprun-lite -np N`` exactly as the launcher configures Horovod (Gloo);
+* ``ours-mpi``      the same, under ``poprun-lite -np N --backend mpi`` (mpirun starts the
+                    instances; the launcher sets HOROVOD_CONTROLLER=mpi);
 * ``mpi4py``        ``comm.Allreduce`` on numpy buffers under ``mpirun -np N --oversubscribe
                     --allow-run-as-root`` (the ResNet step packs the tensors into one buffer and
                     unpacks the result, copies included in the time);
@@ -94,7 +96,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "_allreduce_worker.py")
 DEFAULT_OUT = os.path.join(HERE, "results", "allreduce.json")
 DEFAULT_SIZES = "4K,16K,64K,256K,1M,4M,16M,64M"
-PEERS = ("ours", "mpi4py", "horovod-gloo", "horovod-mpi", "mwms")
+PEERS = ("ours", "ours-mpi", "mpi4py", "horovod-gloo", "horovod-mpi", "mwms")
 OTHER_PEERS = ("horovod-gloo", "horovod-mpi", "mwms")  # the "ahead of every other peer" goal
 RESNET = worker.RESNET50
 # Horovod 0.28.1's own defaults (the knob sweep's baseline).
@@ -203,8 +205,11 @@ def command(launch: Launch, out_json: str) -> List[str]:
     n = str(launch.n)
     program = [sys.executable, WORKER, launch.peer, out_json, *launch.items]
     mpirun = [tool("mpirun"), "-np", n, "--oversubscribe", "--allow-run-as-root"]
-    if launch.peer in ("ours", "mwms"):
+    if launch.peer in ("ours", "mwms", "ours-mpi"):
         exports = [arg for k, v in launch.knobs.items() for arg in ("-x", f"{k}={v}")]
+        if launch.peer == "ours-mpi":  # the same worker code, Horovod over MPI via --backend mpi
+            program[2] = "ours"
+            exports = ["--backend", "mpi", *exports]
         return [tool("poprun-lite"), "-np", n, *exports, *program[1:]]
     if launch.peer == "mpi4py":
         return [*mpirun, *program]
@@ -388,6 +393,12 @@ def compare(results: Dict[str, Dict[str, Any]], sizes: Sequence[int], stat: str 
             entry["resnet50_speedup"] = round(b[time_key] / a[time_key], 3)
         out[f"ours/{peer}"] = entry
     return out
+
+
+def _bw_ratio(per_peer: Dict[str, Any], a: str, b: str, size: int) -> Optional[float]:
+    x = per_peer.get(a, {}).get("sizes", {}).get(str(size))
+    y = per_peer.get(b, {}).get("sizes", {}).get(str(size))
+    return round(x["busbw_gbps"] / y["busbw_gbps"], 3) if x and y else None
 
 
 def verdict(values: Iterable[Optional[bool]]) -> Optional[bool]:
@@ -595,7 +606,7 @@ def print_tables(results: Dict[str, Dict[str, Dict[str, Any]]], sizes: Sequence[
                   f"(mean relative cost {sweep[knob]['mean_relative_cost']})")
 
 
-PEER_STYLE = {"ours": ("tab:red", "o"), "mpi4py": ("black", "s"),
+PEER_STYLE = {"ours": ("tab:red", "o"), "ours-mpi": ("tab:pink", "D"), "mpi4py": ("black", "s"),
               "horovod-gloo": ("tab:blue", "^"), "horovod-mpi": ("tab:green", "v"),
               "mwms": ("tab:purple", "D")}
 
@@ -779,6 +790,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "ratios_ours_vs_peer_at_min_time": ratios_min,
         "goals_at_min_time": goals(ratios_min, plan.sizes),
         "knob_sweep": sweep,
+        # The launcher's other transport: our collectives when poprun-lite starts the job with
+        # --backend mpi (Horovod's MPI controller), against raw mpi4py.
+        "ours_mpi_vs_mpi4py_busbw": {
+            n: {size_label(size): _bw_ratio(per_peer, "ours-mpi", "mpi4py", size)
+                for size in plan.sizes}
+            for n, per_peer in results.items()},
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as out:
