@@ -9,9 +9,7 @@ functions in-process for its own host. Standard library only.
 """
 from __future__ import annotations
 
-import argparse
 import fcntl
-import ipaddress
 import json
 import socket
 import struct
@@ -54,6 +52,8 @@ def choose(subnet: Optional[str] = None, iface: Optional[str] = None,
             raise NetInfoError(f"host {host} has no IPv4 interface {iface!r}; it has: {have}.")
         return addresses[iface], iface
     if subnet:
+        import ipaddress
+
         net = ipaddress.ip_network(subnet, strict=False)
         for name, address in sorted(addresses.items()):
             if ipaddress.ip_address(address) in net:
@@ -95,6 +95,8 @@ def free_ports(count: int, port_range: Optional[Tuple[int, int]] = None) -> List
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    import argparse
+
     parser = argparse.ArgumentParser(prog="python -m popdist_launcher.netinfo")
     parser.add_argument("--ports", type=int, default=0)
     parser.add_argument("--subnet")

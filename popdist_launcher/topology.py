@@ -13,7 +13,7 @@ import socket
 from typing import List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher import hosts as hostlib
-from popdist_launcher import netinfo, ports
+from popdist_launcher import ports
 from popdist_launcher.backends import Backend, LocalBackend, SshBackend
 from popdist_launcher.plan import Host
 from popdist_launcher.remote import RemoteError, SshOptions, probe_hosts
@@ -131,6 +131,8 @@ def _warn(message: str) -> None:
 
 
 def _local_choice(subnet: Optional[str], iface: Optional[str], peer: Optional[str]) -> Tuple[str, str]:
+    from popdist_launcher import netinfo
+
     try:
         return netinfo.choose(subnet, iface, peer)
     except (netinfo.NetInfoError, OSError, ValueError) as exc:
