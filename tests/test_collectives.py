@@ -190,6 +190,8 @@ def test_collectives_in_one_function_do_not_wait_for_each_other(job) -> None:
     for inst in job["instances"]:
         assert inst["checks"]["function/independent_collectives"] == {
             "second_waits_for_first": False,
+            # The stall marks in a tf.function: counters, no Python, off the results' path.
+            "python_callbacks": [], "begin_marks": 2, "consumers_wait_for_end_marks": False,
             "values": [[n * (n - 1) / 2, float(n)], [2.0 * n, n * (n - 1) / 2]]}
 
 
@@ -344,3 +346,41 @@ def test_watchdog_forgets_marks_of_aborted_graph_steps() -> None:
     running[0] = False  # no thread inside TensorFlow: the step was aborted
     assert wd.check() is None and wd.pending_descriptions() == []
     wd.end(token)  # late ends are harmless
+
+
+def test_watchdog_reads_the_counters_of_function_collectives() -> None:
+    from popdist_launcher.collectives._watchdog import ProbeRegistry, StallWatchdog
+
+    clock, running = Clock(), [True]
+    probes = ProbeRegistry()
+    counters = {"a": [0, 0, False], "b": [0, 0, False]}
+    for name in counters:
+        probes.add(f"allreduce '{name}'", lambda name=name: tuple(counters[name]))
+    wd = StallWatchdog(5, lambda m: None, where=" on instance 1 of 2", clock=clock,
+                       graph_running=lambda: running[0], probes=probes)
+    assert wd.check() is None and wd.pending_descriptions() == []
+    counters["a"][0] = 1  # run 1 of 'a' begins (seen at this poll)
+    clock.now += 1
+    assert wd.check() is None and wd.pending_descriptions() == ["allreduce 'a'"]
+    clock.now += 4.5  # 5.5 s since it began, but only 4.5 s since the poll that saw it
+    assert wd.check() is None
+    clock.now += 1
+    message = wd.check()
+    assert message.startswith("collective stall on instance 1 of 2: allreduce 'a' "
+                              "(waiting 5.5 s); no collective has completed")
+    counters["a"][1] = 1  # it completes: progress, nothing pending
+    counters["b"][0] = 1
+    assert wd.check() is None and wd.pending_descriptions() == ["allreduce 'b'"]
+    clock.now += 3
+    counters["a"][0] = 2  # 'a' again, while 'b' waits: 'b' is named, oldest first
+    assert wd.check() is None
+    assert wd.pending_descriptions() == ["allreduce 'b'", "allreduce 'a'"]
+    clock.now += 2.5
+    assert "allreduce 'b' (waiting 5.5 s), allreduce 'a' (waiting 2.5 s)" in wd.check()
+    running[0] = False  # no step is running: those runs were aborted
+    assert wd.check() is None and wd.pending_descriptions() == []
+    running[0] = True
+    counters["a"][:2] = [3, 3]  # a later run of 'a' completes: the aborted run stays forgotten
+    assert wd.check() is None and wd.pending_descriptions() == []
+    counters["b"][:] = [2, 0, True]  # 'b''s function is gone: read once more, then dropped
+    assert wd.check() is None and len(probes) == 1 and wd.pending_descriptions() == []

@@ -4,7 +4,10 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, TypeVar, Union
+import uuid
+import weakref
+from typing import (Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar,
+                    Union)
 
 import horovod.tensorflow as hvd
 import numpy as np
@@ -62,22 +65,40 @@ def _integral(factor: float, what: str, dtype: tf.DType) -> int:
     return int(factor)
 
 
-def _shape_text(tensor: tf.Tensor) -> str:
-    return "[" + ", ".join("?" if d is None else str(d) for d in tensor.shape.as_list()) + "]" \
-        if tensor.shape.rank is not None else "[...]"
+def _shape_text(shape: tf.TensorShape) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape.as_list()) + "]" \
+        if shape.rank is not None else "[...]"
 
 
-def _describe(kind: str, name: Optional[str], tensor: Optional[tf.Tensor]) -> str:
+class _EagerCall:
+    """The description of an unnamed eager collective, formatted only when a message needs it
+    (most calls never do)."""
+
+    __slots__ = ("kind", "number", "dtype", "shape", "more")
+
+    def __init__(self, kind: str, tensor: tf.Tensor, more: int) -> None:
+        self.kind, self.number, self.more = kind, next(_eager_calls), more
+        self.dtype, self.shape = tensor.dtype, tensor.shape
+
+    def __str__(self) -> str:
+        text = f"{self.kind} #{self.number} of a {self.dtype.name}{_shape_text(self.shape)} tensor"
+        return text + (f" (+{self.more} more)" if self.more else "")
+
+
+def _describe(kind: str, name: Optional[str], tensor: Optional[tf.Tensor], more: int = 0
+              ) -> Union[str, _EagerCall]:
+    """How errors name the collective: its name, else the eager call's number, else the tensor
+    (``more``: how many more tensors a grouped call reduces)."""
     if name is not None:
         return f"{kind} '{name}'"
     if tensor is None:
         return kind
     if tf.executing_eagerly():
-        return f"{kind} #{next(_eager_calls)} of a {tensor.dtype.name}{_shape_text(tensor)} tensor"
-    return f"{kind} of tensor '{tensor.name}'"
+        return _EagerCall(kind, tensor, more)
+    return f"{kind} of tensor '{tensor.name}'" + (f" (+{more} more)" if more else "")
 
 
-def _explain(exc: tf.errors.OpError, description: str, token: Optional[int]) -> Exception:
+def _explain(exc: tf.errors.OpError, description: object, token: Optional[int]) -> Exception:
     """The error to raise for a failed eager collective: it names the collective."""
     st = _state._state
     wd = _state.current_watchdog()
@@ -97,45 +118,166 @@ def _explain(exc: tf.errors.OpError, description: str, token: Optional[int]) -> 
         return tf.errors.UnknownError(exc.node_def, exc.op, message)
 
 
+# ---- stall marks --------------------------------------------------------------------------------
+# Three ways to tell the watchdog (_watchdog.py) that a collective is pending, by where it runs:
+#
+# * eager: begin()/end() around the call, plain Python;
+# * a tf.function run eagerly: two counters in a small resource variable that ops in the
+#   function update (no Python runs in the step) and the watchdog thread reads;
+# * a graph run by a Session (also inside its tf.while_loop/cond bodies): the Session owns the
+#   graph's resources, so the watchdog cannot read them; two Python callbacks mark the call.
+#
+# In a graph, each Horovod op takes (one of) its inputs through a gate that waits for the begin
+# mark: a stateful pass-through op (Print that never prints). Besides ordering the mark first,
+# it stops Grappler from constant-folding the collective (Horovod's ops are not stateful): it
+# would otherwise run Horovod ops with constant inputs while optimizing the graph, before any
+# mark, where a stall blocks the Session.run or tf.function call unseen.
+
+_COUNTER_PREFIX = f"popdist_collective_progress_{uuid.uuid4().hex[:12]}_"
+_INT64_ONE = np.array([1], np.int64)
+
+try:  # tracing a function for a SavedModel: it is not run, and must capture no untracked resource
+    from tensorflow.python.saved_model import save_context as _save_context
+except ImportError:  # pragma: no cover (TensorFlow moved it)
+    _save_context = None
+
+
+def _saving() -> bool:
+    return _save_context is not None and _save_context.in_save_context()
+
+
+def _runs_every_stateful_op() -> bool:
+    """Whether the graph being built runs its stateful ops even when no output depends on them
+    (tf.function's automatic control dependencies: tf.function, tf.while_loop/cond bodies);
+    not a Session graph, nor tf.compat.v1.wrap_function, which prune them."""
+    return bool(getattr(tf.compat.v1.get_default_graph(), "_add_control_dependencies", False))
+
+
+def _after(mark: tf.Operation, out: T) -> T:
+    """``out`` (a structure of tensors), each through an identity that waits for ``mark``."""
+    flat = tf.nest.flatten(out, expand_composites=True)
+    with tf.control_dependencies([mark]):
+        flat = [tf.identity(t) for t in flat]
+    return tf.nest.pack_sequence_as(out, flat, expand_composites=True)
+
+
+def _outermost_is_eager() -> bool:
+    """Whether the graph being built belongs to a tf.function that eager code will call (not to
+    a graph that a Session runs)."""
+    with tf.init_scope():
+        return tf.executing_eagerly()
+
+
+def _read_counter(ref: "weakref.ReferenceType[tf.Tensor]", shared_name: str
+                  ) -> Tuple[int, int, bool]:
+    """The watchdog thread's reader of one counter: (runs begun, last run ended, gone). Once the
+    function that captured it is gone, the last values are read and the resource is freed."""
+    handle = ref()
+    if handle is not None:
+        value = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.int64).numpy()
+        return int(value[0]), int(value[1]), False
+    with tf.device("/device:CPU:0"):
+        handle = tf.raw_ops.VarHandleOp(dtype=tf.int64, shape=[2], shared_name=shared_name)
+        value = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.int64).numpy()
+        tf.raw_ops.DestroyResourceOp(resource=handle, ignore_lookup_error=True)
+    return int(value[0]), int(value[1]), True
+
+
+def _new_counter(description: str) -> tf.Tensor:
+    """An int64[2] resource variable (runs begun, number of the last run that ended), made
+    eagerly while the function is traced; the function captures its handle. A raw resource,
+    not a tf.Variable: nothing tracks, checkpoints or watches it on a tape. The watchdog holds
+    it weakly, so it goes with the function."""
+    shared_name = f"{_COUNTER_PREFIX}{next(_graph_keys)}"
+    with tf.init_scope(), tf.device("/device:CPU:0"):
+        handle = tf.raw_ops.VarHandleOp(dtype=tf.int64, shape=[2], shared_name=shared_name)
+        tf.raw_ops.AssignVariableOp(resource=handle, value=tf.zeros([2], tf.int64))
+    _state.PROBES.add(description, functools.partial(_read_counter, weakref.ref(handle),
+                                                     shared_name))
+    return handle
+
+
+def _gate(tensor: tf.Tensor, data: List[tf.Tensor]) -> tf.Tensor:
+    """``tensor``, once ``data`` exists (see above)."""
+    return tf.raw_ops.Print(input=tensor, data=data, message="", first_n=0,
+                            name="collective_gate")
+
+
+def _with_gates(inputs: List[tf.Tensor], gated: int, data: List[tf.Tensor]) -> List[tf.Tensor]:
+    return [_gate(t, data) if i < gated else t for i, t in enumerate(inputs)]
+
+
+def _counted(description: str, inputs: List[tf.Tensor], gated: int,
+             build: Callable[[List[tf.Tensor]], T]) -> T:
+    """A collective in a tf.function: counters, no Python. Once the inputs are ready the run
+    number n = ++begun is taken; the gates wait for it; once the outputs are ready
+    ended = max(ended, n). The outputs do not wait for that last op (the function's return
+    does, as for every stateful op; in a graph that would prune it they do), and each
+    collective has its own counters, so the marks order nothing else: collectives of one
+    function do not wait for each other."""
+    handle = _new_counter(description)
+    with tf.control_dependencies(inputs):
+        begun = tf.raw_ops.ResourceScatterAdd(resource=handle, indices=[0], updates=_INT64_ONE,
+                                              name="collective_begin")
+    with tf.control_dependencies([begun]):
+        run = tf.raw_ops.ResourceGather(resource=handle, indices=[0], dtype=tf.int64,
+                                        name="collective_run")
+    # The handle in the gate: a stateful op on a resource is ordered by tf.function's automatic
+    # control dependencies only against ops on that resource.
+    out = build(_with_gates(inputs, gated, [run, handle]))
+    with tf.control_dependencies(tf.nest.flatten(out, expand_composites=True)):
+        end = tf.raw_ops.ResourceScatterMax(resource=handle, indices=[1], updates=run,
+                                            name="collective_end")
+    return out if _runs_every_stateful_op() else _after(end, out)
+
+
 def _graph_begin(description: str, key: int, *_resource) -> np.int64:
     wd = _state.current_watchdog()
     return np.int64(wd.begin(description, key=key, in_graph=True) if wd is not None else 0)
 
 
-def _graph_end(token: tf.Tensor, *_resource) -> np.int64:
+def _graph_end(token: np.ndarray, *_resource) -> np.int64:
     wd = _state.current_watchdog()
     if wd is not None:
-        wd.end(int(token.numpy()))
+        wd.end(int(token))
     return np.int64(0)
 
 
-def _private_resource(key: int, role: str) -> tf.Tensor:
+def _private_resource(key: int) -> tf.Tensor:
     """A resource no other op uses: a stateful op that takes one is ordered by tf.function's
     automatic control dependencies only against ops on that resource, so the marks never
     serialize unrelated collectives. A mutex, not a variable handle: code that walks graphs for
     variables (tf.custom_gradient) must not mistake it for one."""
     with tf.control_dependencies(None):
-        return tf.raw_ops.MutexV2(shared_name=f"popdist_collective_{role}_{key}",
-                                  name=f"collective_{role}_resource")
+        return tf.raw_ops.MutexV2(shared_name=f"popdist_collective_marks_{key}",
+                                  name="collective_marks_resource")
 
 
-def _gate(tensor: tf.Tensor, begin: tf.Tensor, extra: List[tf.Tensor]) -> tf.Tensor:
-    """``tensor``, once ``begin`` has run, through a stateful pass-through op (Print that never
-    prints). Grappler cannot constant-fold the collective behind it: it would otherwise run
-    Horovod ops with constant inputs while optimizing the graph, before any mark, where a
-    stall blocks the Session.run or tf.function call unseen."""
-    return tf.raw_ops.Print(input=tensor, data=[begin] + extra, message="", first_n=0,
-                            name="collective_gate")
+def _called_back(description: str, inputs: List[tf.Tensor], gated: int,
+                 build: Callable[[List[tf.Tensor]], T]) -> T:
+    """A collective in a graph run by a Session: a Python callback marks it begun once the
+    inputs are ready, the gates wait for it, another marks it ended once the outputs are ready,
+    and, in the graph's top level, the outputs returned wait for that one (else the Session
+    would not run it)."""
+    key = next(_graph_keys)
+    in_function = getattr(tf.compat.v1.get_default_graph(), "building_function", False)
+    extra = [_private_resource(key)] if in_function else []  # a tf.while_loop/cond body
+    with tf.control_dependencies(inputs):
+        begin = tf.numpy_function(functools.partial(_graph_begin, description, key), extra,
+                                  tf.int64, name="collective_begin")
+    out = build(_with_gates(inputs, gated, [begin] + extra))
+    with tf.control_dependencies(tf.nest.flatten(out, expand_composites=True)):
+        end = tf.numpy_function(_graph_end, [begin] + extra, tf.int64, name="collective_end")
+    return out if _runs_every_stateful_op() else _after(end.op, out)
 
 
-def _tracked(description: str, inputs: List[tf.Tensor],
-             build: Callable[[List[tf.Tensor]], T]) -> T:
+def _tracked(description: Union[str, _EagerCall], inputs: List[tf.Tensor],
+             build: Callable[[List[tf.Tensor]], T], gated: Optional[int] = None) -> T:
     """Run ``build(inputs)`` (which creates the Horovod ops) under the stall watchdog.
 
-    Eager: the call is timed directly and a failure is re-raised naming the collective. Graph
-    (tf.function, Session): a mark op runs once the inputs are ready, the collective's inputs
-    pass through a gate that depends on it, and another mark runs once the outputs are ready;
-    the outputs returned depend on it.
+    ``gated``: how many leading inputs feed Horovod ops (default all); each Horovod op must take
+    at least one of them. Eager: the call is timed directly and a failure is re-raised naming
+    the collective. Graph: marks as described above.
     """
     wd = _state.current_watchdog()
     if tf.executing_eagerly():
@@ -147,23 +289,13 @@ def _tracked(description: str, inputs: List[tf.Tensor],
         finally:
             if token is not None:
                 wd.end(token)
-    if wd is None:
+    if wd is None or _saving():
         return build(inputs)
-    key = next(_graph_keys)
-    in_function = getattr(tf.compat.v1.get_default_graph(), "building_function", False)
-    begin_extra = [_private_resource(key, "begin")] if in_function else []
-    end_extra = [_private_resource(key, "end")] if in_function else []
-    with tf.control_dependencies(inputs):
-        begin = tf.py_function(functools.partial(_graph_begin, description, key), begin_extra,
-                               tf.int64, name="collective_begin")
-    gated = [_gate(t, begin, begin_extra) for t in inputs]
-    out = build(gated)
-    flat = tf.nest.flatten(out, expand_composites=True)
-    with tf.control_dependencies(flat):
-        end = tf.py_function(_graph_end, [begin] + end_extra, tf.int64, name="collective_end")
-    with tf.control_dependencies([end]):
-        flat = [tf.identity(t) for t in flat]
-    return tf.nest.pack_sequence_as(out, flat, expand_composites=True)
+    gated = len(inputs) if gated is None else gated
+    if getattr(tf.compat.v1.get_default_graph(), "building_function", False) \
+            and _outermost_is_eager():
+        return _counted(str(description), inputs, gated, build)
+    return _called_back(str(description), inputs, gated, build)
 
 
 def _horovod_name(prefix: str, name: Optional[str], tensor: tf.Tensor) -> Optional[str]:
@@ -259,7 +391,8 @@ def allreduce(tensor: TensorLike, op: Any = None, prescale_factor: float = 1.0,
         if value.dense_shape is not None:
             inputs.append(tf.convert_to_tensor(value.dense_shape))
         return _tracked(description, inputs, lambda gated: _sparse_allreduce(
-            tf.IndexedSlices(*gated), op, prescale_factor, postscale_factor, op_name, st.size))
+            tf.IndexedSlices(*gated), op, prescale_factor, postscale_factor, op_name, st.size),
+            gated=2)  # values and indices: two allgathers
     description = _describe("allreduce", name, value)
     op_name = _horovod_name("HorovodAllreduce", name, value)
     return _tracked(description, [value], lambda gated: _dense_allreduce(
@@ -289,13 +422,12 @@ def grouped_allreduce(tensors: Iterable[TensorLike], op: Any = None, prescale_fa
     for dtype, positions in by_dtype.items():
         group = [values[i] for i in positions]
         group_name = name if len(by_dtype) == 1 else _suffixed(name, dtype.name)
-        description = _describe("grouped_allreduce", group_name, group[0])
-        if name is None and len(group) > 1:
-            description += f" (+{len(group) - 1} more)"
+        description = _describe("grouped_allreduce", group_name, group[0],
+                                more=len(group) - 1 if name is None else 0)
         op_name = _horovod_name("HorovodGroupedAllreduce", group_name, group[0])
         reduced = _tracked(description, group, functools.partial(
             _grouped_dense, op=op, prescale=prescale_factor, postscale=postscale_factor,
-            name=op_name, size=st.size))
+            name=op_name, size=st.size), gated=1)  # one Horovod op takes them all
         for i, out in zip(positions, reduced):
             results[i] = out
     return results

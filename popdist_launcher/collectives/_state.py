@@ -12,7 +12,7 @@ from typing import Optional
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
-from popdist_launcher.collectives._watchdog import StallWatchdog
+from popdist_launcher.collectives._watchdog import ProbeRegistry, StallWatchdog
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,8 @@ class State:
 
 _state = State()
 _lock = threading.RLock()
+# The progress counters of the collectives traced into tf.functions (see _ops._tracked).
+PROBES = ProbeRegistry()
 
 # How long process exit (and shutdown()) wait for the watchdog to finish shutting Horovod down.
 # Horovod's own exit handler joins the same thread, and two concurrent joins never return.
@@ -108,7 +110,7 @@ def _configure_watchdog(timeout: float) -> None:
         return
     _state.watchdog = StallWatchdog(
         timeout, _stop_after_stall, where=f" on instance {_state.rank} of {_state.size}",
-        graph_running=_thread_in_tensorflow)
+        graph_running=_thread_in_tensorflow, probes=PROBES)
     _state.watchdog.start()
 
 

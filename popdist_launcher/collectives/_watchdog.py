@@ -6,7 +6,7 @@ import itertools
 import logging
 import threading
 import time
-from typing import Callable, Dict, Hashable, List, Optional
+from typing import Callable, Dict, Hashable, List, Optional, Tuple
 
 log = logging.getLogger(__name__)
 
@@ -18,10 +18,65 @@ MAX_NAMED = 5
 class Pending:
     """One collective that has been submitted on this instance and has not finished yet."""
 
-    description: str
+    description: object  # str() gives the text (eager calls format it only when needed)
     started: float
     key: Optional[Hashable] = None  # graph-mode collectives: the op, so a re-run replaces it
     in_graph: bool = False
+
+
+# A probe's reader: (runs begun, number of the last run that ended, gone): gone once its function
+# was garbage collected (the values are then the last ones). May raise: skipped this time.
+ProbeReader = Callable[[], Tuple[int, int, bool]]
+
+
+@dataclasses.dataclass
+class Probe:
+    """Progress counters of one collective in a tf.function, read by the watchdog thread.
+
+    The function's own ops keep the counters (no Python runs in the step): ``begun`` counts the
+    runs that reached the collective, ``ended`` is the number of the last run whose collective
+    finished. A run is pending while ``begun > max(ended, forgotten)``.
+    """
+
+    description: str
+    read: ProbeReader
+    begun: int = 0
+    ended: int = 0
+    forgotten: int = 0  # runs up to this one were aborted (their step failed)
+    started: Optional[float] = None  # when the pending run was first seen (a poll's time)
+
+    @property
+    def pending(self) -> bool:
+        return self.begun > max(self.ended, self.forgotten)
+
+
+class ProbeRegistry:
+    """The probes of every traced collective, process-wide: they outlive a watchdog (a later
+    init(stall_timeout=...) makes a new one that polls the same probes)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._probes: List[Probe] = []
+
+    def add(self, description: str, read: ProbeReader) -> Probe:
+        probe = Probe(description, read)
+        with self._lock:
+            self._probes.append(probe)
+        return probe
+
+    def snapshot(self) -> List[Probe]:
+        with self._lock:
+            return list(self._probes)
+
+    def discard(self, gone: List[Probe]) -> None:
+        if gone:
+            with self._lock:
+                drop = {id(p) for p in gone}
+                self._probes = [p for p in self._probes if id(p) not in drop]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._probes)
 
 
 class StallWatchdog:
@@ -30,14 +85,20 @@ class StallWatchdog:
     The rule: some collective is pending and for ``timeout`` seconds none has completed (and the
     oldest pending one has waited that long). A completion, successful or not, is progress.
     ``on_stall`` receives the message and must make the pending collectives fail (the library
-    shuts Horovod down). Graph-mode collectives (tf.function, Session) are marked by ops in the
-    graph; when a graph step is aborted by an error their "done" mark never runs, so such marks
-    are dropped while ``graph_running()`` says no thread is executing TensorFlow.
+    shuts Horovod down).
+
+    Three kinds of marks: eager calls call begin()/end() directly; Session graphs call them from
+    two small Python callbacks in the graph (``key``: the op, so a re-run replaces its mark);
+    tf.function collectives only update counters in the graph, which this thread reads every
+    ``interval`` (``probes``), so a function step runs no Python for them. When a graph step is
+    aborted by an error its "done" marks never run, so graph marks (and probe runs) are dropped
+    while ``graph_running()`` says no thread is executing TensorFlow.
     """
 
     def __init__(self, timeout: float, on_stall: Callable[[str], None], where: str = "",
                  graph_running: Callable[[], bool] = lambda: True,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 probes: Optional[ProbeRegistry] = None) -> None:
         if timeout <= 0:
             raise ValueError(f"stall timeout must be positive, got {timeout!r}")
         self.timeout = float(timeout)
@@ -45,6 +106,7 @@ class StallWatchdog:
         self._where = where
         self._graph_running = graph_running
         self._clock = clock
+        self.probes = probes if probes is not None else ProbeRegistry()
         self._lock = threading.Lock()
         self._tokens = itertools.count(1)
         self._pending: Dict[int, Pending] = {}
@@ -57,9 +119,10 @@ class StallWatchdog:
         self._thread: Optional[threading.Thread] = None
 
     # ---- bookkeeping, called around every collective ---------------------------------------
-    def begin(self, description: str, key: Optional[Hashable] = None,
+    def begin(self, description: object, key: Optional[Hashable] = None,
               in_graph: bool = False) -> int:
-        """Record that a collective was submitted; returns the token to pass to end()."""
+        """Record that a collective was submitted (``description``: its str() names it);
+        returns the token to pass to end()."""
         with self._lock:
             token = next(self._tokens)
             if key is not None:
@@ -86,28 +149,79 @@ class StallWatchdog:
 
     def pending_descriptions(self) -> List[str]:
         with self._lock:
-            return [p.description for p in sorted(self._pending.values(), key=lambda p: p.started)]
+            return [str(p.description) for p in self._pending_entries()]
+
+    def _pending_entries(self) -> List[Pending]:
+        """Every pending collective (marks and probes), oldest first; under the lock."""
+        entries = list(self._pending.values())
+        entries += [Pending(p.description, p.started, in_graph=True)
+                    for p in self.probes.snapshot() if p.pending and p.started is not None]
+        return sorted(entries, key=lambda p: p.started)
+
+    # ---- probes ----------------------------------------------------------------------------
+    def _read_probes(self) -> List[Tuple[Probe, Tuple[int, int, bool]]]:
+        """Current counter values of every probe (TensorFlow ops: outside the lock); the probes
+        of functions that are gone are read a last time and dropped."""
+        values, gone = [], []
+        for probe in self.probes.snapshot():
+            try:
+                value = probe.read()
+            except Exception:  # e.g. while the interpreter shuts down; try again next time
+                log.debug("reading a collective probe failed", exc_info=True)
+                continue
+            values.append((probe, value))
+            if value[2]:
+                gone.append(probe)
+        self.probes.discard(gone)
+        return values
+
+    def _apply_probes(self, values: List[Tuple[Probe, Tuple[int, int, bool]]], now: float,
+                      forget: bool) -> None:
+        """Update the probes from values read at ``now``; under the lock. A run that ended is
+        progress; a run first seen pending now started at the latest now (so the watchdog never
+        fires early); ``forget``: no graph step is running, so runs still pending were aborted,
+        as are those of a function that is gone."""
+        for probe, (begun, ended, gone) in values:
+            if ended > probe.ended:
+                self._last_completion = now
+                probe.started = None  # the run seen pending ended; a newer one starts afresh
+            probe.begun, probe.ended = begun, max(ended, probe.ended)
+            if forget or gone:
+                probe.forgotten = begun
+            if not probe.pending:
+                probe.started = None
+            elif probe.started is None:
+                probe.started = now
 
     # ---- the decision ----------------------------------------------------------------------
     def check(self) -> Optional[str]:
         """The stall message when the watchdog should fire now, else None (no side effects
-        besides forgetting marks left by aborted graph steps)."""
-        if self._has_graph_marks() and not self._graph_running():
+        besides reading the probes and forgetting marks left by aborted graph steps)."""
+        values = self._read_probes()
+        idle = False
+        if self._has_graph_marks() or any(begun > max(ended, p.ended, p.forgotten)
+                                           for p, (begun, ended, _) in values):
+            # The probes are read first: a step that starts after the read is not forgotten.
+            idle = not self._graph_running()
+        if idle:
             self._drop_graph_marks()
         with self._lock:
-            if self.fired_message is not None or not self._pending:
-                return None
             now = self._clock()
-            oldest = min(p.started for p in self._pending.values())
+            self._apply_probes(values, now, forget=idle)
+            if self.fired_message is not None:
+                return None
+            entries = self._pending_entries()
+            if not entries:
+                return None
+            oldest = entries[0].started
             quiet_since = max(oldest, self._last_completion)
             if now - quiet_since <= self.timeout:
                 return None
-            entries = sorted(self._pending.values(), key=lambda p: p.started)
             # Name the collectives submitted since the last completion when there are any: older
             # marks may be left over from a failed graph step.
             fresh = [p for p in entries if p.started >= self._last_completion]
             entries = fresh or entries
-            named = ", ".join(f"{p.description} (waiting {now - p.started:.1f} s)"
+            named = ", ".join(f"{str(p.description)} (waiting {now - p.started:.1f} s)"
                               for p in entries[:MAX_NAMED])
             if len(entries) > MAX_NAMED:
                 named += f" and {len(entries) - MAX_NAMED} more"
@@ -170,8 +284,13 @@ class StallWatchdog:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
 
+    @property
+    def interval(self) -> float:
+        """How often the thread checks: a stall is reported at most about two intervals late."""
+        return min(2.0, max(0.05, self.timeout / 20))
+
     def _run(self) -> None:
-        while not self._stop.wait(min(1.0, max(0.05, self.timeout / 4))):
+        while not self._stop.wait(self.interval):
             message = self.check()
             if message is not None:
                 self.fire(message)

@@ -149,23 +149,38 @@ def checks(mode, rank, size):
 
 def independent_collectives(rank):
     """In a tf.function, the second of two collectives must not wait for the first (the stall
-    marks must not serialize them): no path from the first Horovod op to the second."""
+    marks must not serialize them): no path from the first Horovod op to the second. The marks
+    run no Python (no py_function/numpy_function op), and what consumes a collective's result
+    in the function does not wait for the marks that record the ends (only the function's
+    return does, as for every stateful op)."""
     @tf.function(autograph=False)
     def two(a, b):
-        return (C.allreduce(a, op=C.Sum, name="first_collective"),
-                C.allreduce(b, op=C.Sum, name="second_collective"))
+        first = C.allreduce(a, op=C.Sum, name="first_collective")
+        second = C.allreduce(b, op=C.Sum, name="second_collective")
+        return (tf.identity(first, name="first_consumer"),
+                tf.identity(second, name="second_consumer"))
 
     args = (tf.constant([rank, 1.0]), tf.constant([2.0, rank]))
     graph = two.get_concrete_function(*args).graph
     ops = {op.name: op for op in graph.get_operations()}
-    seen, todo = set(), [ops["second_collective"]]
-    while todo:
-        op = todo.pop()
-        for parent in [t.op for t in op.inputs] + list(op.control_inputs):
-            if parent.name not in seen:
-                seen.add(parent.name)
-                todo.append(parent)
-    return {"second_waits_for_first": "first_collective" in seen,
+
+    def ancestors(*names):
+        seen, todo = set(), [ops[name] for name in names]
+        while todo:
+            op = todo.pop()
+            for parent in [t.op for t in op.inputs] + list(op.control_inputs):
+                if parent.name not in seen:
+                    seen.add(parent.name)
+                    todo.append(parent)
+        return seen
+
+    before_consumers = ancestors("first_consumer", "second_consumer")
+    return {"second_waits_for_first": "first_collective" in ancestors("second_collective"),
+            "python_callbacks": sorted(op.type for op in ops.values()
+                                       if op.type in ("EagerPyFunc", "PyFunc", "PyFuncStateless")),
+            "begin_marks": sum(op.type == "ResourceScatterAdd" for op in ops.values()),
+            "consumers_wait_for_end_marks": any(ops[name].type == "ResourceScatterMax"
+                                                for name in before_consumers),
             "values": to_py(two(*args))}
 
 
