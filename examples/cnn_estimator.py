@@ -74,13 +74,21 @@ def load_dataset(args):
     return train, read("test_batch")
 
 
+def init(seed):
+    # An explicit seed per layer: the initial weights then depend on tf_random_seed and this seed
+    # only, not on how many ops were created before (which differs with the strategy and -np).
+    return tf.compat.v1.glorot_uniform_initializer(seed=seed)
+
+
 def model_fn(features, labels, mode, params):
-    x = tf.compat.v1.layers.conv2d(features, 32, 3, padding="same", activation=tf.nn.relu)
-    x = tf.compat.v1.layers.conv2d(x, 64, 3, padding="same", activation=tf.nn.relu)
+    x = tf.compat.v1.layers.conv2d(features, 32, 3, padding="same", activation=tf.nn.relu,
+                                   kernel_initializer=init(1))
+    x = tf.compat.v1.layers.conv2d(x, 64, 3, padding="same", activation=tf.nn.relu,
+                                   kernel_initializer=init(2))
     x = tf.compat.v1.layers.max_pooling2d(x, 2, 2)
     x = tf.compat.v1.layers.flatten(x)
-    x = tf.compat.v1.layers.dense(x, 128, activation=tf.nn.relu)
-    logits = tf.compat.v1.layers.dense(x, 10)
+    x = tf.compat.v1.layers.dense(x, 128, activation=tf.nn.relu, kernel_initializer=init(3))
+    logits = tf.compat.v1.layers.dense(x, 10, kernel_initializer=init(4))
     if mode == tf.estimator.ModeKeys.PREDICT:
         return ipu.ipu_estimator.IPUEstimatorSpec(mode, predictions={"class": tf.argmax(logits, 1)})
     loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
