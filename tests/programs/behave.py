@@ -17,9 +17,18 @@ import sys
 import time
 
 pid_dir = sys.argv[1]
+
+
+def record(name, text):
+    """Write PID_DIR/NAME whole or not at all (an instance may be stopped mid-write)."""
+    tmp = os.path.join(pid_dir, f".{name}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, os.path.join(pid_dir, name))
+
+
 index = int(os.environ["POPDIST_INSTANCE_INDEX"])
-with open(os.path.join(pid_dir, f"pid-{index}"), "w") as f:
-    f.write(str(os.getpid()))
+record(f"pid-{index}", str(os.getpid()))
 
 for spec in sys.argv[2:]:
     action, _, target = spec.partition("@")
@@ -35,15 +44,12 @@ for spec in sys.argv[2:]:
         time.sleep(float(arg))
     elif name == "child":
         child = subprocess.Popen(["sleep", "300"])
-        with open(os.path.join(pid_dir, f"child-{index}"), "w") as f:
-            f.write(str(child.pid))
+        record(f"child-{index}", str(child.pid))
     elif name == "usr1":
         def on_usr1(signum, frame, index=index):
-            with open(os.path.join(pid_dir, f"usr1-{index}"), "w") as f:
-                f.write("got it")
+            record(f"usr1-{index}", "got it")
         signal.signal(signal.SIGUSR1, on_usr1)
-        with open(os.path.join(pid_dir, f"ready-{index}"), "w") as f:
-            f.write("ready")
+        record(f"ready-{index}", "ready")
     elif name == "lines":
         payload = str(index) * 700
         for n in range(int(arg)):
