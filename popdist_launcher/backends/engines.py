@@ -85,7 +85,9 @@ class MpiBackend(_Engine):
         if os.geteuid() == 0:
             argv.append("--allow-run-as-root")
         if self.oversubscribe or any(n > (os.cpu_count() or 1) for n in self.counts):
-            argv.append("--oversubscribe")
+            # The slots we pass make mpirun believe it is not oversubscribed, so it would let
+            # every rank busy-poll: with more ranks than cores they starve each other.
+            argv += ["--oversubscribe", "--mca", "mpi_yield_when_idle", "1"]
         if not all(hostlib.is_local(h.name) for h, n in zip(self.slots, self.counts) if n):
             agent = " ".join(shlex.quote(w) for w in self.ssh.base_argv())
             argv += ["--prtemca", "plm_ssh_agent", agent,
