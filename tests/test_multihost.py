@@ -82,9 +82,9 @@ def test_sigkill_of_an_instance_on_host_b_ends_the_job_on_both_hosts(hosts, pid_
     assert hosts.pids_in("hostB", include_sshd_sessions=False) == []
 
 
-def test_launcher_sigkill_leaves_nothing_on_either_host(hosts, pid_dir):
-    job = poprun_background("-np", "4", *over_ssh(hosts), program("behave.py"), str(pid_dir),
-                            "child", "sleep:120")
+def kill_launcher_and_check_hosts_empty(hosts, pid_dir, *args):
+    """Start a job that leaves grandchildren, SIGKILL the launcher, expect nothing left anywhere."""
+    job = poprun_background(*args, program("behave.py"), str(pid_dir), "child", "sleep:120")
     try:
         wait_for_files([pid_dir / f"child-{i}" for i in range(4)], timeout=60)
         pids = read_pids(pid_dir, "pid") + read_pids(pid_dir, "child")
@@ -93,13 +93,17 @@ def test_launcher_sigkill_leaves_nothing_on_either_host(hosts, pid_dir):
     finally:
         if job.poll() is None:
             job.kill()
-    assert wait_gone(pids, timeout=20) == []
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and (hosts.pids_in("hostA", include_sshd_sessions=False)
-                                           or hosts.pids_in("hostB", include_sshd_sessions=False)):
+    assert wait_gone(pids, timeout=30) == []
+    left = lambda: hosts.pids_in("hostA", include_sshd_sessions=False) + \
+        hosts.pids_in("hostB", include_sshd_sessions=False)  # noqa: E731
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and left():
         time.sleep(0.2)
-    assert hosts.pids_in("hostA", include_sshd_sessions=False) == []
-    assert hosts.pids_in("hostB", include_sshd_sessions=False) == []
+    assert left() == []
+
+
+def test_launcher_sigkill_leaves_nothing_on_either_host(hosts, pid_dir):
+    kill_launcher_and_check_hosts_empty(hosts, pid_dir, "-np", "4", *over_ssh(hosts))
 
 
 def test_signal_forwarded_to_remote_instances(hosts, pid_dir):
@@ -175,22 +179,7 @@ def test_mpi_backend_sigkill_on_host_b_and_launcher_sigkill_leave_nothing(hosts,
 
     for p in pid_dir.iterdir():
         p.unlink()
-    job = poprun_background(*args, "child", "sleep:120")
-    try:
-        wait_for_files([pid_dir / f"child-{i}" for i in range(4)], timeout=60)
-        pids = read_pids(pid_dir, "pid") + read_pids(pid_dir, "child")
-        job.send_signal(signal.SIGKILL)
-        job.wait(timeout=10)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    assert wait_gone(pids, timeout=30) == []
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and (hosts.pids_in("hostA", include_sshd_sessions=False)
-                                           or hosts.pids_in("hostB", include_sshd_sessions=False)):
-        time.sleep(0.2)
-    assert hosts.pids_in("hostA", include_sshd_sessions=False) == []
-    assert hosts.pids_in("hostB", include_sshd_sessions=False) == []
+    kill_launcher_and_check_hosts_empty(hosts, pid_dir, *args[:-2])
 
 
 def test_restart_across_hosts_resumes_with_the_same_final_weights(hosts, tmp_path):
