@@ -75,7 +75,6 @@ import os
 import platform
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -88,6 +87,8 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _allreduce_worker as worker  # noqa: E402 (next to this file; imports no TensorFlow)
+from _common import (cpu_model, finish, launch_env, loadavg_keys, save_figure,  # noqa: E402
+                     stop, subplots, telling_line, tool)
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -105,8 +106,6 @@ HOROVOD_DEFAULT_FUSION_MIB = 128
 # The issue's goals for ours.
 GOAL_VS_MPI4PY = 0.8
 GOAL_VS_MPI4PY_FROM_BYTES = 4 * MIB
-# Variables that must not leak from this shell into the launches (each launcher sets its own).
-FOREIGN_ENV = re.compile(r"^(HOROVOD_|OMPI_|PMIX_|PRTE_|POPDIST_|POPRUN_)|^TF_CONFIG$")
 T = TypeVar("T")
 ERROR_LINE = re.compile(r"(Error|Exception|error:|ERROR|timed out|Traceback|Killed|not found)")
 
@@ -195,12 +194,6 @@ class Outcome:
     error: Optional[str] = None
 
 
-def tool(name: str) -> str:
-    """A launcher next to this interpreter (the virtualenv's bin/), else from PATH."""
-    local = os.path.join(os.path.dirname(sys.executable), name)
-    return local if os.access(local, os.X_OK) else (shutil.which(name) or local)
-
-
 def command(launch: Launch, out_json: str) -> List[str]:
     n = str(launch.n)
     program = [sys.executable, WORKER, launch.peer, out_json, *launch.items]
@@ -221,61 +214,18 @@ def command(launch: Launch, out_json: str) -> List[str]:
     raise ValueError(f"unknown peer {launch.peer!r}")
 
 
-def launch_env() -> Dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not FOREIGN_ENV.search(k)}
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 # ---- running ------------------------------------------------------------------------------
 def error_line(stream: IO[bytes]) -> str:
     """The last line of stderr that looks like an error, else its last line."""
-    stream.seek(0)
-    lines = [line.strip() for line in stream.read().decode(errors="replace").splitlines()]
-    lines = [line for line in lines if line]
-    for line in reversed(lines):
-        if ERROR_LINE.search(line) and not line.startswith("poprun-lite: other instances"):
-            return line[:500]
-    return lines[-1][:500] if lines else "(no stderr)"
-
-
-def kill_started(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """Stops what this launch started: SIGTERM to the launcher's process group (launchers pass
-    it on), then SIGKILL to that group and to every descendant seen, each by its pid."""
-    try:
-        descendants = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        descendants = []
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)  # start_new_session: the group id is the pid
-    except ProcessLookupError:
-        pass
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    for child in descendants:
-        try:
-            child.kill()
-        except psutil.Error:
-            pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
+    return telling_line(stream, ERROR_LINE, skip_prefix="poprun-lite: other instances",
+                        empty="(no stderr)")
 
 
 def run_launch(launch: Launch, timeout_s: float, workdir: str) -> Outcome:
     out_json = os.path.join(workdir, f"{launch.peer}-{launch.n}-{len(launch.outcomes)}-"
                                      f"{time.monotonic_ns()}.json")
     argv = command(launch, out_json)
-    env = launch_env()  # knobs reach the instances through poprun-lite -x only
+    env = launch_env(keep_tf_log_level=True)  # knobs reach the instances through -x only
     load = os.getloadavg()[0]
     started = time.perf_counter()
     with tempfile.TemporaryFile() as stderr:
@@ -289,7 +239,7 @@ def run_launch(launch: Launch, timeout_s: float, workdir: str) -> Outcome:
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             said = error_line(stderr)  # before the kill adds its own lines
-            kill_started(proc)
+            stop(proc, grace_s=5.0)
             return Outcome(argv, time.perf_counter() - started, None, load,
                            error=f"timed out after {timeout_s:g} s; stderr: {said}")
         wall = time.perf_counter() - started
@@ -536,22 +486,14 @@ def read_text(path: str) -> Optional[str]:
 
 
 def machine_info(load_before: Sequence[float]) -> Dict[str, Any]:
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f
-                          if line.startswith("model name")), "")
-    except OSError:
-        pass
     return {
         "nproc": len(os.sched_getaffinity(0)),
-        "cpu_model": model,
+        "cpu_model": cpu_model(),
         "total_memory_gib": round(psutil.virtual_memory().total / 1024 ** 3, 1),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "sched_autogroup_enabled": read_text("/proc/sys/kernel/sched_autogroup_enabled"),
-        "loadavg_before": [round(x, 2) for x in load_before],
-        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        **loadavg_keys(load_before),
     }
 
 
@@ -613,13 +555,9 @@ PEER_STYLE = {"ours": ("tab:red", "o"), "ours-mpi": ("tab:pink", "D"), "mpi4py":
 
 def plot(results: Dict[str, Dict[str, Dict[str, Any]]], sizes: Sequence[int],
          sweep: Optional[Dict[str, Any]], path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     ns = list(results)
     cols = max(2, len(ns))
-    fig, axes = plt.subplots(2, cols, figsize=(6 * cols, 9.5), squeeze=False)
+    fig, axes = subplots(2, cols, figsize=(6 * cols, 9.5), squeeze=False)
     for ax, n in zip(axes[0], ns):
         for peer, summary in results[n].items():
             color, marker = PEER_STYLE.get(peer, ("gray", "."))
@@ -679,9 +617,7 @@ def plot(results: Dict[str, Dict[str, Dict[str, Any]]], sizes: Sequence[int],
         ax.axis("off")
     for ax in axes[1][2:]:
         ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 # ---- main ---------------------------------------------------------------------------------
@@ -797,15 +733,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 for size in plan.sizes}
             for n, per_peer in results.items()},
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as out:
-        json.dump(report, out, indent=2)
-        out.write("\n")
-    png = os.path.splitext(args.out)[0] + ".png"
-    plot(results, plan.sizes, sweep, png)
-    print_tables(results, plan.sizes, goal, report["goals_at_min_time"], sweep)
-    print(f"\nwrote {args.out} and {png} ({report['total_wall_s']:.0f} s)")
-    return 0
+    return finish(report, args.out, lambda png: plot(results, plan.sizes, sweep, png),
+                  lambda: print_tables(results, plan.sizes, goal, report["goals_at_min_time"],
+                                       sweep),
+                  final_newline=True, wall_s=report["total_wall_s"])
 
 
 if __name__ == "__main__":

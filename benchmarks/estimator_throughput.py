@@ -68,28 +68,25 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.metadata
 import json
 import os
-import platform
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
-import psutil
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import (TRAINING_LAUNCHER_PREFIXES, LaunchStats, dist_version,  # noqa: E402
+                     finish, git_state, launch_env, launch_error, machine_info, run_logged,
+                     save_figure, subplots, tool)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "_estimator_worker.py")
 DEFAULT_OUT = os.path.join(HERE, "results", "estimator_throughput.json")
 GOAL_RATIO = 1.5  # iterations_per_loop=100 at least 1.5x the plain Estimator
 GOAL_IPL = 100
-# Variables a parent shell may hold from another launcher; every launch starts clean.
-INHERITED_PREFIXES = ("POPDIST_", "POPRUN_", "HOROVOD_", "OMPI_", "PMI_")
 
 
 @dataclass(frozen=True)
@@ -125,17 +122,10 @@ class Launch:
 
 
 @dataclass
-class Cell:
+class Cell(LaunchStats):
     config: Config
     steps: int
     launches: List[Launch] = field(default_factory=list)
-
-    def values(self, key: str) -> List[float]:
-        return [getattr(run, key) for run in self.launches if run.ok]
-
-    def median(self, key: str) -> Optional[float]:
-        values = self.values(key)
-        return statistics.median(values) if values else None
 
 
 def make_configs(iterations: Sequence[int], nps: Sequence[int]) -> List[Config]:
@@ -163,67 +153,12 @@ def scaling_name(np_: int) -> str:
 
 
 # ---- launching -------------------------------------------------------------------------------
-def tool(name: str) -> str:
-    """The launcher next to this interpreter (the virtualenv's bin/), else the one on PATH."""
-    candidate = os.path.join(os.path.dirname(sys.executable), name)
-    return candidate if os.access(candidate, os.X_OK) else name
-
-
-def clean_environment() -> Dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(INHERITED_PREFIXES) and k != "TF_CONFIG"}
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 def command(config: Config, worker_args: List[str], timeout_s: float) -> List[str]:
     if config.launcher == "python":
         return [sys.executable, WORKER, *worker_args]
-    return [tool("poprun-lite"), "-np", str(config.np), "--start-timeout", str(timeout_s),
-            "--only-output-from-instance", "0", WORKER, *worker_args]
-
-
-def last_line(path: str) -> str:
-    """The most telling line of a log: the last one naming an error, else the last one."""
-    try:
-        with open(path, "rb") as f:
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if "Error" in line or "error:" in line:
-            return line[-500:]
-    return lines[-1][-500:] if lines else ""
-
-
-def stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
-    """SIGTERM the launch (its own process group; poprun-lite forwards it to its instances), then
-    SIGKILL whatever of it and its descendants is left."""
-    try:
-        started = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        started = []
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)  # start_new_session: the group id is its pid
-    except ProcessLookupError:
-        pass
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    for child in started:  # instances run in sessions of their own
-        try:
-            child.kill()
-        except psutil.Error:
-            pass
-    proc.wait(timeout=grace_s)
+    return [tool("poprun-lite", which=False), "-np", str(config.np),
+            "--start-timeout", str(timeout_s), "--only-output-from-instance", "0",
+            WORKER, *worker_args]
 
 
 def launch(config: Config, steps: int, round_: int, args: argparse.Namespace) -> Launch:
@@ -238,28 +173,12 @@ def launch(config: Config, steps: int, round_: int, args: argparse.Namespace) ->
                        "--window-steps", str(args.window_steps),
                        "--intra-op-threads", str(intra_op_threads(config.np, cores)),
                        "--inter-op-threads", "2"]
-        out_path, err_path = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
         load = os.getloadavg()[0]
-        started = time.perf_counter()
-        error = None
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(command(config, worker_args, args.timeout),
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                    env=clean_environment(), cwd=tmp, start_new_session=True)
-            try:
-                rc = proc.wait(timeout=args.timeout)
-                if rc != 0:
-                    error = f"exit status {rc}"
-            except subprocess.TimeoutExpired:
-                stop(proc)
-                error = f"timed out after {args.timeout:g} s"
-        wall = time.perf_counter() - started
-        if error is None and not os.path.exists(result_path):
-            error = "instance 0 wrote no result"
+        rc, wall, _ = run_logged(command(config, worker_args, args.timeout), tmp, args.timeout,
+                                 launch_env(TRAINING_LAUNCHER_PREFIXES))
+        error = launch_error(rc, args.timeout, tmp, result_path)
         if error is not None:
-            detail = last_line(err_path) or last_line(out_path)
-            return Launch(config.name, round_, False, wall, load_1min=load,
-                          error=f"{error}: {detail}" if detail else error)
+            return Launch(config.name, round_, False, wall, load_1min=load, error=error)
         with open(result_path) as f:
             result = json.load(f)
     return Launch(config.name, round_, True, wall,
@@ -374,46 +293,6 @@ def ratios_and_goal(per_config: Dict[str, Any], cells: Dict[str, Cell],
     return {"ratios": ratios, "scaling": scaling, "goal": goal}
 
 
-def machine_info(load_before: Sequence[float]) -> Dict[str, Any]:
-    model = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f
-                          if line.startswith("model name")), model)
-    except OSError:
-        pass
-
-    def version(dist: str) -> Optional[str]:
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            return None
-
-    def git(*argv: str) -> Optional[str]:
-        try:
-            return subprocess.run(["git", *argv], cwd=os.path.dirname(HERE), capture_output=True,
-                                  text=True, timeout=30, check=True).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    status = git("status", "--porcelain", "--", "popdist_launcher")
-    return {
-        "platform": platform.platform(),
-        "cpu_model": model,
-        "logical_cpus": os.cpu_count(),
-        "memory_gib": round(psutil.virtual_memory().total / 2 ** 30, 1),
-        "python": platform.python_version(),
-        "tensorflow": version("tensorflow-cpu") or version("tensorflow"),
-        "tensorflow_estimator": version("tensorflow-estimator"),
-        "horovod": version("horovod"),
-        "git_commit": git("rev-parse", "HEAD"),
-        "popdist_launcher_changed_since_commit": bool(status) if status is not None else None,
-        "load_average_before": list(load_before),
-        "load_average_after": list(os.getloadavg()),
-        "note": "shared machine: other jobs may run at the same time; compare spreads",
-    }
-
-
 # ---- report ----------------------------------------------------------------------------------
 def fmt(value: Optional[float], spec: str) -> str:
     """``value`` formatted with ``spec``; "-" (as wide as spec says) when there is none."""
@@ -453,11 +332,7 @@ def print_table(per_config: Dict[str, Any], summary: Dict[str, Any]) -> None:
 
 def plot(per_config: Dict[str, Any], summary: Dict[str, Any], nps: Sequence[int], path: str,
          title: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax, sax) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [3, 2]})
+    fig, (ax, sax) = subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [3, 2]})
     single = [name for name, e in per_config.items() if e["np"] == 1]
     xs = range(len(single))
     colors = ["dimgray" if per_config[n]["variant"] == "plain" else "tab:blue" for n in single]
@@ -525,10 +400,7 @@ def plot(per_config: Dict[str, Any], summary: Dict[str, Any], nps: Sequence[int]
     sax.grid(True, alpha=0.3)
     sax.legend(fontsize=7, loc="upper right")
     sax.set_title(f"Scaling of IPUEstimator ipl{GOAL_IPL}, global batch fixed", fontsize=10)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, title)
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -598,22 +470,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         "configurations": per_config,
         **summary,
         "launches": [asdict(run) for cell in cells.values() for run in cell.launches],
-        "machine": machine_info(load_before),
+        "machine": machine_info(load_before, {
+            "tensorflow": dist_version("tensorflow-cpu", "tensorflow"),
+            "tensorflow_estimator": dist_version("tensorflow-estimator"),
+            "horovod": dist_version("horovod"), **git_state()}),
         "total_wall_s": time.perf_counter() - started,
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2)
-    png = os.path.splitext(args.out)[0] + ".png"
-    plot(per_config, summary, args.np_list, png,
-         f"examples/cnn_estimator.py CNN on digits, global batch {args.global_batch}, "
-         f"{args.steps} steps per train() ({args.scaling_steps} at -np > 1; steady state "
-         f"timed), median of {args.repeats}; "
-         f"{report['machine']['logical_cpus']} CPUs ({report['machine']['cpu_model']}), "
-         f"shared machine, load {load_before[0]:.1f} at start")
-    print_table(per_config, summary)
-    print(f"\nwrote {args.out} and {png} ({report['total_wall_s']:.0f} s)")
-    return 0
+    title = (f"examples/cnn_estimator.py CNN on digits, global batch {args.global_batch}, "
+             f"{args.steps} steps per train() ({args.scaling_steps} at -np > 1; steady state "
+             f"timed), median of {args.repeats}; "
+             f"{report['machine']['logical_cpus']} CPUs ({report['machine']['cpu_model']}), "
+             f"shared machine, load {load_before[0]:.1f} at start")
+    return finish(report, args.out, lambda png: plot(per_config, summary, args.np_list, png, title),
+                  lambda: print_table(per_config, summary), wall_s=report["total_wall_s"])
 
 
 if __name__ == "__main__":

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import select
@@ -56,9 +55,13 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, IO, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import psutil
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import (bin_path, finish, kill_each, loadavg_keys, save_figure,  # noqa: E402
+                     signal_group, subplots, telling_line, wait_quietly)
 
 MIB = 1024 * 1024
 # The issue's targets for poprun-lite.
@@ -192,13 +195,6 @@ def read_vmhwm(pid: int) -> int:
     return 0
 
 
-def last_line(stream: IO[bytes]) -> str:
-    stream.seek(0)
-    lines = [line.strip() for line in stream.read().decode(errors="replace").splitlines()]
-    lines = [line for line in lines if line]
-    return lines[-1][:500] if lines else "(no stderr)"
-
-
 def wait_exit(proc: subprocess.Popen, deadline: float) -> int:
     """Waits for the process to exit, by its pidfd, until the perf_counter() deadline.
 
@@ -217,21 +213,11 @@ def wait_exit(proc: subprocess.Popen, deadline: float) -> int:
 
 def kill_started(procs: Sequence[subprocess.Popen], sampler: TreeSampler) -> None:
     """SIGKILLs what this benchmark started: each Popen's process group, then known descendants."""
+    for proc in procs:  # start_new_session: pgid == pid
+        signal_group(proc.pid, signal.SIGKILL, ignore=(ProcessLookupError, PermissionError))
+    kill_each(sampler.alive())
     for proc in procs:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # start_new_session: pgid == pid
-        except (ProcessLookupError, PermissionError):
-            pass
-    for member in sampler.alive():
-        try:
-            member.kill()
-        except psutil.Error:
-            pass
-    for proc in procs:
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        wait_quietly(proc, 10)
 
 
 def run_once(launcher: Launcher, program: List[str], np_: int, timeout_s: float,
@@ -259,7 +245,7 @@ def run_once(launcher: Launcher, program: List[str], np_: int, timeout_s: float,
             sampler.stop()
             kill_started(procs, sampler)
             raise LaunchFailed(f"timed out after {timeout_s:g} s; last stderr line: "
-                               f"{last_line(stderr)}") from None
+                               f"{telling_line(stderr, empty='(no stderr)')}") from None
         except OSError as exc:
             sampler.stop()
             kill_started(procs, sampler)
@@ -270,7 +256,7 @@ def run_once(launcher: Launcher, program: List[str], np_: int, timeout_s: float,
             kill_started([], sampler)
         bad = [code for code in codes if code != 0]
         if bad:
-            raise LaunchFailed(f"exit code {bad[0]}: {last_line(stderr)}")
+            raise LaunchFailed(f"exit code {bad[0]}: {telling_line(stderr, empty='(no stderr)')}")
     return RunResult(
         wall_s=wall,
         launcher_peak_bytes=sampler.launcher_hwm if launcher.argv is not None else None,
@@ -283,17 +269,12 @@ def run_once(launcher: Launcher, program: List[str], np_: int, timeout_s: float,
 
 def make_launchers(np_: int, program: List[str], repeats: int,
                    horovod_repeats: int) -> List[Launcher]:
-    bin_dir = os.path.dirname(sys.executable)
-
-    def tool(name: str) -> str:
-        return os.path.join(bin_dir, name)
-
     return [
         Launcher("bare", None, repeats),
-        Launcher("poprun-lite", [tool("poprun-lite"), "-np", str(np_), *program], repeats),
-        Launcher("mpirun", [tool("mpirun"), "-np", str(np_), "--oversubscribe",
+        Launcher("poprun-lite", [bin_path("poprun-lite"), "-np", str(np_), *program], repeats),
+        Launcher("mpirun", [bin_path("mpirun"), "-np", str(np_), "--oversubscribe",
                             "--allow-run-as-root", *program], repeats),
-        Launcher("horovodrun", [tool("horovodrun"), "-np", str(np_), "--gloo",
+        Launcher("horovodrun", [bin_path("horovodrun"), "-np", str(np_), "--gloo",
                                 "-H", f"localhost:{np_}", *program], horovod_repeats),
     ]
 
@@ -399,8 +380,7 @@ def machine_info(load_before: Sequence[float]) -> Dict[str, Any]:
         "python": sys.executable,
         "platform": platform.platform(),
         "total_memory_mib": _mib(psutil.virtual_memory().total),
-        "loadavg_before": [round(x, 2) for x in load_before],
-        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        **loadavg_keys(load_before),
         # Affects start-up: with it set, sources without a cached .pyc are compiled every run.
         "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE"),
     }
@@ -430,14 +410,11 @@ def print_table(stats: Dict[str, Dict[str, Any]], ratios: Dict[str, Any],
 
 
 def plot(stats: Dict[str, Dict[str, Any]], np_: int, path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import FormatStrFormatter
 
     names = list(stats)
     xs = range(len(names))
-    fig, (ax_time, ax_mem) = plt.subplots(1, 2, figsize=(11, 4.5))
+    fig, (ax_time, ax_mem) = subplots(1, 2, figsize=(11, 4.5))
 
     medians = [stats[n]["wall_s"]["median"] if "wall_s" in stats[n] else 0 for n in names]
     mins = [stats[n]["wall_s"]["min"] if "wall_s" in stats[n] else 0 for n in names]
@@ -482,9 +459,7 @@ def plot(stats: Dict[str, Dict[str, Any]], np_: int, path: str) -> None:
         ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
         ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
         ax.tick_params(axis="y", which="minor", labelsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -523,16 +498,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "ratios_wall_time": ratios,
         "targets": goals,
     }
-    out_dir = os.path.dirname(os.path.abspath(args.out))
-    os.makedirs(out_dir, exist_ok=True)
-    with open(args.out, "w") as out:
-        json.dump(report, out, indent=2)
-        out.write("\n")
-    png = os.path.splitext(args.out)[0] + ".png"
-    plot(stats, args.np, png)
-    print_table(stats, ratios, goals)
-    print(f"\nwrote {args.out} and {png}")
-    return 0
+    return finish(report, args.out, lambda png: plot(stats, args.np, png),
+                  lambda: print_table(stats, ratios, goals), final_newline=True)
 
 
 if __name__ == "__main__":

@@ -59,14 +59,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import hashlib
-import importlib.metadata
 import json
 import os
-import platform
 import random
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -74,6 +70,11 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import psutil
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import (ROOT, TRAINING_LAUNCHER_PREFIXES, LaunchStats, dist_version,  # noqa: E402
+                     finish, git_state, launch_env, launch_error, machine_info, run_logged,
+                     save_figure, subplots, tool)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "_throughput_worker.py")
@@ -100,8 +101,6 @@ VARIANTS: Tuple[Variant, ...] = (
             "poprun-lite"),
 )
 BY_NAME = {v.name: v for v in VARIANTS}
-# Launcher variables a parent shell may hold; every launch must start from a clean slate.
-INHERITED_PREFIXES = ("POPDIST_", "POPRUN_", "HOROVOD_", "OMPI_", "PMI_")
 
 
 @dataclass
@@ -122,52 +121,20 @@ class Launch:
 
 
 @dataclass
-class Cell:
+class Cell(LaunchStats):
     """All launches of one variant at one N."""
     launches: List[Launch] = field(default_factory=list)
 
-    def values(self, key: str = "samples_per_s") -> List[float]:
-        return [getattr(run, key) for run in self.launches if run.ok]
-
-    def median(self, key: str = "samples_per_s") -> Optional[float]:
-        values = self.values(key)
-        return statistics.median(values) if values else None
-
 
 # ---- launching -----------------------------------------------------------------------------------
-def tool(name: str) -> str:
-    """The launcher next to this interpreter (the virtualenv's bin/), else the one on PATH."""
-    candidate = os.path.join(os.path.dirname(sys.executable), name)
-    return candidate if os.access(candidate, os.X_OK) else name
-
-
 def command(variant: Variant, np_: int, worker_args: List[str], start_timeout_s: float
             ) -> List[str]:
     if variant.launcher == "horovodrun":
-        return [tool("horovodrun"), "--gloo", "-np", str(np_), "-H", f"localhost:{np_}",
-                "--network-interfaces", "lo", "--start-timeout", str(int(start_timeout_s)),
-                sys.executable, WORKER, *worker_args]
-    return [tool("poprun-lite"), "-np", str(np_), "--start-timeout", str(start_timeout_s),
-            WORKER, *worker_args]
-
-
-def clean_environment() -> Dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(INHERITED_PREFIXES) and k != "TF_CONFIG"}
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def last_line(path: str) -> str:
-    """The most telling line of a log: the last one naming an error, else the last one."""
-    with open(path, "rb") as f:
-        lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
-    for line in reversed(lines):
-        if "Error" in line or "error:" in line:
-            return line[-500:]
-    return lines[-1][-500:] if lines else ""
+        return [tool("horovodrun", which=False), "--gloo", "-np", str(np_),
+                "-H", f"localhost:{np_}", "--network-interfaces", "lo",
+                "--start-timeout", str(int(start_timeout_s)), sys.executable, WORKER, *worker_args]
+    return [tool("poprun-lite", which=False), "-np", str(np_),
+            "--start-timeout", str(start_timeout_s), WORKER, *worker_args]
 
 
 def group_members(pgid: int) -> List[psutil.Process]:
@@ -200,32 +167,6 @@ def reap_group(pgid: int, patience_s: float = 3.0) -> List[str]:
     return described
 
 
-def stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
-    """SIGTERM then SIGKILL the launcher's process group and the descendants it started."""
-    try:
-        started = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.Error:
-        started = []
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)  # start_new_session: pgid == the launcher's pid
-    except ProcessLookupError:
-        pass
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    for child in started:  # descendants that left the group (a launcher may start sessions)
-        try:
-            child.kill()
-        except psutil.Error:
-            pass
-    proc.wait(timeout=grace_s)
-
-
 def launch(variant: Variant, np_: int, round_: int, args: argparse.Namespace) -> Launch:
     """Run one variant at one N to completion (or timeout); parse instance 0's result."""
     cores = os.cpu_count() or 1
@@ -237,29 +178,13 @@ def launch(variant: Variant, np_: int, round_: int, args: argparse.Namespace) ->
                        "--intra-op-threads", str(max(1, cores // np_)),
                        "--inter-op-threads", "2"]
         argv = command(variant, np_, worker_args, args.timeout)
-        out_path, err_path = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
         load = os.getloadavg()[0]
-        started = time.perf_counter()
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                    env=clean_environment(), cwd=tmp, start_new_session=True)
-            error = None
-            try:
-                rc = proc.wait(timeout=args.timeout)
-            except subprocess.TimeoutExpired:
-                stop(proc)
-                rc = None
-                error = f"timed out after {args.timeout:g} s"
-        wall = time.perf_counter() - started
-        strays = reap_group(proc.pid)
-        if rc is not None and rc != 0:
-            error = f"exit status {rc}"
-        if error is None and not os.path.exists(result_path):
-            error = "instance 0 wrote no result"
+        rc, wall, pgid = run_logged(argv, tmp, args.timeout,
+                                    launch_env(TRAINING_LAUNCHER_PREFIXES))
+        strays = reap_group(pgid)
+        error = launch_error(rc, args.timeout, tmp, result_path)
         if error is not None:
-            detail = last_line(err_path) or last_line(out_path)
-            return Launch(variant.name, np_, round_, False, wall,
-                          error=f"{error}: {detail}" if detail else error, load_1min=load,
+            return Launch(variant.name, np_, round_, False, wall, error=error, load_1min=load,
                           stray_processes=strays)
         with open(result_path) as f:
             result = json.load(f)
@@ -300,8 +225,8 @@ def summarize(cells: Dict[str, Dict[int, Cell]], nps: Sequence[int]) -> Dict[str
         per_np = {}
         for np_ in nps:
             cell = by_np[np_]
-            values = cell.values()
-            median = cell.median()
+            values = cell.values("samples_per_s")
+            median = cell.median("samples_per_s")
             per_np[str(np_)] = {
                 "samples_per_s_median": median,
                 "samples_per_s_repeats": values,
@@ -388,60 +313,19 @@ def loss_agreement(per_variant: Dict[str, Any], nps: Sequence[int]) -> Dict[str,
     return out
 
 
-def machine_info(load_before: Sequence[float]) -> Dict[str, Any]:
-    model = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
-                         model)
-    except OSError:
-        pass
-
-    def version(dist: str) -> Optional[str]:
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            return None
-
-    return {
-        "platform": platform.platform(),
-        "cpu_model": model,
-        "logical_cpus": os.cpu_count(),
-        "memory_gib": round(psutil.virtual_memory().total / 2 ** 30, 1),
-        "python": platform.python_version(),
-        "tensorflow": version("tensorflow-cpu") or version("tensorflow"),
-        "horovod": version("horovod"),
-        "load_average_before": list(load_before),
-        "load_average_after": list(os.getloadavg()),
-        "note": "shared machine: other jobs may run at the same time; compare spreads",
-    }
-
-
 def code_version() -> Dict[str, Any]:
     """Which popdist_launcher was measured: git commit, dirty or not, and a hash of its sources
     (the working tree may hold uncommitted changes)."""
-    root = os.path.dirname(HERE)
-
-    def git(*argv: str) -> Optional[str]:
-        try:
-            return subprocess.run(["git", *argv], cwd=root, capture_output=True, text=True,
-                                  timeout=30, check=True).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
-
     digest = hashlib.sha256()
-    package = os.path.join(root, "popdist_launcher")
+    package = os.path.join(ROOT, "popdist_launcher")
     for folder, dirs, files in sorted(os.walk(package)):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in sorted(f for f in files if f.endswith(".py")):
             path = os.path.join(folder, name)
-            digest.update(os.path.relpath(path, root).encode())
+            digest.update(os.path.relpath(path, ROOT).encode())
             with open(path, "rb") as f:
                 digest.update(f.read())
-    status = git("status", "--porcelain", "--", "popdist_launcher")
-    return {"git_commit": git("rev-parse", "HEAD"),
-            "popdist_launcher_changed_since_commit": bool(status) if status is not None else None,
-            "popdist_launcher_sources_sha256": digest.hexdigest()}
+    return {**git_state(), "popdist_launcher_sources_sha256": digest.hexdigest()}
 
 
 def print_table(per_variant: Dict[str, Any], ratios: Dict[str, Any], goal: Dict[str, Any],
@@ -470,11 +354,7 @@ def print_table(per_variant: Dict[str, Any], ratios: Dict[str, Any], goal: Dict[
 
 def plot(per_variant: Dict[str, Any], ratios: Dict[str, Any],
          nps: Sequence[int], path: str, title: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax, rax) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [3, 2]})
+    fig, (ax, rax) = subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [3, 2]})
     styles = {"popdist": ("tab:blue", "o", "-"), "ipu-horovod": ("tab:cyan", "s", "-"),
               "horovod": ("black", "D", "--"), "ipu-multi-worker": ("tab:orange", "^", "-"),
               "mwms": ("tab:red", "v", "--")}
@@ -514,10 +394,7 @@ def plot(per_variant: Dict[str, Any], ratios: Dict[str, Any],
     rax.grid(True, alpha=0.3)
     rax.legend(fontsize=7, loc="best", framealpha=0.6)
     rax.set_title("Ratio to the plain engine")
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, title)
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -570,23 +447,21 @@ def main(argv: Optional[List[str]] = None) -> int:
         "final_loss_max_difference_between_variants": loss_agreement(per_variant, args.np_list),
         "launches": [vars(run) for by_np in cells.values() for cell in by_np.values()
                      for run in cell.launches],
-        "machine": machine_info(load_before),
+        "machine": machine_info(load_before, {
+            "tensorflow": dist_version("tensorflow-cpu", "tensorflow"),
+            "horovod": dist_version("horovod")}),
         "code": {**code_before, "sources_changed_during_run":
                  code_version()["popdist_launcher_sources_sha256"]
                  != code_before["popdist_launcher_sources_sha256"]},
         "total_wall_s": time.perf_counter() - started,
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2)
-    png = os.path.splitext(args.out)[0] + ".png"
-    plot(per_variant, ratios, args.np_list, png,
-         f"global batch {args.global_batch}, {args.steps} timed steps after {args.warmup}, "
-         f"median of {args.repeats}; {report['machine']['logical_cpus']} CPUs "
-         f"({report['machine']['cpu_model']}), shared machine")
-    print_table(per_variant, ratios, goal, args.np_list)
-    print(f"\nwrote {args.out} and {png} ({report['total_wall_s']:.0f} s)")
-    return 0
+    title = (f"global batch {args.global_batch}, {args.steps} timed steps after {args.warmup}, "
+             f"median of {args.repeats}; {report['machine']['logical_cpus']} CPUs "
+             f"({report['machine']['cpu_model']}), shared machine")
+    return finish(report, args.out,
+                  lambda png: plot(per_variant, ratios, args.np_list, png, title),
+                  lambda: print_table(per_variant, ratios, goal, args.np_list),
+                  wall_s=report["total_wall_s"])
 
 
 if __name__ == "__main__":
