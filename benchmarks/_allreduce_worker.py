@@ -6,7 +6,7 @@ Not meant to be run by hand (except ``--print-resnet50-shapes``). Usage::
 
 PEER is one of
 
-* ``ours``          popdist_launcher.collectives (Horovod, configured by poprun-lite: Gloo);
+* ``ours``          popdist_launcher.collectives (Horovod, configured by poprun-lite);
 * ``horovod-gloo``  plain horovod.tensorflow, under ``horovodrun --gloo``;
 * ``horovod-mpi``   plain horovod.tensorflow, under ``mpirun`` (MPI controller and operations);
 * ``mpi4py``        ``comm.Allreduce`` on numpy buffers, under ``mpirun``;

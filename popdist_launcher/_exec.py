@@ -12,6 +12,11 @@ to that group; end of file (the launcher or its ssh connection died) kills the g
 line on stderr is a start marker the launcher strips, so it knows the host came up. The exit
 status is the program's, 128+N for death by signal N.
 
+``--watch-parent`` (under mpirun and srun): the program runs in its own process group; the
+signals the engine sends are passed on to that group; if the engine process that started this one
+dies (killed with the launcher), the group is killed. The program's death by a signal is
+re-raised, so the engine reports the signal, not a code.
+
 Imports only the standard library: it starts once per instance.
 """
 from __future__ import annotations
@@ -47,24 +52,43 @@ def _apply_rank_env(rank_var: str) -> None:
     os.environ.update(envs[int(rank)])
 
 
-def _supervise(argv: List[str]) -> int:
+# What an engine (mpirun, srun) may send an instance, passed on to the program's group.
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+             signal.SIGUSR2, signal.SIGALRM, signal.SIGCONT)
+
+
+def _supervise(argv: List[str], control: bool) -> int:
+    """Run the program in its own process group until it ends; ``control``: stdin is the
+    launcher's channel (see above), else the parent process is watched instead."""
+    parent = os.getppid()
     try:
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, process_group=0)
     except OSError as exc:
         _fail(f"could not start {argv[0]!r} on {os.uname().nodename}: {exc.strerror or exc}.",
               126 if isinstance(exc, PermissionError) else 127)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for sig in ((signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if control else FORWARDED):
         signal.signal(sig, lambda s, f: _killpg(child.pid, s))
-    pidfd = os.pidfd_open(child.pid)
     sel = selectors.DefaultSelector()
-    sel.register(0, selectors.EVENT_READ, "control")
-    sel.register(pidfd, selectors.EVENT_READ, "exit")
+    sel.register(os.pidfd_open(child.pid), selectors.EVENT_READ, "exit")
+    if control:
+        sel.register(0, selectors.EVENT_READ, "control")
+    else:
+        try:
+            sel.register(os.pidfd_open(parent), selectors.EVENT_READ, "parent")
+        except ProcessLookupError:  # gone already
+            _killpg(child.pid, signal.SIGKILL)
     while True:
         for key, _ in sel.select():
             if key.data == "exit":
                 code = child.wait()
                 _killpg(child.pid, signal.SIGKILL)  # what is left of its group goes with it
+                if code < 0 and not control:
+                    _die_by(-code)
                 return 128 - code if code < 0 else code
+            if key.data == "parent":  # the engine is gone: nothing may outlive it
+                sel.unregister(key.fileobj)
+                _killpg(child.pid, signal.SIGKILL)
+                continue
             data = os.read(0, 64)
             if not data:  # the launcher is gone: nothing may outlive it
                 sel.unregister(0)
@@ -72,6 +96,17 @@ def _supervise(argv: List[str]) -> int:
                 continue
             for signum in data:
                 _killpg(child.pid, signum)
+
+
+def _die_by(signum: int) -> None:
+    """End this process by ``signum``, as the program did."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if signum not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
+    os.kill(os.getpid(), signum)
+    os._exit(128 + signum)  # a signal whose default is to go on (SIGCHLD, SIGCONT...)
 
 
 def _killpg(pgid: int, sig: int) -> None:
@@ -84,7 +119,7 @@ def _killpg(pgid: int, sig: int) -> None:
 def main(args: Optional[List[str]] = None) -> int:
     args = list(sys.argv[1:] if args is None else args)
     cwd = rank_var = None
-    control = False
+    control = watch_parent = False
     while args and args[0] != "--":
         flag = args.pop(0)
         if flag == "--cwd":
@@ -93,6 +128,8 @@ def main(args: Optional[List[str]] = None) -> int:
             rank_var = args.pop(0)
         elif flag == "--control":
             control = True
+        elif flag == "--watch-parent":
+            watch_parent = True
         else:
             _fail(f"internal: unknown _exec option {flag!r}.", 2)
     argv = args[1:]
@@ -106,13 +143,15 @@ def main(args: Optional[List[str]] = None) -> int:
         except OSError as exc:
             _fail(f"working directory {cwd!r} does not exist on {os.uname().nodename} "
                   f"({exc.strerror}); run poprun-lite from a directory every host has.")
+    if watch_parent and not control:
+        return _supervise(argv, control=False)
     if not control:
         try:
             os.execvp(argv[0], argv)
         except OSError as exc:
             _fail(f"could not start {argv[0]!r} on {os.uname().nodename}: {exc.strerror or exc}.")
     os.write(2, STARTED_MARKER)
-    return _supervise(argv)
+    return _supervise(argv, control=True)
 
 
 if __name__ == "__main__":

@@ -139,6 +139,51 @@ def _local_choice(subnet: Optional[str], iface: Optional[str], peer: Optional[st
         raise TopologyError(f"this host (the launcher's): {exc}") from None
 
 
+def mpi_transport_available() -> bool:
+    """Whether this host can run a local job's Horovod over MPI: Open MPI's mpirun is found
+    (where the mpi backend looks, with ompi_info beside it) and the installed Horovod's
+    TensorFlow extension links libmpi. Read from files, importing neither Horovod nor
+    TensorFlow (this is on the launcher's start-up path)."""
+    from popdist_launcher.backends import engines
+    mpirun = engines.find_mpirun()
+    if mpirun is None or not os.path.isfile(os.path.join(os.path.dirname(mpirun), "ompi_info")):
+        return False
+    return horovod_links_mpi()
+
+
+_CHUNK = 256 << 10
+_SCAN_LIMIT = 8 << 20  # the dynamic string table sits in a library's first few megabytes
+
+
+def horovod_links_mpi() -> bool:
+    """Whether horovod/tensorflow/mpi_lib*.so names libmpi among the libraries it needs."""
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec("horovod")
+    except (ImportError, ValueError):
+        return False
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        tf_dir = os.path.join(folder, "tensorflow")
+        try:
+            names = [n for n in os.listdir(tf_dir) if n.startswith("mpi_lib") and n.endswith(".so")]
+        except OSError:
+            continue
+        for name in names:
+            try:
+                with open(os.path.join(tf_dir, name), "rb") as f:
+                    tail = b""
+                    for _ in range(_SCAN_LIMIT // _CHUNK):
+                        chunk = f.read(_CHUNK)
+                        if not chunk:
+                            break
+                        if b"\0libmpi.so" in tail + chunk:
+                            return True
+                        tail = chunk[-16:]
+            except OSError:
+                continue
+    return False
+
+
 def choose(num_instances: int, host: Optional[str] = None, hostfile: Optional[str] = None,
            oversubscribe: bool = False, backend: str = "auto",
            environ: Mapping[str, str] = os.environ, subnet: Optional[str] = None,
@@ -177,7 +222,8 @@ def choose(num_instances: int, host: Optional[str] = None, hostfile: Optional[st
     all_local = all(hostlib.is_local(s.name) for s, n in zip(slots, counts) if n)
     if backend == "auto":
         backend = "slurm" if (in_slurm and not host and not hostfile) else (
-            "local" if all_local else "ssh")
+            "ssh" if not all_local else
+            "mpi" if num_instances > 1 and mpi_transport_available() else "local")
     if backend == "local" and not all_local:
         remote = next(s.name for s, n in zip(slots, counts) if n and not hostlib.is_local(s.name))
         raise TopologyError(f"--backend local cannot start instances on {remote}; use "

@@ -12,9 +12,12 @@ from conftest import (alive, poprun, poprun_background, program, read_pids, wait
                       wait_gone)
 
 
-def test_environment_contract_np4_replicas8(tmp_path):
-    result = poprun("-np", "4", "--num-replicas", "8", "--ipus-per-replica", "2",
-                    "-x", "MY_FLAG=on", program("dump_env.py"), str(tmp_path))
+@pytest.mark.parametrize("backend, controller", [("auto", "mpi"), ("local", "gloo")])
+def test_environment_contract_np4_replicas8(tmp_path, backend, controller):
+    # auto: this venv has Open MPI and a Horovod that links it, so a local job runs under
+    # mpirun with Horovod over MPI; --backend local starts the processes itself, Horovod on Gloo.
+    result = poprun("-np", "4", "--num-replicas", "8", "--ipus-per-replica", "2", "--backend",
+                    backend, "-x", "MY_FLAG=on", program("dump_env.py"), str(tmp_path))
     assert result.returncode == 0, result.stderr
     envs = [json.loads((tmp_path / f"instance-{i}.json").read_text()) for i in range(4)]
     ports = set()
@@ -31,8 +34,11 @@ def test_environment_contract_np4_replicas8(tmp_path):
         assert env["HOROVOD_RANK"] == str(i) and env["HOROVOD_SIZE"] == "4"
         assert env["HOROVOD_LOCAL_RANK"] == str(i) and env["HOROVOD_LOCAL_SIZE"] == "4"
         assert env["HOROVOD_CROSS_RANK"] == "0" and env["HOROVOD_CROSS_SIZE"] == "1"
-        assert env["HOROVOD_CONTROLLER"] == "gloo"
-        assert int(env["HOROVOD_GLOO_RENDEZVOUS_PORT"]) > 0
+        assert env["HOROVOD_CONTROLLER"] == env["HOROVOD_CPU_OPERATIONS"] == controller
+        if controller == "gloo":
+            assert int(env["HOROVOD_GLOO_RENDEZVOUS_PORT"]) > 0
+        else:  # mpirun is the rendezvous
+            assert "HOROVOD_GLOO_RENDEZVOUS_PORT" not in env
         tf_config = json.loads(env["TF_CONFIG"])
         assert tf_config["task"] == {"type": "worker", "index": i}
         assert tf_config == {"cluster": json.loads(envs[0]["TF_CONFIG"])["cluster"],

