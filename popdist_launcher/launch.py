@@ -13,7 +13,7 @@ import click
 from popdist_launcher import __version__, ports, topology
 from popdist_launcher import _say as verbosity
 from popdist_launcher.plan import PlanError, build_plan, check_counts, format_topology, \
-    parse_exports, resolve_program
+    horovod_tuning, parse_exports, resolve_program
 from popdist_launcher.procs import OutputOptions
 from popdist_launcher.remote import SshOptions
 from popdist_launcher.supervisor import JobState, Supervisor
@@ -198,7 +198,8 @@ def cli(ctx: click.Context, num_instances: int, num_replicas: Optional[int], ipu
                 num_replicas=num_replicas, ipus_per_replica=ipus_per_replica, hosts=prepared.hosts,
                 counts=layout.counts, exported_env=exported, start_timeout=start_timeout,
                 grace_period=grace_period, restart_count=attempt, controller=layout.controller,
-                max_restarts=max_restarts)
+                max_restarts=max_restarts,
+                tuning=horovod_tuning(layout.controller, os.environ))
             if print_topology:
                 click.echo(format_topology(plan, layout.backend, " (besides what it inherits)"))
                 return 0

@@ -37,8 +37,10 @@ def test_environment_contract_np4_replicas8(tmp_path, backend, controller):
         assert env["HOROVOD_CONTROLLER"] == env["HOROVOD_CPU_OPERATIONS"] == controller
         if controller == "gloo":
             assert int(env["HOROVOD_GLOO_RENDEZVOUS_PORT"]) > 0
+            assert "HOROVOD_FUSION_THRESHOLD" not in env  # Horovod's default over Gloo
         else:  # mpirun is the rendezvous
             assert "HOROVOD_GLOO_RENDEZVOUS_PORT" not in env
+            assert env["HOROVOD_FUSION_THRESHOLD"] == str(16 << 20)  # the measured setting
         tf_config = json.loads(env["TF_CONFIG"])
         assert tf_config["task"] == {"type": "worker", "index": i}
         assert tf_config == {"cluster": json.loads(envs[0]["TF_CONFIG"])["cluster"],
@@ -229,3 +231,21 @@ def test_launcher_never_imports_tensorflow_or_horovod(tmp_path):
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "IMPORTED []" in result.stdout
+
+
+def test_user_value_of_a_horovod_knob_wins(tmp_path):
+    # The launcher's measured HOROVOD_FUSION_THRESHOLD under MPI gives way to -x and to the
+    # user's own environment.
+    result = poprun("-np", "2", "-x", "HOROVOD_FUSION_THRESHOLD=1048576", program("dump_env.py"),
+                    str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    for i in range(2):
+        env = json.loads((tmp_path / f"instance-{i}.json").read_text())
+        assert env["HOROVOD_CONTROLLER"] == "mpi"
+        assert env["HOROVOD_FUSION_THRESHOLD"] == "1048576"
+    result = poprun("-np", "2", program("dump_env.py"), str(tmp_path),
+                    env={**os.environ, "HOROVOD_FUSION_THRESHOLD": "2097152"})
+    assert result.returncode == 0, result.stderr
+    for i in range(2):
+        env = json.loads((tmp_path / f"instance-{i}.json").read_text())
+        assert env["HOROVOD_FUSION_THRESHOLD"] == "2097152"
