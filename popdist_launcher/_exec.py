@@ -12,10 +12,11 @@ to that group; end of file (the launcher or its ssh connection died) kills the g
 line on stderr is a start marker the launcher strips, so it knows the host came up. The exit
 status is the program's, 128+N for death by signal N.
 
-``--watch-parent`` (under mpirun and srun): the program runs in its own process group; the
-signals the engine sends are passed on to that group; if the engine process that started this one
-dies (killed with the launcher), the group is killed. The program's death by a signal is
-re-raised, so the engine reports the signal, not a code.
+``--watch-parent`` (under mpirun and srun): the program runs as a child in this process's own
+process group, which the engine made for the rank and signals as a whole (so the program and
+anything it starts get the engine's signals directly; this process only waits them out). If the
+engine process that started this one dies (killed with the launcher), the whole group is killed.
+The program's death by a signal is re-raised, so the engine reports the signal, not a code.
 
 Imports only the standard library: it starts once per instance.
 """
@@ -52,43 +53,60 @@ def _apply_rank_env(rank_var: str) -> None:
     os.environ.update(envs[int(rank)])
 
 
-# What an engine (mpirun, srun) may send an instance, passed on to the program's group.
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
-             signal.SIGUSR2, signal.SIGALRM, signal.SIGCONT)
+# What an engine (mpirun, srun) may send a rank's process group: the program gets it with the
+# group; the wrapper waits for the program instead of dying first.
+ENGINE_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+                  signal.SIGUSR2, signal.SIGALRM)
 
 
-def _supervise(argv: List[str], control: bool) -> int:
-    """Run the program in its own process group until it ends; ``control``: stdin is the
-    launcher's channel (see above), else the parent process is watched instead."""
+def _watch_parent(argv: List[str]) -> int:
+    """Run the program in this process group until it ends; kill the group if the parent dies."""
     parent = os.getppid()
+    for sig in ENGINE_SIGNALS:
+        signal.signal(sig, lambda s, f: None)
+    try:
+        # The handlers above are Python's, so the program starts with the default ones.
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+    except OSError as exc:
+        _fail(f"could not start {argv[0]!r} on {os.uname().nodename}: {exc.strerror or exc}.",
+              126 if isinstance(exc, PermissionError) else 127)
+    sel = selectors.DefaultSelector()
+    sel.register(os.pidfd_open(child.pid), selectors.EVENT_READ, "exit")
+    try:
+        sel.register(os.pidfd_open(parent), selectors.EVENT_READ, "parent")
+    except ProcessLookupError:
+        os.killpg(0, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before it could be watched
+        os.killpg(0, signal.SIGKILL)
+    while True:
+        for key, _ in sel.select():
+            if key.data == "parent":  # the engine is gone: nothing may outlive it
+                os.killpg(0, signal.SIGKILL)
+            code = child.wait()
+            if code < 0:
+                _die_by(-code)
+            return code
+
+
+def _supervise(argv: List[str]) -> int:
+    """--control: the program in its own process group; stdin is the launcher's channel."""
     try:
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, process_group=0)
     except OSError as exc:
         _fail(f"could not start {argv[0]!r} on {os.uname().nodename}: {exc.strerror or exc}.",
               126 if isinstance(exc, PermissionError) else 127)
-    for sig in ((signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if control else FORWARDED):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda s, f: _killpg(child.pid, s))
+    pidfd = os.pidfd_open(child.pid)
     sel = selectors.DefaultSelector()
-    sel.register(os.pidfd_open(child.pid), selectors.EVENT_READ, "exit")
-    if control:
-        sel.register(0, selectors.EVENT_READ, "control")
-    else:
-        try:
-            sel.register(os.pidfd_open(parent), selectors.EVENT_READ, "parent")
-        except ProcessLookupError:  # gone already
-            _killpg(child.pid, signal.SIGKILL)
+    sel.register(0, selectors.EVENT_READ, "control")
+    sel.register(pidfd, selectors.EVENT_READ, "exit")
     while True:
         for key, _ in sel.select():
             if key.data == "exit":
                 code = child.wait()
                 _killpg(child.pid, signal.SIGKILL)  # what is left of its group goes with it
-                if code < 0 and not control:
-                    _die_by(-code)
                 return 128 - code if code < 0 else code
-            if key.data == "parent":  # the engine is gone: nothing may outlive it
-                sel.unregister(key.fileobj)
-                _killpg(child.pid, signal.SIGKILL)
-                continue
             data = os.read(0, 64)
             if not data:  # the launcher is gone: nothing may outlive it
                 sel.unregister(0)
@@ -144,14 +162,14 @@ def main(args: Optional[List[str]] = None) -> int:
             _fail(f"working directory {cwd!r} does not exist on {os.uname().nodename} "
                   f"({exc.strerror}); run poprun-lite from a directory every host has.")
     if watch_parent and not control:
-        return _supervise(argv, control=False)
+        return _watch_parent(argv)
     if not control:
         try:
             os.execvp(argv[0], argv)
         except OSError as exc:
             _fail(f"could not start {argv[0]!r} on {os.uname().nodename}: {exc.strerror or exc}.")
     os.write(2, STARTED_MARKER)
-    return _supervise(argv, control=True)
+    return _supervise(argv)
 
 
 if __name__ == "__main__":

@@ -268,12 +268,13 @@ def build_plan(
     )
 
 
-# Horovod's knobs under its MPI controller, from benchmarks/allreduce.py's sweep on 2 cores: a
-# 16 MiB fusion buffer made a ResNet-50 gradient step 1.3-1.5x faster than the 128 MiB default
-# (2 and 4 instances), sizes of one tensor unchanged. HOROVOD_CYCLE_TIME stays at Horovod's 1 ms:
-# 0.1 ms helped the allreduce alone but cost a training step CPU time. Over Gloo neither knob
-# measured outside noise, so nothing is set there.
-MPI_TUNING = (("HOROVOD_FUSION_THRESHOLD", str(16 << 20)),)
+# Horovod's knobs under its MPI controller (mpirun with mpi_yield_when_idle, see engines.py),
+# from benchmarks/allreduce.py's sweep and training A/B runs on 2 cores: a 16 MiB fusion buffer
+# made a ResNet-50 gradient step 1.3-1.5x faster than the 128 MiB default (2 and 4 instances);
+# a 0.1 ms cycle cut the latency of one small allreduce from about 2 ms to 0.3-0.4 ms and did
+# not slow training (with yielding ranks). Over Gloo neither knob measured outside noise, so
+# nothing is set there.
+MPI_TUNING = (("HOROVOD_FUSION_THRESHOLD", str(16 << 20)), ("HOROVOD_CYCLE_TIME", "0.1"))
 
 
 def horovod_tuning(controller: str, environ: Mapping[str, str]) -> Tuple[Tuple[str, str], ...]:

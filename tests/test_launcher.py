@@ -37,10 +37,12 @@ def test_environment_contract_np4_replicas8(tmp_path, backend, controller):
         assert env["HOROVOD_CONTROLLER"] == env["HOROVOD_CPU_OPERATIONS"] == controller
         if controller == "gloo":
             assert int(env["HOROVOD_GLOO_RENDEZVOUS_PORT"]) > 0
-            assert "HOROVOD_FUSION_THRESHOLD" not in env  # Horovod's default over Gloo
+            assert "HOROVOD_FUSION_THRESHOLD" not in env  # Horovod's defaults over Gloo
+            assert "HOROVOD_CYCLE_TIME" not in env
         else:  # mpirun is the rendezvous
             assert "HOROVOD_GLOO_RENDEZVOUS_PORT" not in env
-            assert env["HOROVOD_FUSION_THRESHOLD"] == str(16 << 20)  # the measured setting
+            assert env["HOROVOD_FUSION_THRESHOLD"] == str(16 << 20)  # the measured settings
+            assert env["HOROVOD_CYCLE_TIME"] == "0.1"
         tf_config = json.loads(env["TF_CONFIG"])
         assert tf_config["task"] == {"type": "worker", "index": i}
         assert tf_config == {"cluster": json.loads(envs[0]["TF_CONFIG"])["cluster"],
@@ -249,3 +251,17 @@ def test_user_value_of_a_horovod_knob_wins(tmp_path):
     for i in range(2):
         env = json.loads((tmp_path / f"instance-{i}.json").read_text())
         assert env["HOROVOD_FUSION_THRESHOLD"] == "2097152"
+
+
+def test_mpirun_ranks_yield_unless_told_otherwise():
+    # Under mpirun a waiting rank would busy-poll and starve TensorFlow's threads; the launcher
+    # asks it to yield, and leaves the choice to the user's own MPI arguments.
+    result = poprun("-np", "2", "--print-topology", "true")
+    assert result.returncode == 0, result.stderr
+    assert "backend mpirun" in result.stdout
+    assert "--mca mpi_yield_when_idle 1" in result.stdout
+    result = poprun("-np", "2", "--mpi-global-args", "--mca mpi_yield_when_idle 0",
+                    "--print-topology", "true")
+    assert result.returncode == 0, result.stderr
+    assert "--mca mpi_yield_when_idle 0" in result.stdout
+    assert "mpi_yield_when_idle 1" not in result.stdout
