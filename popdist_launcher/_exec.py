@@ -70,18 +70,31 @@ def _watch_parent(argv: List[str]) -> int:
     except OSError as exc:
         _fail(f"could not start {argv[0]!r} on {os.uname().nodename}: {exc.strerror or exc}.",
               126 if isinstance(exc, PermissionError) else 127)
+    try:  # the group to kill: this rank's own, never one shared with the engine
+        own_group = os.getpgid(0) != os.getpgid(parent)
+    except ProcessLookupError:
+        own_group = os.getpgid(0) == os.getpid()
+
+    def kill_all() -> None:
+        if own_group:
+            os.killpg(0, signal.SIGKILL)
+        _killpg(child.pid, signal.SIGKILL)  # a group of the program's own, if it made one
+        child.kill()
+
     sel = selectors.DefaultSelector()
     sel.register(os.pidfd_open(child.pid), selectors.EVENT_READ, "exit")
     try:
         sel.register(os.pidfd_open(parent), selectors.EVENT_READ, "parent")
     except ProcessLookupError:
-        os.killpg(0, signal.SIGKILL)
+        kill_all()
     if os.getppid() != parent:  # the parent died before it could be watched
-        os.killpg(0, signal.SIGKILL)
+        kill_all()
     while True:
         for key, _ in sel.select():
             if key.data == "parent":  # the engine is gone: nothing may outlive it
-                os.killpg(0, signal.SIGKILL)
+                sel.unregister(key.fileobj)
+                kill_all()
+                continue
             code = child.wait()
             if code < 0:
                 _die_by(-code)

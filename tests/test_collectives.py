@@ -316,9 +316,9 @@ def test_watchdog_fires_only_after_a_quiet_timeout() -> None:
     stuck = wd.begin("allreduce 'b'")
     clock.now += 2  # 'a' waited 11 s, nothing completed in that time
     message = wd.check()
-    assert message is not None and message.startswith(
-        "collective stall on instance 0 of 2: allreduce 'a' (waiting 11.0 s), "
-        "allreduce 'b' (waiting 2.0 s); no collective has completed on this instance for 11.0 s")
+    assert message is not None and message.startswith(  # newest first
+        "collective stall on instance 0 of 2: allreduce 'b' (waiting 2.0 s), "
+        "allreduce 'a' (waiting 11.0 s); no collective has completed on this instance for 11.0 s")
     wd.end(old)  # a completion is progress: the quiet period restarts
     assert wd.check() is None
     clock.now += 10.5
@@ -372,11 +372,14 @@ def test_watchdog_reads_the_counters_of_function_collectives() -> None:
     counters["b"][0] = 1
     assert wd.check() is None and wd.pending_descriptions() == ["allreduce 'b'"]
     clock.now += 3
-    counters["a"][0] = 2  # 'a' again, while 'b' waits: 'b' is named, oldest first
+    counters["a"][0] = 2  # 'a' again, while 'b' waits: both pending
     assert wd.check() is None
     assert wd.pending_descriptions() == ["allreduce 'b'", "allreduce 'a'"]
     clock.now += 2.5
-    assert "allreduce 'b' (waiting 5.5 s), allreduce 'a' (waiting 2.5 s)" in wd.check()
+    # The message names the newest first: what the instance submitted last is what it waits on
+    # ('b' may be left from a step an error aborted while the watchdog never saw it idle).
+    assert "stall on instance 1 of 2: allreduce 'a' (waiting 2.5 s), allreduce 'b' (waiting " \
+           "5.5 s)" in wd.check()
     running[0] = False  # no step is running: those runs were aborted
     assert wd.check() is None and wd.pending_descriptions() == []
     running[0] = True

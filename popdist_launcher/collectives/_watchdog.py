@@ -220,7 +220,9 @@ class StallWatchdog:
             # Name the collectives submitted since the last completion when there are any: older
             # marks may be left over from a failed graph step.
             fresh = [p for p in entries if p.started >= self._last_completion]
-            entries = fresh or entries
+            # Newest first: the instance waits on what it submitted last; an older mark may
+            # belong to a function step that an error aborted before the watchdog saw it idle.
+            entries = sorted(fresh or entries, key=lambda p: p.started, reverse=True)
             named = ", ".join(f"{str(p.description)} (waiting {now - p.started:.1f} s)"
                               for p in entries[:MAX_NAMED])
             if len(entries) > MAX_NAMED:
