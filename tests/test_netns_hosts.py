@@ -8,16 +8,9 @@ import time
 
 import pytest
 
+from conftest import alive as _alive
 from netns_hosts import (PREFIX, TestHosts, _b36, cleanup_leftovers, list_links, list_netns,
                          require_test_hosts)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _wait_for(predicate, timeout: float, what: str):
