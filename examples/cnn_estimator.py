@@ -114,8 +114,9 @@ def main() -> int:
     # An evaluation batch that divides the test set and the replicas: every image counted once.
     eval_batch = next((b for b in range(2 * args.batch_size, 0, -1)
                        if len(x_test) % b == 0 and b % replicas == 0), replicas)
-    model_dir = args.model_dir or os.path.join(tempfile.gettempdir(),
-                                               f"cnn_estimator-{os.getppid()}")
+    # One folder per job, the same on every instance (and restart): the launcher's job id.
+    model_dir = args.model_dir or os.path.join(
+        tempfile.gettempdir(), f"cnn_estimator-{os.environ.get('POPRUN_JOB_ID') or os.getpid()}")
     config = ipu.ipu_run_config.RunConfig(
         ipu_run_config=ipu.ipu_run_config.IPURunConfig(iterations_per_loop=args.batches_per_step),
         train_distribute=strategy, model_dir=model_dir, save_checkpoints_steps=steps_per_epoch,

@@ -16,6 +16,7 @@ INSTANCE_INDEX = "POPDIST_INSTANCE_INDEX"
 
 # Ours: which attempt of the job this is (0 for the first start).
 RESTART_COUNT = "POPRUN_RESTART_COUNT"
+JOB_ID = "POPRUN_JOB_ID"  # one value per poprun-lite run, the same on every instance and attempt
 
 POPDIST_INT_VARIABLES = (
     NUM_TOTAL_REPLICAS,

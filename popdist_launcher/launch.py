@@ -187,6 +187,7 @@ def cli(ctx: click.Context, num_instances: int, num_replicas: Optional[int], ipu
 
     output = OutputOptions(tag_output=tag_output, only_instance=only_output_from_instance,
                            output_dir=output_dir)
+    job_id = os.urandom(6).hex()  # POPRUN_JOB_ID: the same for every attempt
     for attempt in range(max_restarts + 1):
         try:
             prepared = layout.prepare(port_range)
@@ -199,7 +200,7 @@ def cli(ctx: click.Context, num_instances: int, num_replicas: Optional[int], ipu
                 counts=layout.counts, exported_env=exported, start_timeout=start_timeout,
                 grace_period=grace_period, restart_count=attempt, controller=layout.controller,
                 max_restarts=max_restarts,
-                tuning=horovod_tuning(layout.controller, os.environ))
+                tuning=horovod_tuning(layout.controller, os.environ), job_id=job_id)
             if print_topology:
                 click.echo(format_topology(plan, layout.backend, " (besides what it inherits)"))
                 return 0

@@ -68,6 +68,7 @@ class LaunchPlan(NamedTuple):
     controller: str = "gloo"  # Horovod's controller: "gloo" (our rendezvous) or "mpi" (mpirun)
     max_restarts: int = 0
     tuning: Tuple[Tuple[str, str], ...] = ()  # Horovod knobs the launcher sets (see horovod_tuning)
+    job_id: str = ""
 
     @property
     def num_local_replicas(self) -> int:
@@ -97,6 +98,7 @@ class LaunchPlan(NamedTuple):
             c.NUM_INSTANCES: str(self.num_instances),
             c.INSTANCE_INDEX: str(inst.index),
             c.RESTART_COUNT: str(self.restart_count),
+            c.JOB_ID: self.job_id,
             "TF_CONFIG": self.tf_config(index),
             # What a plain hvd.init() needs without horovodrun: ranks and a Gloo rendezvous.
             "HOROVOD_RANK": str(inst.index),
@@ -220,6 +222,7 @@ def build_plan(
     controller: str = "gloo",
     max_restarts: int = 0,
     tuning: Sequence[Tuple[str, str]] = (),
+    job_id: str = "",
 ) -> LaunchPlan:
     """Validate the numbers and lay instances and replicas out over the hosts."""
     check_counts(num_instances, num_replicas, ipus_per_replica)
@@ -265,6 +268,7 @@ def build_plan(
         controller=controller,
         max_restarts=max_restarts,
         tuning=tuple(tuning),
+        job_id=job_id,
     )
 
 

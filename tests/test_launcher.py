@@ -31,6 +31,7 @@ def test_environment_contract_np4_replicas8(tmp_path, backend, controller):
         assert env["POPDIST_NUM_INSTANCES"] == "4"
         assert env["POPDIST_INSTANCE_INDEX"] == str(i)
         assert env["MY_FLAG"] == "on"
+        assert env["POPRUN_JOB_ID"] == envs[0]["POPRUN_JOB_ID"] != ""  # one id for the job
         assert env["HOROVOD_RANK"] == str(i) and env["HOROVOD_SIZE"] == "4"
         assert env["HOROVOD_LOCAL_RANK"] == str(i) and env["HOROVOD_LOCAL_SIZE"] == "4"
         assert env["HOROVOD_CROSS_RANK"] == "0" and env["HOROVOD_CROSS_SIZE"] == "1"

@@ -213,7 +213,16 @@ class IPUEstimator(tf.estimator.Estimator):
                     session.run(done)
         else:
             from popdist_launcher import collectives
-            collectives.allreduce(tf.constant(0.0), op=collectives.Sum)
+            if tf.executing_eagerly():
+                collectives.allreduce(tf.constant(0.0), op=collectives.Sum,
+                                      name="ipu_estimator_barrier")
+                return
+            # Graph mode (eager execution off): an op only waits when a session runs it.
+            with tf.Graph().as_default():
+                done = collectives.allreduce(tf.constant(0.0), op=collectives.Sum,
+                                             name="ipu_estimator_barrier")
+                with tf.compat.v1.Session(config=self._session_config) as session:
+                    session.run(done)
 
     def export_saved_model(self, export_dir_base, serving_input_receiver_fn, assets_extra=None,
                            as_text=False, checkpoint_path=None, experimental_mode=ModeKeys.PREDICT):
