@@ -188,7 +188,8 @@ def cli(ctx: click.Context, num_instances: int, num_replicas: Optional[int], ipu
     output = OutputOptions(tag_output=tag_output, only_instance=only_output_from_instance,
                            output_dir=output_dir)
     job_id = os.urandom(6).hex()  # POPRUN_JOB_ID: the same for every attempt
-    for attempt in range(max_restarts + 1):
+    attempt, retried_start = 0, False
+    while True:
         try:
             prepared = layout.prepare(port_range)
         except (ports.PortError, topology.TopologyError) as exc:
@@ -208,10 +209,16 @@ def cli(ctx: click.Context, num_instances: int, num_replicas: Optional[int], ipu
                                     rendezvous_socket=prepared.take_rendezvous_socket(), say=_say)
             prepared.release_binds()
             result = supervisor.run()
+        if result.state is JobState.FAILED and not retried_start \
+                and supervisor.engine_failed_to_start():
+            retried_start = True  # a known transient of mpirun's start-up; once, not a restart
+            _say("poprun-lite: mpirun failed before starting any instance; starting it once more.")
+            continue
         if result.state is not JobState.FAILED or attempt == max_restarts:
             break
-        _say(f"poprun-lite: restarting the job on every host (restart {attempt + 1} of "
-             f"{max_restarts}, fresh ports); POPRUN_RESTART_COUNT={attempt + 1}.")
+        attempt += 1
+        _say(f"poprun-lite: restarting the job on every host (restart {attempt} of "
+             f"{max_restarts}, fresh ports); POPRUN_RESTART_COUNT={attempt}.")
     return result.exit_code
 
 

@@ -77,6 +77,7 @@ class Supervisor:
         self._engine_partial: Dict[str, bytes] = {}
         self._engine_lines: List[str] = []
         self._engine_failure: Optional[int] = None
+        self._engine_instance_output = False
 
     # ---- public -------------------------------------------------------------------------
     def run(self) -> JobResult:
@@ -199,6 +200,17 @@ class Supervisor:
             return
         self.router.close(index, stream)
 
+    # What Open MPI's launcher says when its own start-up fails now and then for no reason of the
+    # job's (a PMIx listener that could not start; seen on loaded CI machines, also elsewhere).
+    _ENGINE_START_TRANSIENTS = ("PMIx server's listener thread failed to start",)
+
+    def engine_failed_to_start(self) -> bool:
+        """Whether the engine failed by a known start-up transient before any instance wrote a
+        line (so nothing of the user's program ran): worth starting once more."""
+        return (self._engine and self._signal is None and not self._engine_instance_output
+                and any(t in line for line in self._engine_lines
+                        for t in self._ENGINE_START_TRANSIENTS))
+
     def _demux(self, stream: str, data: bytes) -> None:
         """Route the engine's tagged lines to their instances; print and keep its own lines."""
         data = self._engine_partial.pop(stream, b"") + data
@@ -215,6 +227,7 @@ class Supervisor:
             else:
                 index, inst_stream, payload = routed
                 if 0 <= index < self.plan.num_instances:
+                    self._engine_instance_output = True
                     self.router.feed(index, inst_stream, payload + b"\n")
         if own:
             procs.write_all(2, b"".join(b"[" + self.backend.name.encode() + b"]: " + line + b"\n"
