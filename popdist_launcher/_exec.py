@@ -64,12 +64,7 @@ def _watch_parent(argv: List[str]) -> int:
     parent = os.getppid()
     for sig in ENGINE_SIGNALS:
         signal.signal(sig, lambda s, f: None)
-    try:
-        # The handlers above are Python's, so the program starts with the default ones.
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
-    except OSError as exc:
-        _fail(f"could not start {argv[0]!r} on {os.uname().nodename}: {exc.strerror or exc}.",
-              126 if isinstance(exc, PermissionError) else 127)
+    child = _start(argv)  # the handlers above are Python's: the program gets the defaults
     try:  # the group to kill: this rank's own, never one shared with the engine
         own_group = os.getpgid(0) != os.getpgid(parent)
     except ProcessLookupError:
@@ -101,13 +96,17 @@ def _watch_parent(argv: List[str]) -> int:
             return code
 
 
-def _supervise(argv: List[str]) -> int:
-    """--control: the program in its own process group; stdin is the launcher's channel."""
+def _start(argv: List[str], **popen) -> subprocess.Popen:
     try:
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, process_group=0)
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, **popen)
     except OSError as exc:
         _fail(f"could not start {argv[0]!r} on {os.uname().nodename}: {exc.strerror or exc}.",
               126 if isinstance(exc, PermissionError) else 127)
+
+
+def _supervise(argv: List[str]) -> int:
+    """--control: the program in its own process group; stdin is the launcher's channel."""
+    child = _start(argv, process_group=0)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda s, f: _killpg(child.pid, s))
     pidfd = os.pidfd_open(child.pid)

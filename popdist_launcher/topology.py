@@ -151,8 +151,7 @@ def mpi_transport_available() -> bool:
     return horovod_links_mpi()
 
 
-_CHUNK = 256 << 10
-_SCAN_LIMIT = 8 << 20  # the dynamic string table sits in a library's first few megabytes
+_SCAN_LIMIT = 2 << 20  # the dynamic string table sits near a library's start (here at 186 KB)
 
 
 def horovod_links_mpi() -> bool:
@@ -162,26 +161,23 @@ def horovod_links_mpi() -> bool:
         spec = importlib.util.find_spec("horovod")
     except (ImportError, ValueError):
         return False
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        tf_dir = os.path.join(folder, "tensorflow")
+    folders = (spec.submodule_search_locations or []) if spec else []
+    for tf_dir in (os.path.join(folder, "tensorflow") for folder in folders):
         try:
             names = [n for n in os.listdir(tf_dir) if n.startswith("mpi_lib") and n.endswith(".so")]
         except OSError:
             continue
-        for name in names:
-            try:
-                with open(os.path.join(tf_dir, name), "rb") as f:
-                    tail = b""
-                    for _ in range(_SCAN_LIMIT // _CHUNK):
-                        chunk = f.read(_CHUNK)
-                        if not chunk:
-                            break
-                        if b"\0libmpi.so" in tail + chunk:
-                            return True
-                        tail = chunk[-16:]
-            except OSError:
-                continue
+        if any(_head_contains(os.path.join(tf_dir, n), b"\0libmpi.so") for n in names):
+            return True
     return False
+
+
+def _head_contains(path: str, needle: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return needle in f.read(_SCAN_LIMIT)
+    except OSError:
+        return False
 
 
 def choose(num_instances: int, host: Optional[str] = None, hostfile: Optional[str] = None,
