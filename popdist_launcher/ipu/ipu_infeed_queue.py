@@ -1,0 +1,103 @@
+"""``ipu.ipu_infeed_queue``: IPUInfeedQueue, a dataset fed to a loop one element per iteration.
+
+On an IPU the infeed streams a dataset to the device; here it is an iterator over the dataset that
+``loops.repeat`` / ``pipelining_ops.pipeline`` dequeue from, once per iteration. TF1 graphs run
+``initializer`` first (as on an IPU); eager and ``tf.function`` code need not.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any, Optional
+
+import tensorflow as tf
+
+log = logging.getLogger(__name__)
+_ids = itertools.count()
+
+
+class IPUInfeedQueue:
+    """Wraps a ``tf.data.Dataset`` whose elements have fully defined shapes (batch with
+    ``drop_remainder=True``). ``prefetch_depth`` and ``optimise_latency`` tune the IPU data stream
+    and have no effect here."""
+
+    def __init__(self, dataset: tf.data.Dataset, device_ordinal: Optional[int] = None,
+                 prefetch_depth: Optional[int] = None, optimise_latency: bool = False,
+                 **kwargs: Any) -> None:
+        if not isinstance(dataset, tf.data.Dataset):
+            raise TypeError(f"IPUInfeedQueue needs a tf.data.Dataset, got {type(dataset).__name__}.")
+        for spec in tf.nest.flatten(dataset.element_spec):
+            if not isinstance(spec, tf.TensorSpec):
+                raise TypeError(f"IPUInfeedQueue elements must be dense tensors, got {spec}.")
+            if not spec.shape.is_fully_defined():
+                raise ValueError(
+                    f"Output shape {spec.shape} is not fully defined; if using "
+                    f"tf.data.Dataset.batch, set drop_remainder=True.")
+        prefetch_depth = 3 if prefetch_depth is None else prefetch_depth
+        if not 0 < prefetch_depth < 256:
+            raise ValueError(f"prefetch_depth must be in [1, 255], got {prefetch_depth}.")
+        if device_ordinal is not None and (not isinstance(device_ordinal, int) or device_ordinal < 0):
+            raise ValueError(f"device_ordinal must be an int >= 0, got {device_ordinal!r}.")
+        self._dataset = dataset
+        self._structure = dataset.element_spec
+        self._device_ordinal = device_ordinal or 0
+        self._id = kwargs.get("feed_name") or f"infeed_{next(_ids)}"
+        self._dequeued = False
+        self._initialized = False
+        self._iterator = None
+        if not tf.executing_eagerly():
+            with tf.device("/device:CPU:0"):
+                self._iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
+
+    def _dequeue(self):
+        """The next element (a nested structure of tensors); the loops call this once per
+        iteration."""
+        if self._iterator is None:
+            with tf.init_scope(), tf.device("/device:CPU:0"):
+                self._iterator = iter(self._dataset)
+        self._dequeued = True
+        return self._iterator.get_next()
+
+    @property
+    def dequeued(self) -> bool:
+        """Whether a loop has dequeued from this queue."""
+        return self._dequeued
+
+    @property
+    def number_of_tuple_elements(self) -> int:
+        """How many arguments a loop body receives from this queue."""
+        from popdist_launcher.ipu.loops import _body_arguments
+        args, kwargs = _body_arguments(self._structure)
+        return len(args) + len(kwargs)
+
+    @property
+    def initializer(self):
+        """TF1: the op that (re)starts the dataset; it can be taken once, as on an IPU. Eager:
+        restarts the dataset now and returns None."""
+        if tf.executing_eagerly():
+            self._initialized = True
+            with tf.device("/device:CPU:0"):
+                self._iterator = iter(self._dataset)
+            return None
+        if self._initialized:
+            raise ValueError("The IPUInfeedQueue `initializer` function can only be accessed once.")
+        self._initialized = True
+        return self._iterator.initializer
+
+    @property
+    def deleter(self):
+        """Releases the iterator, so the dataset can be fed again from its start."""
+        if tf.executing_eagerly():
+            self._iterator = None
+            return None
+        return tf.no_op(name=f"{self._id}_deleter")
+
+    def get_next(self):
+        raise ValueError("`get_next()` is obsolete: an IPUInfeedQueue is dequeued by the loop "
+                         "it is passed to (ipu.loops.repeat(n, body, inputs, infeed_queue)).")
+
+    def __iter__(self):
+        """Eager: iterate the dataset's elements, as a dataset iterator would."""
+        if self._iterator is None or not hasattr(self._iterator, "__next__"):
+            self._iterator = iter(self._dataset)
+        return self._iterator

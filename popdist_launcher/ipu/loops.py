@@ -1,0 +1,116 @@
+"""``ipu.loops``: ``repeat`` and ``while_loop``, a ``tf.while_loop`` whose body may take one
+element of an IPUInfeedQueue per iteration (Graphcore's signatures and argument checks)."""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Optional, Sequence, Tuple
+
+import tensorflow as tf
+
+
+def _as_list(values: Any) -> list:
+    return list(values) if isinstance(values, (list, tuple)) else [values]
+
+
+def _body_arguments(element: Any) -> Tuple[list, dict]:
+    """An infeed element as loop-body arguments: a dict with string keys becomes keyword
+    arguments, anything else positional ones."""
+    element = _as_list(element)
+    if len(element) == 1 and isinstance(element[0], dict) and all(isinstance(k, str) for k in element[0]):
+        return [], dict(element[0])
+    return element, {}
+
+
+def _arity_error(fn: Callable, num_args: int, infeed_queue=None) -> Optional[str]:
+    """None when ``fn`` accepts ``num_args`` positional arguments plus the infeed's; otherwise
+    what it needs instead."""
+    args, kwargs = [None] * num_args, {}
+    if infeed_queue is not None:
+        more, kwargs = _body_arguments(infeed_queue._structure)  # noqa: SLF001
+        args += [None] * len(more)
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as exc:
+        return str(exc)
+    except ValueError:  # no signature (a builtin): let the call decide
+        return None
+    return None
+
+
+def _check_body(body: Callable, inputs: list, infeed_queue) -> None:
+    error = _arity_error(body, len(inputs), infeed_queue)
+    if error is None:
+        return
+    if infeed_queue is None:
+        raise TypeError(f"Supplied loop body function cannot be called with the specified inputs. "
+                        f"You specified {len(inputs)} inputs: {inputs}, but the loop body "
+                        f"needs another signature ({error}).")
+    raise TypeError(f"Supplied loop body function cannot be called with the specified inputs. "
+                    f"You specified {len(inputs)} inputs: {inputs} and "
+                    f"{infeed_queue.number_of_tuple_elements} additional inputs from infeed, but "
+                    f"the loop body needs another signature ({error}).")
+
+
+def while_loop(condition: Callable, body: Callable, inputs: Optional[Sequence] = None,
+               infeed_queue=None, maximum_iterations: Optional[int] = None,
+               use_while_v1: bool = True):
+    """Loop while ``condition(*carried)``; ``body(*carried, *infeed_element)`` returns the new
+    carried values (tensors first, then any ops, which run every iteration). Returns the final
+    carried values (one value unwrapped; with no inputs, the loop's op)."""
+    inputs = [x if isinstance(x, tf.TensorArray) else tf.convert_to_tensor(x)
+              for x in ([] if inputs is None else _as_list(inputs))]
+    arity = len(inputs)
+    input_types = [x.dtype for x in inputs]
+    _check_body(body, inputs, infeed_queue)
+    if _arity_error(condition, arity) is not None:
+        raise TypeError(f"Supplied loop condition function cannot be called with the specified "
+                        f"inputs. You specified {arity} inputs: {inputs} (infeed elements are not "
+                        f"passed to the condition).")
+
+    def condition_wrapper(*carried):
+        return condition(*(carried if arity else ()))
+
+    def body_wrapper(*carried):
+        carried = list(carried) if arity else []
+        extra_args, extra_kwargs = ([], {}) if infeed_queue is None else \
+            _body_arguments(infeed_queue._dequeue())  # noqa: SLF001
+        outputs = body(*(carried + list(extra_args)), **extra_kwargs)
+        outputs = [] if outputs is None else _as_list(outputs)
+        first_op = next((i for i, o in enumerate(outputs) if isinstance(o, tf.Operation)),
+                        len(outputs))
+        operations = outputs[first_op:]
+        tensors = [o if isinstance(o, tf.TensorArray) else tf.convert_to_tensor(o)
+                   for o in outputs[:first_op]]
+        if not all(isinstance(o, tf.Operation) for o in operations):
+            raise ValueError("IPU loop body must return zero or more Tensor values followed by "
+                             "zero or more Operations.")
+        output_types = [t.dtype for t in tensors]
+        if output_types != input_types:
+            raise TypeError(f"Mismatch between input types and output types for loop body: "
+                            f"{input_types} vs {output_types}.")
+        if not tensors:
+            tensors = [tf.constant(0)]
+        if operations:
+            with tf.control_dependencies(operations):
+                tensors = [t if isinstance(t, tf.TensorArray) else tf.identity(t) for t in tensors]
+        return tensors
+
+    loop_vars = inputs if arity else [tf.constant(0)]
+    while_fn = tf.compat.v1.while_loop if use_while_v1 else tf.while_loop
+    outputs = while_fn(condition_wrapper, body_wrapper, loop_vars,
+                       maximum_iterations=maximum_iterations, parallel_iterations=1)
+    if infeed_queue is not None and not infeed_queue.dequeued:
+        raise ValueError("The infeed queue has not been dequeued.")
+    outputs = _as_list(outputs)
+    if arity == 0:
+        return None if tf.executing_eagerly() else outputs[0].op
+    return outputs[0] if len(outputs) == 1 else outputs
+
+
+def repeat(n: int, body: Callable, inputs: Optional[Sequence] = None, infeed_queue=None,
+           use_while_v1: bool = True):
+    """Run ``body`` ``n`` times (Graphcore's ``loops.repeat``); see ``while_loop``."""
+    inputs = [] if inputs is None else inputs
+    _check_body(body, _as_list(inputs), infeed_queue)
+    return while_loop(lambda *_: True, body, inputs=inputs, infeed_queue=infeed_queue,
+                      maximum_iterations=n, use_while_v1=use_while_v1)
