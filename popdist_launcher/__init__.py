@@ -4,8 +4,6 @@ Importing the package is cheap: the runtime accessors load on first use, and Ten
 Horovod only with the submodules that need them (strategies, collectives, ipu). The launcher
 imports this package on every job's start-up, so keep it that way.
 """
-import importlib
-
 __version__ = "0.1.0"
 
 _RUNTIME_NAMES = (
@@ -34,6 +32,7 @@ def set_ipu_config(config, ipus_per_replica=None, configure_device=True):
 
 def __getattr__(name):
     if name in _RUNTIME_NAMES:
+        import importlib  # here, not at the top: the package is imported at every interpreter start
         return getattr(importlib.import_module("popdist_launcher.runtime"), name)
     raise AttributeError(f"module 'popdist_launcher' has no attribute {name!r}")
 

@@ -14,7 +14,8 @@ STAMP="$VENV/.popdist-setup"
 inputs_hash() { cat requirements.txt setup.cfg scripts/setup.sh | sha256sum | cut -d' ' -f1; }
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(inputs_hash)" ] \
-   && "$VENV/bin/python" -c "import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ('horovod.tensorflow.mpi_lib', 'popdist_launcher'))))" 2>/dev/null; then
+   && "$VENV/bin/python" -c "import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ('horovod.tensorflow.mpi_lib', 'popdist_launcher', 'popdist'))))" 2>/dev/null \
+   && [ -f "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/popdist_launcher.pth" ]; then
   echo "setup: $VENV is up to date"
   exit 0
 fi
@@ -56,9 +57,12 @@ fi
 
 # "compat" editable mode is a plain .pth path entry: no import hook on every interpreter start.
 pip install --quiet --no-build-isolation --no-deps -e . --config-settings editable_mode=compat
+# The IPU import alias starts from a .pth file in site-packages (an editable install may not copy
+# setup.cfg's data_files there): `from tensorflow.python import ipu` then runs popdist_launcher.ipu.
+cp popdist_launcher.pth "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/popdist_launcher.pth"
 # Cached bytecode is read even where PYTHONDONTWRITEBYTECODE=1 stops Python writing it, and the
 # launcher starts with every job.
-python -m compileall -q popdist_launcher
+python -m compileall -q popdist_launcher popdist
 python -m popdist_launcher --check-build
 inputs_hash > "$STAMP"
 echo "setup: done ($VENV)"

@@ -1,19 +1,132 @@
-"""``ipu.distributed``: the Horovod-style collectives under the names IPU code imports, and the
-module paths of the strategies (``ipu.distributed.popdist_strategy.PopDistStrategy``, ...)."""
+"""``ipu.distributed`` (also ``ipu.horovod``): host collectives between instances with Graphcore's
+arguments, and the strategies at their IPU module paths (``ipu.distributed.popdist_strategy``...).
+
+Both of Graphcore's spellings work: Horovod's ``allreduce(tensor, op=None)`` (``ipu.horovod``,
+TF1 SDKs) and PopDist's ``allreduce(value, reduce_op, tensor_name=None)`` (``ipu.distributed``,
+TF2 SDKs); ``op`` / ``reduce_op`` take ``Average``, ``Sum``, ``Min``, ``Max``, ``Product``,
+``tf.distribute.ReduceOp.SUM`` / ``MEAN`` or those names. The collectives start on first use,
+so no ``init()`` is needed (``init()`` is accepted). Importing this module imports TensorFlow.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+import horovod.tensorflow as _hvd
+import tensorflow as tf
+
+from popdist_launcher import collectives, runtime
 from popdist_launcher.collectives import (  # noqa: F401
     Average,
     Max,
     Min,
     Product,
     Sum,
-    allgather,
-    allreduce,
-    broadcast,
-    broadcast_variables,
     init,
-    local_rank,
-    local_size,
-    rank,
     shutdown,
-    size,
 )
+
+Adasum = _hvd.Adasum
+_BY_NAME = {"SUM": Sum, "MEAN": Average, "AVERAGE": Average, "MIN": Min, "MAX": Max,
+            "PRODUCT": Product}
+
+
+def _started() -> None:
+    if not collectives.is_initialized():
+        collectives.init()
+
+
+def _horovod_op(op: Any, reduce_op: Any) -> Any:
+    if op is not None and reduce_op is not None and op != reduce_op:
+        raise ValueError(f"allreduce got op={op!r} and reduce_op={reduce_op!r}; pass one of them.")
+    chosen = reduce_op if reduce_op is not None else op
+    if chosen is None:
+        return Average
+    if isinstance(chosen, tf.distribute.ReduceOp):
+        chosen = chosen.value
+    if isinstance(chosen, str):
+        if chosen.upper() not in _BY_NAME:
+            raise ValueError(f"reduce op {chosen!r} is not one of {', '.join(_BY_NAME)}.")
+        return _BY_NAME[chosen.upper()]
+    if chosen == Adasum:
+        raise NotImplementedError("The Adasum reduction is not implemented; use Average or Sum.")
+    return chosen
+
+
+def allreduce(tensor: Any, op: Any = None, reduce_op: Any = None,
+              tensor_name: Optional[str] = None, name: Optional[str] = None,
+              prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Any:
+    """Reduce ``tensor`` over all instances (default: Average); every instance gets the result.
+    ``tf.IndexedSlices`` are gathered. ``tensor_name`` / ``name`` label the collective."""
+    _started()
+    return collectives.allreduce(tensor, op=_horovod_op(op, reduce_op),
+                                 prescale_factor=prescale_factor,
+                                 postscale_factor=postscale_factor, name=tensor_name or name)
+
+
+def allgather(tensor: Any, tensor_name: Optional[str] = None, name: Optional[str] = None) -> Any:
+    """Concatenate every instance's ``tensor`` on dimension 0 (first dimensions may differ)."""
+    _started()
+    return collectives.allgather(tensor, name=tensor_name or name)
+
+
+def broadcast(tensor: Any, root_rank: int = 0, tensor_name: Optional[str] = None,
+              name: Optional[str] = None) -> Any:
+    """Every instance gets instance ``root_rank``'s ``tensor``."""
+    _started()
+    return collectives.broadcast(tensor, root_rank=root_rank, name=tensor_name or name)
+
+
+def broadcast_variables(variables: Iterable[tf.Variable], root_rank: int = 0) -> Any:
+    """Assign instance ``root_rank``'s value to each variable on every instance."""
+    _started()
+    return collectives.broadcast_variables(variables, root_rank=root_rank)
+
+
+def broadcast_global_variables(root_rank: int = 0) -> Any:
+    """broadcast_variables() of every global variable (TF1 graphs)."""
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank=root_rank)
+
+
+def size() -> int:
+    """Number of instances."""
+    return collectives.size() if collectives.is_initialized() else runtime.num_instances()
+
+
+def rank() -> int:
+    """This instance's index."""
+    return collectives.rank() if collectives.is_initialized() else runtime.instance_index()
+
+
+def local_rank() -> int:
+    """This instance's index among the instances on its host."""
+    return (collectives.local_rank() if collectives.is_initialized()
+            else runtime.local_instance_index())
+
+
+def local_size() -> int:
+    """Number of instances on this host."""
+    _started()
+    return collectives.local_size()
+
+
+def is_homogeneous() -> bool:
+    """True when every host runs the same number of instances."""
+    _started()
+    return bool(_hvd.is_homogeneous())
+
+
+# What the collectives run on, as Horovod reports it.
+mpi_built = _hvd.mpi_built
+mpi_enabled = _hvd.mpi_enabled
+mpi_threads_supported = _hvd.mpi_threads_supported
+gloo_built = _hvd.gloo_built
+gloo_enabled = _hvd.gloo_enabled
+nccl_built = _hvd.nccl_built
+ddl_built = _hvd.ddl_built
+
+__all__ = [
+    "Adasum", "Average", "Max", "Min", "Product", "Sum", "allgather", "allreduce", "broadcast",
+    "broadcast_global_variables", "broadcast_variables", "ddl_built", "gloo_built", "gloo_enabled",
+    "init", "is_homogeneous", "local_rank", "local_size", "mpi_built", "mpi_enabled",
+    "mpi_threads_supported", "nccl_built", "rank", "shutdown", "size",
+]
