@@ -1,0 +1,340 @@
+"""The IPU Keras extensions: ``set_gradient_accumulation_options``, ``set_pipelining_options``,
+``set_infeed_queue_options`` ... on every Keras model (Model, Sequential, functional).
+
+Gradient accumulation trains as Graphcore's does: each optimizer update uses N micro-batches
+(forward and backward pass each), their gradients summed (SUM, the default) or averaged (MEAN,
+RUNNING_MEAN); ``steps_per_execution`` must be a multiple of N and must divide the steps of an
+epoch. A pipelined model (``set_pipelining_options`` with stages from
+``set_pipeline_stage_assignment``) always accumulates; its stages run in order on the replica's
+device, so it computes the same numbers as the unpipelined model. Options that only tune IPU data
+streams or hardware are accepted and logged once.
+
+``install()`` adds the methods to ``tf.keras.Model``; IPUStrategy calls it. Models without these
+options train exactly as before.
+"""
+from __future__ import annotations
+
+import collections.abc
+import enum
+import logging
+from typing import Any, Dict, List, Optional
+
+import tensorflow as tf
+from keras.src.engine import data_adapter, training  # the one place this package reaches into Keras
+
+from popdist_launcher.ipu.gradient_accumulation import GradientAccumulationReductionMethod
+
+log = logging.getLogger(__name__)
+_logged: set = set()
+_original: Dict[str, Any] = {}
+
+
+class ReplicatedMetricReductionMethod(enum.Enum):
+    """How metrics of several replicas are returned (one replica per IPUStrategy here)."""
+    NONE = 1
+    LIST = 2
+    SUM = 3
+    MEAN = 4
+
+    @classmethod
+    def parse(cls, value) -> "ReplicatedMetricReductionMethod":
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str) and value.upper() in cls.__members__:
+            return cls[value.upper()]
+        raise ValueError(f"Cannot parse {value!r} as a ReplicatedMetricReductionMethod. Valid "
+                         f"values are: {', '.join(cls.__members__)}.")
+
+
+def _log_once(key: str, message: str, *args: Any) -> None:
+    if key not in _logged:
+        _logged.add(key)
+        log.info(message, *args)
+
+
+def _options(model) -> Dict[str, Any]:
+    """The IPU options of ``model``, kept outside Keras's attribute tracking."""
+    opts = model.__dict__.get("_ipu_options")
+    if opts is None:
+        opts = {"ga_steps": None, "ga_method": GradientAccumulationReductionMethod.SUM,
+                "pipeline_ga_steps": None, "device_mapping": None, "stages": None}
+        object.__setattr__(model, "_ipu_options", opts)
+    return opts
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"Expected `{name}` to be a positive integer, but got {value!r} instead.")
+    return value
+
+
+def _reset(model) -> None:
+    model.train_function = None
+    model.train_tf_function = None
+
+
+# ---- the methods added to tf.keras.Model ------------------------------------------------------
+def set_gradient_accumulation_options(self, gradient_accumulation_steps_per_replica: Optional[int] = None,
+                                      gradient_accumulation_reduction_method="sum",
+                                      use_v2_gradient_accumulation_optimizer: bool = False,
+                                      **gradient_accumulation_optimizer_kwargs) -> None:
+    """Accumulate the gradients of ``gradient_accumulation_steps_per_replica`` micro-batches
+    before each optimizer update, reduced by ``gradient_accumulation_reduction_method``."""
+    opts = _options(self)
+    opts["ga_method"] = GradientAccumulationReductionMethod.parse(gradient_accumulation_reduction_method)
+    if gradient_accumulation_steps_per_replica is not None:
+        opts["ga_steps"] = _positive_int(gradient_accumulation_steps_per_replica,
+                                         "gradient_accumulation_steps_per_replica")
+    for key in ("opt", "num_mini_batches", "experimental_normalize_gradients"):
+        if key in gradient_accumulation_optimizer_kwargs:
+            raise ValueError(f"Found `{key}` key in `gradient_accumulation_optimizer_kwargs`; it is "
+                             f"set by Keras (use gradient_accumulation_steps_per_replica and "
+                             f"gradient_accumulation_reduction_method).")
+    if gradient_accumulation_optimizer_kwargs:
+        _log_once("ga_kwargs", "gradient accumulation optimizer options %s tune IPU memory and "
+                  "have no effect on this machine.", sorted(gradient_accumulation_optimizer_kwargs))
+    _reset(self)
+
+
+def set_pipelining_options(self, gradient_accumulation_steps_per_replica: Optional[int] = None,
+                           device_mapping: Optional[List[int]] = None,
+                           accumulate_outfeed: Optional[bool] = None,
+                           gradient_accumulation_reduction_method="sum", **pipelining_kwargs) -> None:
+    """Pipelining: gradients of ``gradient_accumulation_steps_per_replica`` micro-batches per
+    update; the stages run in order on this replica's device."""
+    opts = _options(self)
+    opts["ga_method"] = GradientAccumulationReductionMethod.parse(gradient_accumulation_reduction_method)
+    if gradient_accumulation_steps_per_replica is not None:
+        opts["pipeline_ga_steps"] = _positive_int(gradient_accumulation_steps_per_replica,
+                                                  "gradient_accumulation_steps_per_replica")
+    if device_mapping is not None:
+        if not isinstance(device_mapping, list) or not all(isinstance(x, int) for x in device_mapping):
+            raise ValueError("Expected `device_mapping` to be a list of integers.")
+        opts["device_mapping"] = device_mapping
+    for key, alternative in (("gradient_accumulation_count", "gradient_accumulation_steps_per_replica"),
+                             ("device_mapping", "device_mapping"),
+                             ("accumulate_outfeed", "accumulate_outfeed")):
+        if key in pipelining_kwargs:
+            raise ValueError(f"Found `{key}` key in `pipelining_kwargs`. Set the `{alternative}` "
+                             f"argument to `set_pipelining_options` instead.")
+    for key in ("computational_stages", "repeat_count", "inputs", "infeed_queue", "outfeed_queue",
+                "optimizer_function"):
+        if key in pipelining_kwargs:
+            raise ValueError(f"Found `{key}` key in `pipelining_kwargs`. This argument is "
+                             f"automatically set by Keras.")
+    if pipelining_kwargs or accumulate_outfeed:
+        _log_once("pipelining_kwargs", "pipelining options %s tune the IPU pipeline and have no "
+                  "effect on this machine.", sorted(pipelining_kwargs) + (
+                      ["accumulate_outfeed"] if accumulate_outfeed else []))
+    _reset(self)
+
+
+def set_pipeline_stage_assignment(self, pipeline_stage_assignment) -> None:
+    """Assign layers (Sequential: a list of stage numbers, one per layer) to pipeline stages."""
+    stages = [getattr(a, "pipeline_stage", a) for a in pipeline_stage_assignment]
+    if not all(isinstance(s, int) and s >= 0 for s in stages):
+        raise ValueError("pipeline stage assignments must be non-negative ints (or assignment "
+                         "objects with a pipeline_stage).")
+    _options(self)["stages"] = list(pipeline_stage_assignment)
+    _reset(self)
+
+
+def get_pipeline_stage_assignment(self):
+    return _options(self)["stages"]
+
+
+def reset_pipeline_stage_assignment(self) -> None:
+    _options(self)["stages"] = None
+    _reset(self)
+
+
+def print_pipeline_stage_assignment_summary(self, line_length=None, print_fn=None) -> None:
+    (print_fn or print)(f"pipeline stage assignment of {self.name}: {_options(self)['stages']}")
+
+
+def set_infeed_queue_options(self, **kwargs) -> None:
+    """Options of the IPU infeed Keras creates (prefetch depth ...): no effect here."""
+    for key in ("dataset", "infeed_spec", "element_spec"):
+        if key in kwargs:
+            raise ValueError(f"Found `{key}` key in `kwargs`. This argument is automatically set by Keras.")
+    if kwargs:
+        _log_once("infeed", "infeed queue options %s tune the IPU data stream and have no effect "
+                  "on this machine.", sorted(kwargs))
+
+
+def set_outfeed_queue_options(self, **kwargs) -> None:
+    """Options of the IPU outfeed Keras creates: no effect here."""
+    for key in ("outfeed_mode", "device_ordinal"):
+        if key in kwargs:
+            raise ValueError(f"Found `{key}` key in `kwargs`. This argument is not compatible with Keras.")
+    if kwargs:
+        _log_once("outfeed", "outfeed queue options %s tune the IPU data stream and have no effect "
+                  "on this machine.", sorted(kwargs))
+
+
+def set_asynchronous_callbacks(self, asynchronous: bool = False) -> None:
+    """On an IPU, callbacks may run while the device computes; here they run after each
+    execution, as with ``asynchronous=False``."""
+    if asynchronous:
+        _log_once("async", "set_asynchronous_callbacks(True): callbacks run synchronously here, "
+                  "after each execution of steps_per_execution steps.")
+
+
+def set_replication_options(self, replicated_metric_reduction_method="NONE") -> None:
+    """How metrics of several replicas are reduced; one replica per model here, so every method
+    returns that replica's metrics."""
+    ReplicatedMetricReductionMethod.parse(replicated_metric_reduction_method)
+
+
+# ---- training with accumulation --------------------------------------------------------------
+def _is_pipelined(model) -> bool:
+    opts = _options(model)
+    return opts["stages"] is not None or opts["device_mapping"] is not None or \
+        opts["pipeline_ga_steps"] is not None
+
+
+def accumulation_steps(model) -> int:
+    """Micro-batches per optimizer update (1: no accumulation); Graphcore's rules."""
+    opts = _options(model)
+    if _is_pipelined(model):
+        if opts["pipeline_ga_steps"] is None:
+            raise ValueError(
+                "The model which you are attempting to train is pipelined, however "
+                "`gradient_accumulation_steps_per_replica` has not been set through "
+                "`set_pipelining_options()`. You need to set this value as pipelined models "
+                "will perform gradient accumulation when training.")
+        return opts["pipeline_ga_steps"]
+    return opts["ga_steps"] or 1
+
+
+def _check_steps(model, x, steps_per_epoch, batch_size) -> None:
+    n = accumulation_steps(model)
+    spe = int(model._steps_per_execution.numpy()) if model._steps_per_execution is not None else 1  # noqa: SLF001
+    if spe % n:
+        raise RuntimeError(
+            f"The {'pipelined ' if _is_pipelined(model) else ''}model has been configured to use "
+            f"gradient accumulation for training, however the current `steps_per_execution` value "
+            f"(set to {spe}) is not divisible by `gradient_accumulation_steps_per_replica` ({n}). "
+            f"Adjust either so that `steps_per_execution` is divisible by it.")
+    steps = steps_per_epoch
+    if steps is None and isinstance(x, tf.data.Dataset):
+        cardinality = int(x.cardinality())
+        steps = cardinality if cardinality >= 0 else None
+    if steps is None and x is not None and hasattr(x, "__len__") and not isinstance(x, dict):
+        first = tf.nest.flatten(x)[0]
+        if hasattr(first, "shape"):
+            steps = -(-int(first.shape[0]) // (batch_size or 32))
+    if steps is not None and steps % min(spe, steps):
+        raise ValueError(f"`steps_per_execution` ({spe}) must be a divisor of the number of "
+                         f"batches ({steps}) in the dataset provided.")
+    if steps is not None and steps % n:
+        raise ValueError(f"gradient_accumulation_steps_per_replica ({n}) must divide the number "
+                         f"of batches per epoch ({steps}).")
+
+
+def _make_accumulating_train_function(model, n: int):
+    strategy = model.distribute_strategy
+    method = _options(model)["ga_method"]
+    variables = model.trainable_variables
+    with strategy.scope():
+        accumulators = [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False,
+                                    synchronization=tf.VariableSynchronization.ON_READ,
+                                    aggregation=tf.VariableAggregation.SUM,
+                                    name=f"accumulated_{v.name.split(':')[0].replace('/', '_')}")
+                        for v in variables]
+    object.__setattr__(model, "_ipu_accumulators", accumulators)  # not tracked: not saved
+    optimizer = model.optimizer
+    if _is_pipelined(model):
+        _log_once("pipeline", "pipelined Keras model: the stages run in order on the replica's "
+                  "device, %d micro-batches per update", n)
+
+    def micro_step(data, index):
+        x, y, sample_weight = data_adapter.unpack_x_y_sample_weight(data)
+        with tf.GradientTape() as tape:
+            y_pred = model(x, training=True)
+            loss = model.compute_loss(x, y, y_pred, sample_weight)
+            scaled = optimizer.get_scaled_loss(loss) if hasattr(optimizer, "get_scaled_loss") else loss
+        grads = tape.gradient(scaled, variables)
+        if hasattr(optimizer, "get_unscaled_gradients"):
+            grads = optimizer.get_unscaled_gradients(grads)
+        updates = []
+        for acc, grad in zip(accumulators, grads):
+            if grad is None:
+                continue
+            grad = tf.convert_to_tensor(grad)
+            if method == GradientAccumulationReductionMethod.RUNNING_MEAN:
+                k = tf.cast(index, grad.dtype)
+                updates.append(acc.assign(acc * (k / (k + 1)) + grad / (k + 1)))
+            else:
+                updates.append(acc.assign_add(grad))
+        with tf.control_dependencies(updates):
+            return model.compute_metrics(x, y, y_pred, sample_weight)
+
+    def apply_step():
+        scale = 1.0 / n if method == GradientAccumulationReductionMethod.MEAN else 1.0
+        grads = [tf.identity(acc) * tf.cast(scale, acc.dtype) for acc in accumulators]
+        optimizer.apply_gradients(zip(grads, variables))
+        with tf.control_dependencies([optimizer.iterations]):
+            for acc in accumulators:
+                acc.assign(tf.zeros_like(acc))
+
+    def micro(iterator, index):
+        outputs = strategy.run(micro_step, args=(next(iterator), index))
+        model._train_counter.assign_add(1)  # noqa: SLF001
+        return training.reduce_per_replica(outputs, strategy,
+                                           reduction=model.distribute_reduction_method)
+
+    def train_function(iterator):
+        steps = model._steps_per_execution  # noqa: SLF001 (Keras lowers it for a short last run)
+        updates = 1 if steps is None else tf.cast(steps, tf.int32) // n
+        outputs = micro(iterator, tf.constant(0))
+        for index in tf.range(1, n):
+            outputs = micro(iterator, index)
+        strategy.run(apply_step)
+        for _ in tf.range(updates - 1):
+            for index in tf.range(n):
+                outputs = micro(iterator, index)
+            strategy.run(apply_step)
+        return outputs
+
+    if model.run_eagerly:
+        return train_function
+    return tf.function(train_function, reduce_retracing=True)
+
+
+def _make_train_function(self, force: bool = False):
+    if "_ipu_options" not in self.__dict__ or accumulation_steps(self) == 1:
+        return _original["make_train_function"](self, force=force)
+    if self.train_function is not None and not force:
+        return self.train_function
+    self.train_function = _make_accumulating_train_function(self, accumulation_steps(self))
+    return self.train_function
+
+
+def _fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None,
+         validation_split=0.0, validation_data=None, shuffle=True, class_weight=None,
+         sample_weight=None, initial_epoch=0, steps_per_epoch=None, **kwargs):
+    if "_ipu_options" in self.__dict__ and accumulation_steps(self) > 1:
+        _check_steps(self, x, steps_per_epoch, batch_size)
+    return _original["fit"](self, x, y, batch_size, epochs, verbose, callbacks, validation_split,
+                            validation_data, shuffle, class_weight, sample_weight, initial_epoch,
+                            steps_per_epoch, **kwargs)
+
+
+_METHODS = (set_gradient_accumulation_options, set_pipelining_options, set_pipeline_stage_assignment,
+            get_pipeline_stage_assignment, reset_pipeline_stage_assignment,
+            print_pipeline_stage_assignment_summary, set_infeed_queue_options,
+            set_outfeed_queue_options, set_asynchronous_callbacks, set_replication_options)
+
+
+def install() -> None:
+    """Add the IPU methods to tf.keras.Model (once per process)."""
+    if _original:
+        return
+    model_class = tf.keras.Model
+    _original["make_train_function"] = model_class.make_train_function
+    _original["fit"] = model_class.fit
+    for method in _METHODS:
+        setattr(model_class, method.__name__, method)
+    model_class.make_train_function = _make_train_function
+    model_class.fit = _fit
