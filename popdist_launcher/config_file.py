@@ -6,14 +6,28 @@ POPRUN_* variables override them.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, Mapping
+import math
+from typing import Any, Dict, Mapping
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 SUFFIXES = (".toml", ".yaml", ".yml")
 
 
 class ConfigFileError(ValueError):
-    """The file is missing, unreadable, or has keys that are not options."""
+    """The file is missing, unreadable, or has keys that are not options or values of the wrong
+    type."""
+
+
+# What each kind of option takes in a file: a check, and how the message names it.
+KINDS = {
+    "integer": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number", "4"),
+    "number": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+               and math.isfinite(v), "a finite number", "30.0"),
+    "boolean": (lambda v: isinstance(v, bool), "true or false", "true"),
+    "string": (lambda v: isinstance(v, str), "a string in quotes", '"VALUE"'),
+    "strings": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+                "a list of strings", '["A=1", "B"]'),
+}
 
 
 def find(name: str) -> str:
@@ -31,8 +45,9 @@ def find(name: str) -> str:
     )
 
 
-def load(name: str, known: Iterable[str]) -> Dict[str, Any]:
-    """Option values from a config file, keyed by parameter name (underscores)."""
+def load(name: str, kinds: Mapping[str, str]) -> Dict[str, Any]:
+    """Option values from a config file, keyed by parameter name (underscores); ``kinds`` maps
+    each option's parameter name to the kind of value it takes (a key of KINDS)."""
     path = find(name)
     try:
         if path.endswith(".toml"):
@@ -54,7 +69,7 @@ def load(name: str, known: Iterable[str]) -> Dict[str, Any]:
         raise ConfigFileError(
             f"config file {path!r} must hold a table of option = value pairs, got "
             f"{type(data).__name__}.")
-    known = sorted(known)
+    known = sorted(kinds)
     values: Dict[str, Any] = {}
     for key, value in data.items():
         name_ = str(key).replace("-", "_")
@@ -63,6 +78,12 @@ def load(name: str, known: Iterable[str]) -> Dict[str, Any]:
                 f"config file {path!r} has unknown key {key!r}; expected option names such as "
                 f"{', '.join(k.replace('_', '-') for k in known)}."
             )
+        accepts, expected, example = KINDS[kinds[name_]]
+        if not accepts(value):
+            shown = name_.replace("_", "-")
+            raise ConfigFileError(
+                f"config file {path!r}: {key} = {value!r} is not {expected}; write it as e.g. "
+                f"{shown} = {example}.")
         values[name_] = value
     return values
 
@@ -88,6 +109,14 @@ def dump(path: str, values: Mapping[str, Any]) -> None:
     else:
         text = "".join(f"{k} = {_toml_value(v)}\n" for k, v in items.items())
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write("# poprun-lite options; pass back with --config\n" + text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write("# poprun-lite options; pass back with --config\n" + text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise ConfigFileError(f"cannot write the options to {path!r} ({exc.strerror}); give "
+                              f"--export-config a FILE in a folder you can write to.") from None

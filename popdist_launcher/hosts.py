@@ -10,6 +10,8 @@ from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1", "localhost.localdomain")
 _RANGE = re.compile(r"\[([^\[\]]*)\]")
 _NAME = re.compile(r"^[A-Za-z0-9_.:\-]+$")
+MAX_HOSTS = 65536  # names one -H value, hostfile or range may expand to
+MAX_HOSTFILE_BYTES = 1 << 20
 
 
 class HostError(ValueError):
@@ -40,13 +42,21 @@ def expand_names(pattern: str) -> List[str]:
         if last < first:
             raise HostError(f"host range {part.strip()!r} in {pattern!r} runs backwards; write "
                             f"it as {last}-{first}.")
+        if len(names) + last - first + 1 > MAX_HOSTS:
+            raise HostError(f"host range [{match.group(1)}] in {pattern!r} names more than "
+                            f"{MAX_HOSTS} hosts; check the range's bounds.")
         width = len(low) if low.startswith("0") else 0
         names.extend(f"{head}{n:0{width}d}" for n in range(first, last + 1))
-    return [name for n in names for name in expand_names(n + tail)]
+    expanded = []
+    for n in names:
+        expanded.extend(expand_names(n + tail))
+        if len(expanded) > MAX_HOSTS:
+            raise HostError(f"{pattern!r} names more than {MAX_HOSTS} hosts; check its ranges.")
+    return expanded
 
 
-def _split_top_level(spec: str) -> List[str]:
-    """Split on commas that are not inside a [range]."""
+def _split_top_level(spec: str, what: str = "-H") -> List[str]:
+    """Split on commas that are not inside a [range]; an empty item is an error (a typo)."""
     parts, depth, current = [], 0, []
     for ch in spec:
         if ch == "[":
@@ -59,7 +69,11 @@ def _split_top_level(spec: str) -> List[str]:
         else:
             current.append(ch)
     parts.append("".join(current))
-    return [p.strip() for p in parts if p.strip()]
+    parts = [p.strip() for p in parts]
+    if any(parts) and not all(parts):
+        raise HostError(f"{what} {spec!r} has an empty entry between commas; remove the extra "
+                        f"comma, e.g. -H hostA:2,hostB:2.")
+    return [p for p in parts if p]
 
 
 def _parse_slots(text: str, where: str) -> int:
@@ -80,9 +94,31 @@ def parse_host_list(spec: str) -> List[HostSlots]:
                 name, slots = head, _parse_slots(tail, f"-H {item!r}")
         for expanded in expand_names(name):
             hosts.append(HostSlots(_check_name(expanded, f"-H {spec!r}"), slots))
+        _check_count(hosts, f"-H {spec[:60]!r}")
     if not hosts:
         raise HostError(f"-H {spec!r} names no host; expected e.g. -H hostA:2,hostB:2.")
     return _merge(hosts)
+
+
+def read_hostfile(path: str) -> str:
+    """The text of a hostfile; a file that is unreadable, binary or over 1 MiB is a HostError."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_HOSTFILE_BYTES + 1)
+    except OSError as exc:
+        raise HostError(f"{path!r} cannot be read ({exc.strerror}); give the path of a file "
+                        f"of 'HOSTNAME slots=N' lines.") from None
+    if len(data) > MAX_HOSTFILE_BYTES:
+        raise HostError(f"{path!r} is larger than {MAX_HOSTFILE_BYTES >> 20} MiB, so "
+                        f"not a hostfile; give a file of 'HOSTNAME slots=N' lines.")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\0" in text:
+        raise HostError(f"{path!r} is not a text file; give a file of "
+                        f"'HOSTNAME slots=N' lines (one host per line).")
+    return text
 
 
 def parse_hostfile(text: str, path: str = "hostfile") -> List[HostSlots]:
@@ -105,9 +141,15 @@ def parse_hostfile(text: str, path: str = "hostfile") -> List[HostSlots]:
                                 f"'HOSTNAME slots=N' (and optionally max_slots=M).")
         for expanded in expand_names(fields[0]):
             hosts.append(HostSlots(_check_name(expanded, f"{path} line {number}"), slots))
+        _check_count(hosts, path)
     if not hosts:
         raise HostError(f"{path} lists no host; write one 'HOSTNAME slots=N' line per host.")
     return _merge(hosts)
+
+
+def _check_count(hosts: List[HostSlots], where: str) -> None:
+    if len(hosts) > MAX_HOSTS:
+        raise HostError(f"{where} names more than {MAX_HOSTS} hosts; check its ranges.")
 
 
 def _looks_ipv6(text: str) -> bool:
@@ -142,11 +184,22 @@ def allocate(num_instances: int, hosts: Sequence[HostSlots], oversubscribe: bool
         raise HostError(
             f"{num_instances} instances need {num_instances} slots but {source} gives {total} "
             f"({listed}); add hosts or slots (NAME:SLOTS), lower -np, or pass --oversubscribe.")
+    import heapq
     counts = [0] * len(hosts)
-    for _ in range(num_instances):
-        free = [i for i, h in enumerate(hosts) if counts[i] < h.slots]
-        pool = free or range(len(hosts))
-        counts[min(pool, key=lambda i: (counts[i], i))] += 1
+    # Each instance goes to the host with the fewest so far (the first such), among those with
+    # a free slot while there is one, then among all hosts.
+    free = [(0, i) for i in range(len(hosts))]
+    for _ in range(min(num_instances, total)):
+        _, i = heapq.heappop(free)
+        counts[i] += 1
+        if counts[i] < hosts[i].slots:
+            heapq.heappush(free, (counts[i], i))
+    everyone = [(n, i) for i, n in enumerate(counts)]
+    heapq.heapify(everyone)
+    for _ in range(num_instances - min(num_instances, total)):
+        _, i = heapq.heappop(everyone)
+        counts[i] += 1
+        heapq.heappush(everyone, (counts[i], i))
     return counts
 
 
@@ -182,7 +235,8 @@ def slurm_hosts(environ: Dict[str, str]) -> Tuple[List[HostSlots], str]:
     if not nodelist:
         raise HostError("the slurm backend needs a Slurm allocation (SLURM_JOB_NODELIST is not "
                         "set); run poprun-lite inside salloc or an sbatch script.")
-    names = [n for item in _split_top_level(nodelist) for n in expand_names(item)]
+    names = [n for item in _split_top_level(nodelist, "SLURM_JOB_NODELIST")
+             for n in expand_names(item)]
     per_node = environ.get("SLURM_TASKS_PER_NODE")
     counts = parse_tasks_per_node(per_node) if per_node else [1] * len(names)
     if len(counts) != len(names):

@@ -30,13 +30,27 @@ def _load_config(ctx: click.Context, param: click.Parameter, value: Optional[str
         return None
     from popdist_launcher import config_file
 
-    known = [p.name for p in ctx.command.params if p.name not in NOT_CONFIGURABLE]
+    kinds = {p.name: _config_kind(p) for p in ctx.command.params
+             if p.name not in NOT_CONFIGURABLE}
     try:
-        values = config_file.load(value, known)
+        values = config_file.load(value, kinds)
     except config_file.ConfigFileError as exc:
         raise click.UsageError(str(exc), ctx) from None
     ctx.default_map = {**(ctx.default_map or {}), **values}
     return value
+
+
+def _config_kind(param: click.Parameter) -> str:
+    """What a config file must give for this option (a key of config_file.KINDS)."""
+    if param.multiple:
+        return "strings"
+    if getattr(param, "is_flag", False):
+        return "boolean"
+    if isinstance(param.type, click.types.IntParamType):
+        return "integer"
+    if isinstance(param.type, click.types.FloatParamType):
+        return "number"
+    return "string"
 
 
 def _check_build(ctx: click.Context, param: click.Parameter, value: bool) -> None:
@@ -66,9 +80,71 @@ def _parse_port_range(ctx: click.Context, param: click.Parameter,
         f"e.g. 20000-30000.")
 
 
-def _positive(ctx: click.Context, param: click.Parameter, value: Optional[float]) -> Optional[float]:
-    if value is not None and value <= 0:
-        raise click.BadParameter(f"must be a positive number of seconds, got {value:g}.")
+MAX_SECONDS = 7 * 24 * 3600.0  # start timeout and grace period: at most a week
+MAX_INSTANCES = 65536
+
+
+def _seconds(zero_ok: bool):
+    """Callback: a finite number of seconds, above 0 (or 0 allowed), at most MAX_SECONDS."""
+    def check(ctx: click.Context, param: click.Parameter, value: Optional[float]) -> Optional[float]:
+        if value is None:
+            return None
+        low = "0 or more" if zero_ok else "more than 0"
+        if not (value >= 0 if zero_ok else value > 0) or not value <= MAX_SECONDS:
+            raise click.UsageError(
+                f"{param.opts[-1]} {value!r} is not a usable number of seconds; expected a finite "
+                f"number, {low} and at most {MAX_SECONDS:g} (a week), e.g. "
+                f"{param.default or 600:g}.", ctx)
+        return value
+    return check
+
+
+def _instance_count(ctx: click.Context, param: click.Parameter, value: int) -> int:
+    if not 1 <= value <= MAX_INSTANCES:
+        bound = "at least 1" if value < 1 else f"at most {MAX_INSTANCES}"
+        raise click.UsageError(f"--num-instances must be {bound}, got {value}; pass how many "
+                               f"processes to start, e.g. -np 4.", ctx)
+    return value
+
+
+def _shell_words(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Callback: the value must split like a shell command line (it is split with shlex)."""
+    import shlex
+    try:
+        shlex.split(value or "")
+    except ValueError as exc:
+        raise click.UsageError(
+            f"{param.opts[-1]} {value!r} cannot be split into arguments ({exc}); balance its "
+            f"quotes as on a shell command line, e.g. \"--mca btl tcp,self\".", ctx) from None
+    return value
+
+
+def _text_hostfile(ctx: click.Context, param: click.Parameter,
+                   value: Optional[str]) -> Optional[str]:
+    """Callback: a readable hostfile must be text of reasonable size (a missing one, or one given
+    with -H, is reported later, with the host options)."""
+    if value is None or not os.access(value, os.R_OK):
+        return value
+    from popdist_launcher import hosts
+    try:
+        hosts.read_hostfile(value)
+    except hosts.HostError as exc:
+        raise click.UsageError(f"--hostfile {exc}", ctx) from None
+    return value
+
+
+def _export_path(ctx: click.Context, param: click.Parameter,
+                 value: Optional[str]) -> Optional[str]:
+    """Callback: --export-config's folder must exist and be writable."""
+    if value is None:
+        return None
+    folder = os.path.dirname(value) or "."
+    if not os.path.isdir(folder):
+        raise click.UsageError(f"--export-config {value!r}: the folder {folder!r} does not exist; "
+                               f"create it first or give a FILE in an existing folder.", ctx)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise click.UsageError(f"--export-config {value!r}: the folder {folder!r} is not writable "
+                               f"by you; give a FILE in a folder you can write to.", ctx)
     return value
 
 
@@ -78,7 +154,8 @@ def _positive(ctx: click.Context, param: click.Parameter, value: Optional[float]
     epilog="Every option can also be set with a POPRUN_<OPTION> environment variable "
            "(e.g. POPRUN_NUM_INSTANCES=4) or a --config file; the command line wins.",
 )
-@click.option("-np", "--num-instances", type=int, default=1, show_envvar=True,
+@click.option("-np", "--num-instances", type=int, default=1, callback=_instance_count,
+              show_envvar=True,
               help="Number of instances (processes) to start.")
 @click.option("--num-replicas", type=int, default=None, show_envvar=True,
               help="Total model replicas across all instances (default: one per instance); must "
@@ -95,9 +172,11 @@ def _positive(ctx: click.Context, param: click.Parameter, value: Optional[float]
               help="Also write instance-<i>.stdout.log and instance-<i>.stderr.log here.")
 @click.option("--tag-output/--no-tag-output", default=True, show_envvar=True,
               help="Prefix each line with [instance]<stream>:.")
-@click.option("--start-timeout", type=float, default=120.0, callback=_positive, show_envvar=True,
+@click.option("--start-timeout", type=float, default=120.0, callback=_seconds(False),
+              show_envvar=True,
               help="Seconds allowed for every instance to start and for Horovod's rendezvous.")
-@click.option("--grace-period", type=float, default=10.0, show_envvar=True,
+@click.option("--grace-period", type=float, default=10.0, callback=_seconds(True),
+              show_envvar=True,
               help="Seconds between SIGTERM and SIGKILL when the job is stopped.")
 @click.option("--port-range", default=None, metavar="LOW-HIGH", callback=_parse_port_range,
               show_envvar=True, help="Where to look for free TF_CONFIG ports "
@@ -105,7 +184,8 @@ def _positive(ctx: click.Context, param: click.Parameter, value: Optional[float]
 @click.option("-H", "--host", "host", default=None, metavar="HOST[:SLOTS],...", show_envvar=True,
               help="Hosts to run on, with slots (instances each may run; 1 when omitted); "
                    "ranges such as node[0-3]:2 work. Default: this host only.")
-@click.option("--hostfile", type=click.Path(dir_okay=False), default=None, show_envvar=True,
+@click.option("--hostfile", type=click.Path(dir_okay=False), default=None,
+              callback=_text_hostfile, show_envvar=True,
               help="File of 'HOSTNAME slots=N' lines (# comments), instead of -H.")
 @click.option("--oversubscribe", is_flag=True, show_envvar=True,
               help="Allow more instances than slots on the hosts.")
@@ -124,9 +204,11 @@ def _positive(ctx: click.Context, param: click.Parameter, value: Optional[float]
                    "Horovod's Gloo and the rendezvous.")
 @click.option("--host-subnet", default=None, metavar="CIDR", show_envvar=True,
               help="Use each host's address in this subnet, e.g. 10.1.0.0/16.")
-@click.option("--mpi-global-args", default="", metavar="ARGS", show_envvar=True,
+@click.option("--mpi-global-args", default="", metavar="ARGS", callback=_shell_words,
+              show_envvar=True,
               help="Extra arguments for mpirun (mpi backend), e.g. \"--mca btl tcp,self\".")
-@click.option("--mpi-local-args", default="", metavar="ARGS", show_envvar=True,
+@click.option("--mpi-local-args", default="", metavar="ARGS", callback=_shell_words,
+              show_envvar=True,
               help="Extra arguments for each instance's part of the mpirun command line.")
 @click.option("--max-restarts", type=click.IntRange(0), default=0, show_envvar=True,
               help="When an instance fails, stop the job everywhere and start it again, up to "
@@ -138,8 +220,8 @@ def _positive(ctx: click.Context, param: click.Parameter, value: Optional[float]
               callback=_load_config, show_envvar=True, metavar="FILE",
               help="Read option values from a TOML or YAML file (a name under configs/ works).")
 @click.option("--export-config", type=click.Path(dir_okay=False), default=None, metavar="FILE",
-              show_envvar=True, help="Write the effective options to FILE (TOML, or YAML for "
-                                     ".yaml), then run.")
+              callback=_export_path, show_envvar=True,
+              help="Write the effective options to FILE (TOML, or YAML for .yaml), then run.")
 @click.option("--check-build", is_flag=True, is_eager=True, expose_value=False,
               callback=_check_build, help="Show the versions and build options of TensorFlow, "
                                          "Horovod, MPI, mpi4py and gRPC, then exit.")
@@ -183,7 +265,10 @@ def cli(ctx: click.Context, num_instances: int, num_replicas: Optional[int], ipu
     if export_config:
         from popdist_launcher import config_file
 
-        config_file.dump(export_config, _configurable_values(ctx))
+        try:
+            config_file.dump(export_config, _configurable_values(ctx))
+        except config_file.ConfigFileError as exc:
+            raise click.UsageError(str(exc), ctx) from None
 
     output = OutputOptions(tag_output=tag_output, only_instance=only_output_from_instance,
                            output_dir=output_dir)

@@ -74,3 +74,48 @@ def test_cli_host_errors_are_one_sentence(args, words):
 def test_oversubscribe_on_localhost_runs(tmp_path):
     result = poprun("-np", "3", "-H", "localhost:1", "--oversubscribe", "python", "-c", "pass")
     assert result.returncode == 0, result.stderr
+
+
+def _allocate_one_by_one(num_instances, hosts, oversubscribe=False):
+    """The allocation rule spelled out: each instance to the emptiest host (the first such),
+    among hosts with a free slot while any has one."""
+    counts = [0] * len(hosts)
+    for _ in range(num_instances):
+        free = [i for i, x in enumerate(hosts) if counts[i] < x.slots]
+        pool = free or range(len(hosts))
+        counts[min(pool, key=lambda i: (counts[i], i))] += 1
+    return counts
+
+
+def test_allocation_matches_the_rule_and_scales():
+    import random
+    rng = random.Random(12)
+    for _ in range(300):
+        hosts = [h.HostSlots(f"n{i}", rng.randint(1, 5)) for i in range(rng.randint(1, 6))]
+        total = sum(x.slots for x in hosts)
+        n = rng.randint(1, 2 * total)
+        assert h.allocate(n, hosts, oversubscribe=True) == _allocate_one_by_one(n, hosts)
+    many = [h.HostSlots(f"n{i}", 8) for i in range(8192)]
+    assert h.allocate(65536, many) == [8] * 8192
+
+
+def test_hostfile_must_be_text(tmp_path):
+    good = tmp_path / "good"
+    good.write_text("a slots=2\n")
+    assert h.parse_hostfile(h.read_hostfile(str(good))) == [h.HostSlots("a", 2)]
+    binary = tmp_path / "binary"
+    binary.write_bytes(b"\x81\x00a slots=2\n")
+    with pytest.raises(h.HostError, match="is not a text file"):
+        h.read_hostfile(str(binary))
+    with pytest.raises(h.HostError, match="cannot be read"):
+        h.read_hostfile(str(tmp_path / "missing"))
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("a,,b", "empty entry between commas"), ("a,", "empty entry between commas"),
+    ("n[0-70000]", "more than 65536 hosts"), ("r[1-300]c[1-300]", "more than 65536 hosts"),
+    (",".join(f"g{i}[1-60000]" for i in range(3)), "more than 65536 hosts"),
+])
+def test_host_lists_that_are_typos_or_too_large(spec, words):
+    with pytest.raises(h.HostError, match=words):
+        h.parse_host_list(spec)
