@@ -112,8 +112,8 @@ def test_port_taken_between_choosing_and_binding_is_skipped():
         with ports.reserve(1, port_range=(low, low + 2)) as got:
             assert got.ports == [low + 1]
             # Another job cannot get the same port while this one holds it.
-            with pytest.raises(ports.PortError, match=r"0\.0\.0\.0:\d+"):
-                ports.reserve(1, port_range=(low, low + 2), attempts=20)
+            with pytest.raises(ports.PortError, match=r"only 0 were free \(2 in use, 1 held"):
+                ports.reserve(1, port_range=(low, low + 2))
     finally:
         for s in blockers:
             s.close()
