@@ -12,11 +12,10 @@ import click
 
 from popdist_launcher import __version__, ports, topology
 from popdist_launcher import _say as verbosity
-from popdist_launcher.plan import PlanError, build_plan, check_counts, format_topology, \
-    horovod_tuning, parse_exports, resolve_program
-from popdist_launcher.procs import OutputOptions
+from popdist_launcher.launcher import job
+from popdist_launcher.launcher.output import OutputDirError, OutputOptions
+from popdist_launcher.plan import PlanError, check_counts, parse_exports, resolve_program
 from popdist_launcher.remote import SshOptions
-from popdist_launcher.supervisor import JobState, Supervisor
 
 PROG = "poprun-lite"
 ENV_PREFIX = "POPRUN"
@@ -178,6 +177,10 @@ def _export_path(ctx: click.Context, param: click.Parameter,
 @click.option("--grace-period", type=float, default=10.0, callback=_seconds(True),
               show_envvar=True,
               help="Seconds between SIGTERM and SIGKILL when the job is stopped.")
+@click.option("--timeout", type=float, default=None, callback=_positive, show_envvar=True,
+              help="Seconds the whole job may run; then every instance's Python stacks are "
+                   "printed (and saved in --output-dir) and the job is stopped (exit code 124). "
+                   "SIGQUIT to poprun-lite prints the stacks at any time.  [default: none]")
 @click.option("--port-range", default=None, metavar="LOW-HIGH", callback=_parse_port_range,
               show_envvar=True, help="Where to look for free TF_CONFIG ports "
                                      "[default: below the kernel's ephemeral range].")
@@ -232,7 +235,7 @@ def _export_path(ctx: click.Context, param: click.Parameter,
 @click.pass_context
 def cli(ctx: click.Context, num_instances: int, num_replicas: Optional[int], ipus_per_replica: int,
         env: Sequence[str], only_output_from_instance: Optional[int], output_dir: Optional[str],
-        tag_output: bool, start_timeout: float, grace_period: float,
+        tag_output: bool, start_timeout: float, grace_period: float, timeout: Optional[float],
         port_range: Optional[Tuple[int, int]], host: Optional[str], hostfile: Optional[str],
         oversubscribe: bool, backend: str, ssh_port: Optional[int], ssh_identity: Optional[str],
         ssh_config: Optional[str], network_interface: Optional[str], host_subnet: Optional[str],
@@ -272,39 +275,14 @@ def cli(ctx: click.Context, num_instances: int, num_replicas: Optional[int], ipu
 
     output = OutputOptions(tag_output=tag_output, only_instance=only_output_from_instance,
                            output_dir=output_dir)
-    job_id = os.urandom(6).hex()  # POPRUN_JOB_ID: the same for every attempt
-    attempt, retried_start = 0, False
-    while True:
-        try:
-            prepared = layout.prepare(port_range)
-        except (ports.PortError, topology.TopologyError) as exc:
-            raise click.ClickException(str(exc)) from None
-        with prepared:
-            plan = build_plan(
-                argv, num_instances, prepared.tf_ports, prepared.rendezvous_address,
-                num_replicas=num_replicas, ipus_per_replica=ipus_per_replica, hosts=prepared.hosts,
-                counts=layout.counts, exported_env=exported, start_timeout=start_timeout,
-                grace_period=grace_period, restart_count=attempt, controller=layout.controller,
-                max_restarts=max_restarts,
-                tuning=horovod_tuning(layout.controller, os.environ), job_id=job_id)
-            if print_topology:
-                click.echo(format_topology(plan, layout.backend, " (besides what it inherits)"))
-                return 0
-            supervisor = Supervisor(plan, layout.backend, output,
-                                    rendezvous_socket=prepared.take_rendezvous_socket(), say=_say)
-            prepared.release_binds()
-            result = supervisor.run()
-        if result.state is JobState.FAILED and not retried_start \
-                and supervisor.engine_failed_to_start():
-            retried_start = True  # a known transient of mpirun's start-up; once, not a restart
-            _say("poprun-lite: mpirun failed before starting any instance; starting it once more.")
-            continue
-        if result.state is not JobState.FAILED or attempt == max_restarts:
-            break
-        attempt += 1
-        _say(f"poprun-lite: restarting the job on every host (restart {attempt} of "
-             f"{max_restarts}, fresh ports); POPRUN_RESTART_COUNT={attempt}.")
-    return result.exit_code
+    options = job.JobOptions(argv, num_instances, num_replicas, ipus_per_replica, exported,
+                             start_timeout, grace_period, port_range, max_restarts, timeout, output)
+    try:
+        return job.run(layout, options, _say, click.echo if print_topology else None)
+    except OutputDirError as exc:
+        raise click.UsageError(str(exc), ctx) from None
+    except (ports.PortError, topology.TopologyError) as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _configurable_values(ctx: click.Context) -> Dict[str, Any]:

@@ -66,7 +66,6 @@ class LaunchPlan(NamedTuple):
     grace_period: float = 10.0
     restart_count: int = 0
     controller: str = "gloo"  # Horovod's controller: "gloo" (our rendezvous) or "mpi" (mpirun)
-    max_restarts: int = 0
     tuning: Tuple[Tuple[str, str], ...] = ()  # Horovod knobs the launcher sets (see horovod_tuning)
     job_id: str = ""
 
@@ -220,7 +219,6 @@ def build_plan(
     restart_count: int = 0,
     counts: Optional[Sequence[int]] = None,
     controller: str = "gloo",
-    max_restarts: int = 0,
     tuning: Sequence[Tuple[str, str]] = (),
     job_id: str = "",
 ) -> LaunchPlan:
@@ -266,7 +264,6 @@ def build_plan(
         grace_period=grace_period,
         restart_count=restart_count,
         controller=controller,
-        max_restarts=max_restarts,
         tuning=tuple(tuning),
         job_id=job_id,
     )
@@ -311,8 +308,10 @@ def check_counts(num_instances: int, num_replicas: Optional[int], ipus_per_repli
         )
 
 
-def format_topology(plan: LaunchPlan, backend=None, base_env_note: str = "") -> str:
-    """The human-readable table ``--print-topology`` shows, with the exact commands."""
+def format_topology(plan: LaunchPlan, backend_name: str,
+                    commands: Sequence[Tuple[str, Sequence[str]]], base_env_note: str = "") -> str:
+    """The human-readable table ``--print-topology`` shows, with the exact commands (``commands``:
+    who it starts, argv)."""
     import shlex
 
     rows = [("instance", "host", "local", "replicas", "TF_CONFIG address")]
@@ -321,11 +320,10 @@ def format_topology(plan: LaunchPlan, backend=None, base_env_note: str = "") -> 
         reps = str(first) if first == last else f"{first}-{last}"
         rows.append((str(inst.index), inst.host.name, str(inst.local_index), reps, inst.tf_address))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    name = backend.name if backend is not None else "local"
     lines = [
         f"poprun-lite: {plan.num_instances} instance(s), {plan.num_replicas} replica(s) "
         f"({plan.num_local_replicas} per instance), {plan.ipus_per_replica} IPU(s) per replica, "
-        f"{len(plan.hosts)} host(s), backend {name}; Horovod controller {plan.controller}"
+        f"{len(plan.hosts)} host(s), backend {backend_name}; Horovod controller {plan.controller}"
         + (f", rendezvous at {plan.rendezvous_address}:{plan.rendezvous_port}"
            if plan.controller == "gloo" else ""),
         "",
@@ -336,15 +334,9 @@ def format_topology(plan: LaunchPlan, backend=None, base_env_note: str = "") -> 
     ]
     for row in rows:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-    if backend is None:
-        commands = [(i, list(plan.program)) for i in range(plan.num_instances)]
-    elif getattr(backend, "engine", False):
-        commands = [("all", backend.command(plan, 0))]
-    else:
-        commands = [(i, backend.command(plan, i)) for i in range(plan.num_instances)]
     lines.append("")
     for who, argv in commands:
-        lines.append(f"command of instance {who}: " + " ".join(shlex.quote(a) for a in argv))
+        lines.append(f"command of {who}: " + " ".join(shlex.quote(a) for a in argv))
     for inst in plan.instances:
         lines.append("")
         lines.append(f"environment of instance {inst.index}{base_env_note}:")

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher._say import debug
 
@@ -49,21 +49,6 @@ class Probe(NamedTuple):
     ports: Tuple[int, ...]
     hostname: str = ""
     hostname_address: str = ""
-
-
-def remote_command(argv: Sequence[str], env: Mapping[str, str] = (), cwd: Optional[str] = None,
-                   control: bool = False) -> str:
-    """One shell-safe command line: env, our _exec wrapper, then the program, every word quoted."""
-    words: List[str] = []
-    if env:
-        words += ["env", "--", *(f"{k}={v}" for k, v in env.items())]
-    words += [sys.executable, "-m", "popdist_launcher._exec"]
-    if cwd:
-        words += ["--cwd", cwd]
-    if control:
-        words.append("--control")
-    words += ["--", *argv]
-    return "exec " + " ".join(shlex.quote(w) for w in words)
 
 
 def resolve(host: str, options: SshOptions) -> str:

@@ -14,7 +14,7 @@ from typing import List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher import hosts as hostlib
 from popdist_launcher import ports
-from popdist_launcher.backends import Backend, LocalBackend, SshBackend
+from popdist_launcher.launcher.backends.base import Backend
 from popdist_launcher.plan import Host
 from popdist_launcher.remote import RemoteError, SshOptions, probe_hosts
 
@@ -144,8 +144,8 @@ def mpi_transport_available() -> bool:
     (where the mpi backend looks, with ompi_info beside it) and the installed Horovod's
     TensorFlow extension links libmpi. Read from files, importing neither Horovod nor
     TensorFlow (this is on the launcher's start-up path)."""
-    from popdist_launcher.backends import engines
-    mpirun = engines.find_mpirun()
+    from popdist_launcher.launcher.backends.mpi import find_mpirun
+    mpirun = find_mpirun()
     if mpirun is None or not os.path.isfile(os.path.join(os.path.dirname(mpirun), "ompi_info")):
         return False
     return horovod_links_mpi()
@@ -225,16 +225,21 @@ def choose(num_instances: int, host: Optional[str] = None, hostfile: Optional[st
         raise TopologyError(f"--backend local cannot start instances on {remote}; use "
                             f"--backend ssh (or auto) for other hosts.")
     if backend in ("mpi", "slurm"):
-        from popdist_launcher.backends import engines
+        from popdist_launcher.launcher.backends.mpi import EngineError, MpiBackend
+        from popdist_launcher.launcher.backends.slurm import SlurmBackend
+        global_args, local_args = shlex.split(mpi_global_args), shlex.split(mpi_local_args)
         try:
-            engine = engines.make(backend, slots=slots, counts=counts, ssh=ssh,
-                                  global_args=shlex.split(mpi_global_args),
-                                  local_args=shlex.split(mpi_local_args),
-                                  oversubscribe=oversubscribe, environ=environ,
-                                  network=subnet or iface)
-        except engines.EngineError as exc:
+            engine = MpiBackend(slots, counts, ssh, global_args, local_args, oversubscribe,
+                                subnet or iface) if backend == "mpi" else \
+                SlurmBackend(slots, counts, global_args, local_args)
+        except EngineError as exc:
             raise TopologyError(str(exc)) from None
         controller = "mpi" if backend == "mpi" else "gloo"
         return Layout(tuple(slots), tuple(counts), engine, controller, subnet, iface, ssh)
-    chosen = LocalBackend() if backend == "local" else SshBackend(ssh)
+    if backend == "local":
+        from popdist_launcher.launcher.backends.local import LocalBackend
+        chosen: Backend = LocalBackend()
+    else:
+        from popdist_launcher.launcher.backends.ssh import SshBackend
+        chosen = SshBackend(ssh)
     return Layout(tuple(slots), tuple(counts), chosen, "gloo", subnet, iface, ssh)

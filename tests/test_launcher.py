@@ -136,10 +136,10 @@ def test_no_tag_output_and_output_dir(tmp_path, pid_dir):
     assert result.returncode == 0, result.stderr
     assert not any(line.startswith("[") for line in result.stdout.splitlines())
     for i in range(2):
-        stdout = (out_dir / f"instance-{i}.stdout.log").read_text().splitlines()
+        stdout = (out_dir / "attempt-0" / f"instance-{i}.stdout.log").read_text().splitlines()
         assert len(stdout) == 3 and all(line.startswith(f"{i} ") for line in stdout)
-    assert "gives up with code 0" in (out_dir / "instance-1.stderr.log").read_text()
-    assert (out_dir / "instance-0.stderr.log").read_text() == ""
+    assert "gives up with code 0" in (out_dir / "attempt-0" / "instance-1.stderr.log").read_text()
+    assert (out_dir / "attempt-0" / "instance-0.stderr.log").read_text() == ""
 
 
 @pytest.mark.parametrize("args, words", [

@@ -1,0 +1,1 @@
+"""Everything that runs inside ``poprun-lite``: supervision, output, reports, backends."""

@@ -1,0 +1,1 @@
+"""Backends: one module per way of placing instances (local, ssh, mpirun, srun)."""

@@ -1,0 +1,60 @@
+"""The engine interface: how a backend gets every instance's wrapper started.
+
+A backend only places processes: it returns :class:`Launch` items, each either a wrapper the
+launcher forks on its own host, or one engine process (mpirun, srun, an ssh client) that starts
+wrappers for some instances. Whatever starts them, every wrapper connects back to the launcher,
+which supervises all instances the same way (see ``launcher/supervisor.py``).
+"""
+from __future__ import annotations
+
+import abc
+import sys
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from popdist_launcher.plan import LaunchPlan
+
+WRAPPER_MODULE = "popdist_launcher.launcher.spawned.instance"
+
+
+class Wiring(NamedTuple):
+    """Where wrappers find the launcher: its Unix socket (this host) and TCP address (others)."""
+
+    unix_path: str
+    tcp_address: Optional[Tuple[str, int]]
+    start_timeout: float
+
+    def wrapper_argv(self, *how: str, unix: bool = True, tcp: bool = True) -> List[str]:
+        """The command that starts a wrapper; ``how`` says which instance it is."""
+        addresses = []
+        if unix:
+            addresses.append(f"unix:{self.unix_path}")
+        if tcp and self.tcp_address is not None:
+            addresses.append(f"tcp:{self.tcp_address[0]}:{self.tcp_address[1]}")
+        return [sys.executable, "-m", WRAPPER_MODULE, "--connect", ",".join(addresses),
+                "--timeout", f"{self.start_timeout:g}", *how]
+
+
+class Launch(NamedTuple):
+    """One thing the launcher starts: a forked wrapper (``argv`` None) or an engine process."""
+
+    label: str
+    instances: Tuple[int, ...]
+    argv: Optional[Tuple[str, ...]] = None
+    env: Optional[Dict[str, str]] = None  # the engine's whole environment (None: the launcher's)
+    stdin: bytes = b""  # written to the engine's stdin, which is then closed (ssh: the secret)
+
+
+class Backend(abc.ABC):
+    """One way of placing instances: local (fork), ssh, mpirun, srun."""
+
+    name: str = ""
+    # An engine's own start-up failures that have nothing to do with the job: started once more.
+    start_transients: Sequence[str] = ()
+
+    @abc.abstractmethod
+    def launches(self, plan: LaunchPlan, wiring: Wiring, secret: str) -> List[Launch]:
+        """What to start so that every instance of ``plan`` gets a wrapper."""
+
+    def explain_engine_exit(self, launch: Launch, returncode: int) -> Optional[str]:
+        """A reading of an engine's exit status (e.g. ssh's 255), or None for the plain one."""
+        return None

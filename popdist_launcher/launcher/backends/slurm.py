@@ -1,0 +1,44 @@
+"""Slurm's ``srun`` places the wrappers (one task each) as a job step in the current allocation;
+the launcher supervises every instance through its wrapper, as on any backend. Each task's
+wrapper finds its instance by ``SLURM_PROCID``."""
+from __future__ import annotations
+
+import os
+from typing import List, Sequence
+
+from popdist_launcher import hosts as hostlib
+from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
+from popdist_launcher.launcher.backends.mpi import EngineError
+from popdist_launcher.launcher.spawned.protocol import SECRET_ENV
+from popdist_launcher.plan import LaunchPlan, _which
+
+
+class SlurmBackend(Backend):
+    """``srun`` inside a Slurm allocation: one job step, block distribution."""
+
+    name = "srun"
+
+    def __init__(self, slots: Sequence[hostlib.HostSlots], counts: Sequence[int],
+                 global_args: Sequence[str] = (), local_args: Sequence[str] = ()) -> None:
+        self.slots = list(slots)
+        self.counts = list(counts)
+        self.srun = _which("srun")
+        if self.srun is None:
+            raise EngineError("--backend slurm needs Slurm's srun on PATH; run inside a Slurm "
+                              "allocation on a node with Slurm installed, or use --backend ssh.")
+        self.global_args = list(global_args)
+        self.local_args = list(local_args)
+
+    def command(self, plan: LaunchPlan, wiring: Wiring) -> List[str]:
+        used = [(h, n) for h, n in zip(self.slots, self.counts) if n]
+        argv = [self.srun, f"--ntasks={plan.num_instances}", f"--nodes={len(used)}",
+                f"--nodelist={','.join(h.name for h, _ in used)}", "--distribution=block",
+                "--kill-on-bad-exit=1", "--overlap"]
+        return argv + self.global_args + self.local_args + wiring.wrapper_argv(
+            "--rank-from", "SLURM_PROCID")
+
+    def launches(self, plan: LaunchPlan, wiring: Wiring, secret: str) -> List[Launch]:
+        env = dict(os.environ)
+        env[SECRET_ENV] = secret
+        return [Launch(self.name, tuple(range(plan.num_instances)),
+                       tuple(self.command(plan, wiring)), env)]

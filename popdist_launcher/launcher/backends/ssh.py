@@ -1,0 +1,43 @@
+"""Instances on other hosts through the system's ssh client; instances on the launcher's own
+host are forked as the local backend forks them.
+
+Each remote instance is one ``ssh -T HOST 'exec python -m popdist_launcher.launcher.spawned.
+instance --connect tcp:ADDR:PORT --index I ... --secret-stdin'`` session; the job secret travels
+on the session's stdin (never on a command line), and the program, its arguments and its
+environment come over the wrapper's own connection.
+"""
+from __future__ import annotations
+
+import shlex
+from typing import List, Optional
+
+from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
+from popdist_launcher.plan import LaunchPlan
+from popdist_launcher.remote import SshOptions
+
+
+class SshBackend(Backend):
+    name = "ssh"
+
+    def __init__(self, options: SshOptions = SshOptions()) -> None:
+        self.options = options
+
+    def launches(self, plan: LaunchPlan, wiring: Wiring, secret: str) -> List[Launch]:
+        result = []
+        for inst in plan.instances:
+            if inst.host.local:
+                result.append(Launch(f"instance {inst.index}", (inst.index,)))
+                continue
+            words = wiring.wrapper_argv("--index", str(inst.index), "--secret-stdin", unix=False)
+            line = "exec " + " ".join(shlex.quote(w) for w in words)
+            result.append(Launch(f"ssh {inst.host.name}", (inst.index,),
+                                 tuple(self.options.argv(inst.host.name, line)),
+                                 stdin=secret.encode() + b"\n"))
+        return result
+
+    def explain_engine_exit(self, launch: Launch, returncode: int) -> Optional[str]:
+        if returncode == 255:
+            host = launch.label.split(" ", 1)[1]
+            return (f"lost its ssh session to {host} (ssh exited with 255: connection refused, "
+                    f"dropped or timed out)")
+        return None

@@ -1,0 +1,254 @@
+"""Where instance output goes: the console (tagged per line), per-attempt log files, and the
+tails the root-cause report quotes. The only writer to the launcher's stdout and stderr.
+
+Lines end at ``\\n`` only. Log files get the program's bytes unchanged. On the console every
+line gets its ``[i]<stream>:`` tag once; a ``\\r`` inside a line (a progress bar) redraws in place
+on a terminal (the tag is repeated after each ``\\r``), and elsewhere the line is written whole
+when its ``\\n`` arrives. Partial lines are kept per instance and stream, never merged.
+"""
+from __future__ import annotations
+
+import collections
+import errno
+import os
+import select
+from typing import Deque, Dict, List, NamedTuple, Optional, Tuple
+
+STDOUT, STDERR = "stdout", "stderr"
+TAIL_LINE_CHARS = 2000
+
+
+class OutputDirError(ValueError):
+    """--output-dir cannot be used; one sentence for the user."""
+
+
+class OutputOptions(NamedTuple):
+    tag_output: bool = True
+    only_instance: Optional[int] = None
+    output_dir: Optional[str] = None
+    tail_lines: int = 20
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write the whole buffer; a closed reader (EPIPE) drops it."""
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(fd, view)
+        except InterruptedError:
+            continue
+        except BlockingIOError:
+            select.select([], [fd], [])
+            continue
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                return
+            raise
+        view = view[n:]
+
+
+def open_output_dir(path: str) -> int:
+    """Create ``path`` if needed and return a descriptor of it; errors become one sentence."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise OutputDirError(_dir_problem(path, exc)) from None
+    if not _writable(fd):
+        os.close(fd)
+        raise OutputDirError(f"--output-dir {path!r} is not writable; give a folder you can "
+                             f"write to.")
+    return fd
+
+
+def _writable(dir_fd: int) -> bool:
+    probe = f".poprun-lite-probe-{os.getpid()}"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
+                         dir_fd=dir_fd))
+        os.unlink(probe, dir_fd=dir_fd)
+        return True
+    except OSError:
+        return False
+
+
+def _dir_problem(path: str, exc: OSError) -> str:
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+        why = "a file is in the way (it or a folder above it is not a directory)"
+    else:
+        why = exc.strerror or str(exc)
+    return f"--output-dir {path!r} cannot be used: {why}; give a folder you can write to."
+
+
+class LogFiles:
+    """``attempt-<n>/instance-<i>.<stream>.log`` below the output folder, created without ever
+    following a symbolic link (a link planted there is replaced, its target left alone)."""
+
+    def __init__(self, root_fd: int, root: str, attempt: int) -> None:
+        name = f"attempt-{attempt}"
+        self.folder = os.path.join(root, name)
+        try:
+            try:
+                os.mkdir(name, 0o755, dir_fd=root_fd)
+            except FileExistsError:
+                pass
+            self._dir = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                dir_fd=root_fd)
+        except OSError as exc:
+            raise OutputDirError(_dir_problem(self.folder, exc)) from None
+        self._fds: Dict[str, int] = {}
+
+    def fd(self, name: str) -> int:
+        fd = self._fds.get(name)
+        if fd is None:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            try:
+                fd = os.open(name, flags, 0o644, dir_fd=self._dir)
+            except FileExistsError:  # an earlier run's file, or a planted link: replace it
+                os.unlink(name, dir_fd=self._dir)
+                fd = os.open(name, flags, 0o644, dir_fd=self._dir)
+            self._fds[name] = fd
+        return fd
+
+    def write(self, name: str, data: bytes) -> None:
+        write_all(self.fd(name), data)
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds = {}
+        os.close(self._dir)
+
+
+class Router:
+    """Routes instance bytes to the console, the log files and the failure tails."""
+
+    def __init__(self, num_instances: int, options: OutputOptions,
+                 logs: Optional[LogFiles] = None, console: Tuple[int, int] = (1, 2)) -> None:
+        self.options = options
+        self.logs = logs
+        self._console = {STDOUT: console[0], STDERR: console[1]}
+        self._tty = all(os.isatty(fd) for fd in console)
+        self._partial: Dict[Tuple[int, str], List[bytes]] = {}
+        self._tail_partial: Dict[Tuple[int, str], bytes] = {}
+        self._tails: Dict[Tuple[int, str], Deque[str]] = {
+            (i, s): collections.deque(maxlen=options.tail_lines)
+            for i in range(num_instances) for s in (STDOUT, STDERR)}
+        self._open: Optional[Tuple[int, str]] = None  # whose line the terminal's cursor ends
+        self.stacks: Dict[int, str] = {}
+        if logs is not None:
+            for i in range(num_instances):
+                for stream in (STDOUT, STDERR):
+                    logs.fd(f"instance-{i}.{stream}.log")
+
+    def _prefix(self, index: int, stream: str) -> bytes:
+        return f"[{index}]<{stream}>:".encode() if self.options.tag_output else b""
+
+    def feed(self, index: int, stream: str, data: bytes) -> None:
+        if self.logs is not None:
+            self.logs.write(f"instance-{index}.{stream}.log", data)
+        self._tail(index, stream, data)
+        only = self.options.only_instance
+        if only is not None and only != index:
+            return
+        if self._tty:
+            self._console_tty(index, stream, data)
+        else:
+            self._console_lines(index, stream, data)
+
+    def _console_lines(self, index: int, stream: str, data: bytes) -> None:
+        key = (index, stream)
+        cut = data.rfind(b"\n") + 1
+        if not cut:
+            self._partial.setdefault(key, []).append(data)
+            return
+        head = self._partial.pop(key, None)
+        complete = (b"".join(head) + data[:cut]) if head else data[:cut]
+        if cut < len(data):
+            self._partial[key] = [data[cut:]]
+        prefix = self._prefix(index, stream)
+        if prefix:
+            complete = prefix + complete[:-1].replace(b"\n", b"\n" + prefix) + b"\n"
+        write_all(self._console[stream], complete)
+
+    def _console_tty(self, index: int, stream: str, data: bytes) -> None:
+        key = (index, stream)
+        prefix = self._prefix(index, stream)
+        out = []
+        if self._open is not None and self._open != key:
+            out.append(b"\n")  # leave the other instance's unfinished line as it is
+            self._partial.pop(self._open, None)
+            self._open = None
+        if self._open is None:
+            out.append(prefix)
+        body = data
+        if prefix:
+            body = body.replace(b"\r", b"\r" + prefix)
+            if body.endswith(b"\n"):
+                body = body[:-1].replace(b"\n", b"\n" + prefix) + b"\n"
+            else:
+                body = body.replace(b"\n", b"\n" + prefix)
+        out.append(body)
+        self._open = None if data.endswith(b"\n") else key
+        write_all(self._console[stream], b"".join(out))
+
+    def _tail(self, index: int, stream: str, data: bytes) -> None:
+        key = (index, stream)
+        keep = self.options.tail_lines
+        parts = data.split(b"\n")
+        if len(parts) == 1:
+            rest = self._tail_partial.get(key, b"") + data
+            self._tail_partial[key] = rest[-TAIL_LINE_CHARS * 4:]
+            return
+        first = self._tail_partial.pop(key, b"") + parts[0]
+        lines = [first] + parts[1:-1]
+        if parts[-1]:
+            self._tail_partial[key] = parts[-1][-TAIL_LINE_CHARS * 4:]
+        self._tails[key].extend(_readable(line) for line in lines[-keep:])
+
+    def close(self, index: int, stream: str) -> None:
+        """The stream ended: an unfinished last line still reaches the console as a line."""
+        key = (index, stream)
+        rest = self._tail_partial.pop(key, b"")
+        if rest:
+            self._tails[key].append(_readable(rest))
+        if self._tty:
+            if self._open == key:
+                write_all(self._console[stream], b"\n")
+                self._open = None
+            return
+        head = self._partial.pop(key, None)
+        if head:
+            write_all(self._console[stream], self._prefix(index, stream) + b"".join(head) + b"\n")
+
+    def tail(self, index: int, stream: str = STDERR) -> List[str]:
+        return list(self._tails[(index, stream)])
+
+    def add_stacks(self, index: int, text: str, reason: str) -> None:
+        self.stacks[index] = text
+        if self.logs is not None:
+            self.logs.write(f"instance-{index}.stacks.log",
+                            f"# {reason}\n{text or '(no Python stack)'}\n".encode())
+
+    def say(self, message: str) -> None:
+        """The launcher's own message, on stderr, never inside an instance's unfinished line."""
+        data = message.encode() + b"\n"
+        if self._open is not None:
+            data = b"\n" + data
+            self._open = None
+        write_all(self._console[STDERR], data)
+
+    def close_all(self) -> None:
+        for index, stream in list(self._tails):
+            self.close(index, stream)
+        if self.logs is not None:
+            self.logs.close()
+            self.logs = None
+
+
+def _readable(line: bytes) -> str:
+    """A line as the report quotes it: what a terminal shows after its last ``\\r``."""
+    line = line.rstrip(b"\r")
+    line = line[line.rfind(b"\r") + 1:]
+    text = line.decode("utf-8", "replace")
+    return text if len(text) <= TAIL_LINE_CHARS else text[:TAIL_LINE_CHARS] + " [...]"

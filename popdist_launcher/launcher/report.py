@@ -1,0 +1,79 @@
+"""The root-cause report printed when a job fails: which instance (or engine), where, how it
+ended, the last lines it wrote, and every instance's Python stacks when they were collected."""
+from __future__ import annotations
+
+from typing import Dict, List, NamedTuple, Optional, Sequence
+
+from popdist_launcher.launcher.processes import describe_exit
+
+P = "poprun-lite: "
+
+
+class InstanceEnd(NamedTuple):
+    """How one instance ended, as the report tells it."""
+
+    index: int
+    host: str
+    pid: Optional[int]
+    returncode: Optional[int]  # None: never started, or lost
+    how: str  # "exited", "stopped" (by the launcher), "lost", "not started"
+
+
+class Cause(NamedTuple):
+    """What ended the job: an instance, an engine, the start or job timeout, a stall."""
+
+    headline: str
+    instance: Optional[int] = None
+    engine_lines: Sequence[str] = ()
+
+
+def describe(end: InstanceEnd) -> str:
+    if end.how == "lost":
+        return "lost its wrapper (the connection closed without an exit status)"
+    if end.how == "not started" or end.returncode is None:
+        return "did not start"
+    return describe_exit(end.returncode)
+
+
+def failure_report(cause: Cause, ends: Dict[int, InstanceEnd], tails: Dict[int, Dict[str, List[str]]],
+                   stacks: Dict[int, str]) -> str:
+    lines = ["", P + "===== job failed: root cause =====", P + cause.headline]
+    index = cause.instance
+    if index is not None:
+        stderr, stdout = tails[index]["stderr"], tails[index]["stdout"]
+        if stderr:
+            lines.append(P + f"last {len(stderr)} line(s) of instance {index}'s stderr:")
+            lines.extend(f"    {line}" for line in stderr)
+        elif stdout:
+            lines.append(P + f"instance {index} wrote nothing to stderr; last {len(stdout)} "
+                             f"line(s) of its stdout:")
+            lines.extend(f"    {line}" for line in stdout)
+        else:
+            lines.append(P + f"instance {index} wrote nothing to stderr or stdout.")
+    if cause.engine_lines:
+        lines.append(P + "its last line(s):")
+        lines.extend(f"    {line}" for line in cause.engine_lines)
+    others = [f"{e.index}: {describe(e)}" + (" (stopped by poprun-lite)" if e.how == "stopped"
+                                             else "")
+              for i, e in sorted(ends.items()) if i != index]
+    if others:
+        lines.append(P + "other instances: " + "; ".join(others) + ".")
+    if stacks:
+        lines.append(stacks_report(stacks, ends))
+    return "\n".join(lines)
+
+
+def stacks_report(stacks: Dict[int, str], ends: Dict[int, InstanceEnd]) -> str:
+    lines = [P + "===== Python stacks of every instance (all threads) ====="]
+    for index in sorted(ends):
+        text = stacks.get(index)
+        host = ends[index].host
+        if text is None:
+            lines.append(P + f"instance {index} (host {host}): not running, no stack.")
+        elif not text.strip():
+            lines.append(P + f"instance {index} (host {host}): no Python stack (not a Python "
+                             f"program, or its interpreter skipped site-packages).")
+        else:
+            lines.append(P + f"instance {index} (host {host}):")
+            lines.extend(f"    {line}" for line in text.rstrip("\n").splitlines())
+    return "\n".join(lines)

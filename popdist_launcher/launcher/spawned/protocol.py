@@ -1,0 +1,80 @@
+"""The wire format between the launcher and each instance's wrapper: typed, length-prefixed frames.
+
+Standard library only (the wrapper imports it once per instance). A frame is one kind byte, a
+4-byte big-endian length and the payload. Over TCP the wrapper proves it belongs to the job by
+answering the launcher's random challenge with HMAC-SHA256(job secret, challenge + index).
+"""
+from __future__ import annotations
+
+import struct
+from typing import List, Tuple
+
+HEADER = struct.Struct("!BI")
+
+# wrapper -> launcher
+HELLO = 1      # JSON {"index", "mac", "host", "wrapper_pid"}
+STARTED = 2    # JSON {"pid"}: the program runs
+STDOUT = 3     # bytes the program wrote to stdout
+STDERR = 4     # bytes the program wrote to stderr
+EXIT = 5       # JSON {"returncode"}: negative = killed by that signal
+STACKS = 6     # text: the program's Python stacks (faulthandler), after a DUMP
+STALL = 7      # text: the program's collectives watchdog reports a stall
+DUMPABLE = 8   # empty: the program registered its stack-dump handler
+# launcher -> wrapper
+CHALLENGE = 20  # 16 random bytes, sent on accept (TCP and Unix sockets)
+SPEC = 21       # JSON {"argv", "env", "cwd", "stdin"}: what to run
+SIGNAL = 22     # one byte: deliver this signal to the program's process group
+STDIN = 23      # bytes for the program's stdin (instance 0 only)
+STDIN_EOF = 24  # the launcher's stdin ended
+DUMP = 25       # write the program's Python stacks (all threads)
+RELEASE = 26    # the job is over: end every descendant, flush output, exit 0
+
+SECRET_ENV = "POPRUN_JOB_SECRET"
+STACK_FD_ENV = "POPRUN_STACK_FD"  # the program's end of the stack pipe (see stack_dump.py)
+# What a program writes on the stack pipe besides faulthandler's text (which never has NULs).
+STACK_READY = b"\0ready\n"
+STACK_STALL = b"\0stall "
+
+
+def frame(kind: int, payload: bytes = b"") -> bytes:
+    return HEADER.pack(kind, len(payload)) + payload
+
+
+def mac(secret: bytes, challenge: bytes, index: int) -> str:
+    import hashlib
+    import hmac
+    return hmac.new(secret, challenge + str(index).encode(), hashlib.sha256).hexdigest()
+
+
+def mac_ok(secret: bytes, challenge: bytes, index: int, offered: str) -> bool:
+    import hmac
+    return hmac.compare_digest(mac(secret, challenge, index), str(offered))
+
+
+class FrameReader:
+    """Collects bytes from a stream and hands out whole frames."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> List[Tuple[int, bytes]]:
+        buf = self._buf
+        buf += data
+        frames = []
+        at, size = 0, len(buf)
+        while size - at >= HEADER.size:
+            kind, length = HEADER.unpack_from(buf, at)
+            end = at + HEADER.size + length
+            if end > size:
+                break
+            frames.append((kind, bytes(buf[at + HEADER.size:end])))
+            at = end
+        if at:
+            del buf[:at]
+        return frames
+
+    @property
+    def pending(self) -> int:
+        return len(self._buf)

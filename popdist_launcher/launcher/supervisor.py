@@ -1,0 +1,926 @@
+"""One attempt of a job: get every instance's wrapper started through the backend, supervise the
+instances over the wrappers' connections, and end the job.
+
+The job moves STARTING -> RUNNING -> STOPPING -> DRAINING -> SUCCEEDED | FAILED | INTERRUPTED
+(see TRANSITIONS); each instance PENDING -> CONNECTED -> RUNNING -> EXITED (or LOST when its
+wrapper's connection closes without an exit status). Everything is decided here, from the
+wrappers' reports, the same way on every backend: the first instance to exit non-zero ends the
+job (the others get SIGTERM, then SIGKILL after the grace period); SIGINT, SIGTERM and SIGHUP
+are forwarded as they are and stop the job; SIGUSR1 and SIGUSR2 are forwarded; SIGQUIT prints
+every instance's Python stacks; ``--timeout`` collects the stacks, then stops the job. An engine
+(mpirun, srun, ssh) that ends before its instances started is the job's failure.
+"""
+from __future__ import annotations
+
+import collections
+import enum
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Callable, Deque, Dict, List, NamedTuple, Optional
+
+from popdist_launcher._say import debug
+from popdist_launcher.launcher import processes, report
+from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
+from popdist_launcher.launcher.output import STDERR, STDOUT, Router
+from popdist_launcher.launcher.spawned import instance as wrapper
+from popdist_launcher.launcher.spawned import protocol as p
+from popdist_launcher.plan import LaunchPlan
+
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+DUMP_SIGNAL = signal.SIGQUIT  # to the launcher: print every instance's Python stacks, go on
+DUMP_WAIT_SECONDS = 4.0       # how long stacks are waited for
+UNRESPONSIVE_SECONDS = 5.0    # after SIGKILL was sent, a wrapper that still has not answered
+DRAIN_SECONDS = 5.0           # after RELEASE, for wrappers to flush and engines to exit
+TIMEOUT_EXIT_CODE = 124       # as timeout(1)
+# The launcher's own variables a program on its host must not inherit (an engine sets its own).
+ENGINE_PREFIXES = ("OMPI_", "PMIX_", "PRTE_", "SLURM_", "SRUN_")
+
+
+class JobState(enum.Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    DRAINING = "draining"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+FINAL = (JobState.SUCCEEDED, JobState.FAILED, JobState.INTERRUPTED)
+TRANSITIONS = {
+    JobState.STARTING: (JobState.RUNNING, JobState.STOPPING, JobState.DRAINING),
+    JobState.RUNNING: (JobState.STOPPING, JobState.DRAINING),
+    JobState.STOPPING: (JobState.DRAINING,),
+    JobState.DRAINING: FINAL,
+}
+
+
+class InstanceState(enum.Enum):
+    PENDING = "pending"      # its wrapper has not connected yet
+    CONNECTED = "connected"  # the wrapper has its spec; the program is being started
+    RUNNING = "running"
+    EXITED = "exited"
+    LOST = "lost"            # the wrapper went away without an exit status (or never came)
+
+
+class JobResult(NamedTuple):
+    state: JobState
+    exit_code: int
+    failed_instance: Optional[int]
+    signal_received: Optional[int]
+
+
+class Failure(NamedTuple):
+    cause: report.Cause
+    exit_code: int
+    kind: str  # "instance", "engine", "start-timeout", "timeout", "lost"
+
+
+class Conn:
+    """One wrapper's connection; ``index`` is known once it proved it belongs to the job."""
+
+    __slots__ = ("sock", "reader", "out", "index", "challenge", "closed")
+
+    def __init__(self, sock: socket.socket, index: Optional[int] = None) -> None:
+        self.sock = sock
+        self.reader = p.FrameReader()
+        self.out = bytearray()
+        self.index = index
+        self.challenge = b""
+        self.closed = False
+
+
+class Instance:
+    __slots__ = ("index", "host", "state", "pid", "returncode", "conn", "stopped", "dumpable",
+                 "launch")
+
+    def __init__(self, index: int, host: str) -> None:
+        self.index = index
+        self.host = host
+        self.state = InstanceState.PENDING
+        self.pid: Optional[int] = None
+        self.returncode: Optional[int] = None
+        self.conn: Optional[Conn] = None
+        self.stopped = False  # the launcher sent it a stopping signal
+        self.dumpable = False
+        self.launch: Optional["Started"] = None
+
+    @property
+    def settled(self) -> bool:
+        return self.state in (InstanceState.EXITED, InstanceState.LOST)
+
+
+class Started:
+    """A process the launcher started: an engine, or a wrapper it forked."""
+
+    def __init__(self, launch: Launch, pid: int, popen: Optional[subprocess.Popen]) -> None:
+        self.launch = launch
+        self.pid = pid
+        self.popen = popen
+        self.pidfd = os.pidfd_open(pid)
+        self.returncode: Optional[int] = None
+        self.lines: Deque[str] = collections.deque(maxlen=20)
+        self.partial: Dict[int, bytes] = {}
+
+    @property
+    def engine(self) -> bool:
+        return self.popen is not None
+
+
+class Dump(NamedTuple):
+    reason: str
+    then: str  # "print", "timeout" or "stall"
+    deadline: float
+    waiting: set
+
+
+class Supervisor:
+    def __init__(self, plan: LaunchPlan, backend: Backend, router: Router,
+                 rendezvous_socket: Optional[socket.socket] = None,
+                 timeout: Optional[float] = None) -> None:
+        self.plan = plan
+        self.backend = backend
+        self.router = router
+        self.state = JobState.STARTING
+        self.instances = [Instance(i.index, i.host.name) for i in plan.instances]
+        self._rendezvous_socket = rendezvous_socket
+        self._rendezvous_proc: Optional[subprocess.Popen] = None
+        self._timeout = timeout
+        self._sel = selectors.DefaultSelector()
+        self._secret = os.urandom(16).hex()
+        self._started: List[Started] = []
+        self._conns: List[Conn] = []
+        self._listeners: List[socket.socket] = []
+        self._unix_dir: Optional[str] = None
+        self._failure: Optional[Failure] = None
+        self._signal: Optional[int] = None
+        self._dump: Optional[Dump] = None
+        self._watchdog: Optional[processes.Watchdog] = None
+        self._stdin_queue: List[bytes] = []  # for instance 0, until its wrapper connected
+        self._stdin_eof = False
+        now = time.monotonic()
+        self._start_deadline: Optional[float] = now + plan.start_timeout
+        self._job_deadline = now + timeout if timeout else None
+        self._kill_deadline: Optional[float] = None
+        self._unresponsive_deadline: Optional[float] = None
+        self._drain_deadline: Optional[float] = None
+
+    # ---- public -------------------------------------------------------------------------------
+    def run(self) -> JobResult:
+        wake_r, wake_w = socket.socketpair()
+        wake_r.setblocking(False)
+        wake_w.setblocking(False)
+        handled = FORWARDED_SIGNALS + (DUMP_SIGNAL, signal.SIGTTIN)
+        previous = {s: signal.signal(s, _ignore) for s in handled}
+        old_wakeup = signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+        self._sel.register(wake_r, selectors.EVENT_READ, ("signal",))
+        try:
+            self._start_all()
+            self._loop()
+        finally:
+            self._cleanup()
+            signal.set_wakeup_fd(old_wakeup)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            wake_r.close()
+            wake_w.close()
+        return self._result()
+
+    def engine_failed_to_start(self) -> bool:
+        """Whether an engine failed by a known start-up transient before any instance started
+        (nothing of the user's program ran): worth starting once more."""
+        failure = self._failure
+        if failure is None or failure.kind != "engine" or self._signal is not None:
+            return False
+        if any(i.pid is not None for i in self.instances):
+            return False
+        return any(t in line for line in failure.cause.engine_lines
+                   for t in self.backend.start_transients)
+
+    # ---- state -----------------------------------------------------------------------------
+    def _to(self, state: JobState) -> None:
+        if state is self.state:
+            return
+        if state not in TRANSITIONS.get(self.state, ()):
+            raise AssertionError(f"job state {self.state.value} -> {state.value}")
+        debug("job %s -> %s", self.state.value, state.value)
+        self.state = state
+
+    def _fail(self, failure: Failure) -> None:
+        """The first failure is the job's; it stops the job."""
+        if self._failure is not None or self._signal is not None or \
+                self.state in (JobState.DRAINING,) + FINAL:
+            return
+        self._failure = failure
+        running = sum(1 for i in self.instances if not i.settled)
+        self.router.say(f"poprun-lite: {failure.cause.headline} Stopping the other {running} "
+                        f"instance(s).")
+        self._begin_stop(signal.SIGTERM)
+
+    # ---- starting ----------------------------------------------------------------------------
+    def _start_all(self) -> None:
+        launches_remote = any(not i.host.local for i in self.plan.instances)
+        wiring = Wiring(self._listen_unix(), self._listen_tcp() if launches_remote else None,
+                        self.plan.start_timeout)
+        launches = self.backend.launches(self.plan, wiring, self._secret)
+        if not any(launch.argv for launch in launches) and self._unix_dir is not None:
+            self._close_listeners(unix_only=True)
+        self._setup_stdin()
+        for launch in launches:
+            if launch.argv is None:
+                self._fork(launch)
+            else:
+                self._spawn(launch)
+            if self._failure is not None:
+                break
+        if self._rendezvous_socket is not None:
+            self._sel.register(self._rendezvous_socket, selectors.EVENT_READ, ("rendezvous",))
+
+    def _listen_unix(self) -> str:
+        base = os.environ.get("TMPDIR") or "/tmp"
+        folder = os.path.join(base, f"poprun-lite-{os.getpid()}-{self._secret[:8]}")
+        os.mkdir(folder, 0o700)
+        self._unix_dir = folder
+        path = os.path.join(folder, "launcher.sock")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(path)
+        self._listen(sock)
+        return path
+
+    def _listen_tcp(self) -> tuple:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind((self.plan.rendezvous_address, 0))
+        self._listen(sock)
+        return sock.getsockname()[:2]
+
+    def _listen(self, sock: socket.socket) -> None:
+        sock.listen(min(4096, max(128, self.plan.num_instances)))
+        sock.setblocking(False)
+        self._listeners.append(sock)
+        self._sel.register(sock, selectors.EVENT_READ, ("listen",))
+
+    def _close_listeners(self, unix_only: bool = False) -> None:
+        for sock in list(self._listeners):
+            if unix_only and sock.family != socket.AF_UNIX:
+                continue
+            self._sel.unregister(sock)
+            sock.close()
+            self._listeners.remove(sock)
+        if self._unix_dir is not None:
+            for name in ("launcher.sock",):
+                try:
+                    os.unlink(os.path.join(self._unix_dir, name))
+                except OSError:
+                    pass
+            try:
+                os.rmdir(self._unix_dir)
+            except OSError:
+                pass
+            self._unix_dir = None
+
+    def _spec(self, index: int, run: bool = True) -> dict:
+        env = {"PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
+        env.update(self.plan.instance_env(index))
+        return {"argv": list(self.plan.program) if run else None, "env": env,
+                "cwd": os.getcwd(), "stdin": index == 0}
+
+    def _fork(self, launch: Launch) -> None:
+        """A wrapper on this host: a fork of the launcher running the wrapper's code."""
+        index = launch.instances[0]
+        spec = self._spec(index)
+        wrapper._prctl()  # loads libc before the fork, not once per child
+        parent, child = socket.socketpair()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the wrapper: nothing of the launcher's may run here
+            code = 1
+            try:
+                import gc
+                gc.freeze()  # the launcher's objects are never finalized here (their fds are gone)
+                signal.set_wakeup_fd(-1)
+                os.setpgid(0, 0)
+                keep = child.fileno()
+                os.closerange(3, keep)
+                os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                os.close(null)
+                code = wrapper.serve(child, spec)
+            finally:
+                os._exit(code)
+        child.close()
+        started = Started(launch, pid, None)
+        self._track(started)
+        conn = self._add_conn(parent, index)
+        inst = self.instances[index]
+        inst.conn, inst.state, inst.launch = conn, InstanceState.CONNECTED, started
+        if index == 0:
+            self._flush_stdin()
+
+    def _spawn(self, launch: Launch) -> None:
+        debug("starting %s: %s", launch.label, " ".join(launch.argv))
+        try:
+            popen = subprocess.Popen(
+                list(launch.argv), env=launch.env, stdin=subprocess.PIPE if launch.stdin else
+                subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                process_group=0, close_fds=True)
+        except OSError as exc:
+            cause = report.Cause(f"{launch.label} could not be started: {exc.strerror or exc}.")
+            self._fail(Failure(cause, 126 if isinstance(exc, PermissionError) else 127, "engine"))
+            return
+        if self._watchdog is None:
+            self._watchdog = processes.Watchdog()
+        self._watchdog.watch(popen.pid)
+        started = Started(launch, popen.pid, popen)
+        self._track(started)
+        for index in launch.instances:
+            self.instances[index].launch = started
+        if launch.stdin:
+            try:
+                popen.stdin.write(launch.stdin)
+                popen.stdin.close()
+            except OSError:
+                pass
+        for fd in (popen.stdout.fileno(), popen.stderr.fileno()):
+            os.set_blocking(fd, False)
+            self._sel.register(fd, selectors.EVENT_READ, ("engine-out", started))
+
+    def _track(self, started: Started) -> None:
+        self._started.append(started)
+        self._sel.register(started.pidfd, selectors.EVENT_READ, ("exit", started))
+
+    def _add_conn(self, sock: socket.socket, index: Optional[int] = None) -> Conn:
+        sock.setblocking(False)
+        conn = Conn(sock, index)
+        self._conns.append(conn)
+        self._sel.register(sock, selectors.EVENT_READ, ("conn", conn))
+        return conn
+
+    # ---- stdin: the launcher's goes to instance 0 ---------------------------------------------
+    def _setup_stdin(self) -> None:
+        try:
+            os.fstat(0)
+        except OSError:
+            self._stdin_eof = True
+            return
+        try:
+            self._sel.register(0, selectors.EVENT_READ, ("stdin",))
+        except (PermissionError, ValueError, OSError):  # a regular file or /dev/null: read it now
+            while True:
+                try:
+                    data = os.read(0, 1 << 20)
+                except OSError:
+                    data = b""
+                if not data:
+                    break
+                self._stdin_queue.append(data)
+            self._stdin_eof = True
+
+    def _on_stdin(self) -> None:
+        try:
+            data = os.read(0, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:  # EIO: a terminal that is not ours (a background job)
+            data = b""
+        if data:
+            self._stdin_queue.append(data)
+        else:
+            self._sel.unregister(0)
+            self._stdin_eof = True
+        self._flush_stdin()
+
+    def _flush_stdin(self) -> None:
+        inst = self.instances[0]
+        if inst.conn is None or inst.conn.closed or inst.settled:
+            if inst.settled:
+                self._stdin_queue.clear()
+            return
+        for data in self._stdin_queue:
+            self._send(inst.conn, p.STDIN, data)
+        self._stdin_queue.clear()
+        if self._stdin_eof:
+            self._send(inst.conn, p.STDIN_EOF)
+            self._stdin_eof = False  # sent once
+            self._stdin_queue = []
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while self.state not in FINAL:
+            now = time.monotonic()
+            self._on_deadlines(now)
+            self._advance()
+            if self.state in FINAL:
+                break
+            deadlines = [d for d in (self._start_deadline, self._job_deadline,
+                                     self._kill_deadline, self._unresponsive_deadline,
+                                     self._drain_deadline,
+                                     self._dump.deadline if self._dump else None) if d is not None]
+            timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+            for key, mask in self._sel.select(timeout):
+                kind = key.data[0]
+                if kind == "conn":
+                    conn = key.data[1]
+                    if mask & selectors.EVENT_WRITE:
+                        self._write(conn)
+                    if mask & selectors.EVENT_READ and not conn.closed:
+                        self._read(conn)
+                elif kind == "engine-out":
+                    self._engine_output(key.fd, key.data[1])
+                elif kind == "exit":
+                    self._on_process_exit(key.data[1])
+                elif kind == "listen":
+                    self._accept(key.fileobj)
+                elif kind == "signal":
+                    self._on_signals(key.fileobj)
+                elif kind == "stdin":
+                    self._on_stdin()
+                elif kind == "rendezvous":
+                    self._start_rendezvous()
+
+    def _on_deadlines(self, now: float) -> None:
+        if self._start_deadline is not None and now >= self._start_deadline:
+            self._start_deadline = None
+            self._on_start_timeout()
+        if self._job_deadline is not None and now >= self._job_deadline:
+            self._job_deadline = None
+            if self.state in (JobState.STARTING, JobState.RUNNING):
+                self.router.say(f"poprun-lite: --timeout {self._timeout:g} s expired; collecting "
+                                f"every instance's Python stacks, then stopping the job.")
+                self._collect_stacks(f"--timeout {self._timeout:g} s expired", "timeout")
+        if self._dump is not None and now >= self._dump.deadline:
+            self._finish_dump()
+        if self._kill_deadline is not None and now >= self._kill_deadline:
+            self._kill_deadline = None
+            self._kill_everything()
+        if self._unresponsive_deadline is not None and now >= self._unresponsive_deadline:
+            self._unresponsive_deadline = None
+            for inst in self.instances:
+                if not inst.settled:
+                    self._lose(inst, "did not answer SIGKILL")
+            for started in self._started:
+                if started.engine and started.returncode is None:
+                    processes.signal_group(started.pid, signal.SIGKILL)
+        if self._drain_deadline is not None and now >= self._drain_deadline:
+            self._drain_deadline = None
+            for conn in self._conns:
+                self._close(conn)
+            for started in self._started:
+                if started.returncode is None:
+                    processes.signal_group(started.pid, signal.SIGKILL)
+                    self._reap(started, block=True)
+
+    def _advance(self) -> None:
+        """Move the job on once what it waits for has happened."""
+        if self.state is JobState.STARTING and all(
+                i.state in (InstanceState.RUNNING, InstanceState.EXITED) for i in self.instances):
+            self._start_deadline = None
+            self._to(JobState.RUNNING)
+        if self.state in (JobState.STARTING, JobState.RUNNING, JobState.STOPPING):
+            for inst in self.instances:  # never connected, and nothing left that could start it
+                if inst.state is InstanceState.PENDING and inst.launch is not None \
+                        and inst.launch.returncode is not None:
+                    inst.state = InstanceState.LOST
+            if all(i.settled for i in self.instances):
+                self._begin_drain()
+        if self.state is JobState.DRAINING:
+            if all(c.closed for c in self._conns) and \
+                    all(s.returncode is not None for s in self._started):
+                self._finish()
+
+    # ---- wrapper connections -----------------------------------------------------------------
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                sock, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            if sock.family == socket.AF_INET:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = self._add_conn(sock)
+            conn.challenge = os.urandom(16)
+            self._send(conn, p.CHALLENGE, conn.challenge)
+
+    def _send(self, conn: Conn, kind: int, payload: bytes = b"") -> None:
+        if conn.closed:
+            return
+        data = p.frame(kind, payload)
+        if not conn.out:
+            try:
+                n = conn.sock.send(data)
+            except BlockingIOError:
+                n = 0
+            except OSError:
+                return  # its reader will see the end
+            data = data[n:]
+            if not data:
+                return
+            self._sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE,
+                             ("conn", conn))
+        conn.out += data
+
+    def _write(self, conn: Conn) -> None:
+        try:
+            n = conn.sock.send(conn.out)
+        except BlockingIOError:
+            return
+        except OSError:
+            conn.out.clear()
+            n = 0
+        del conn.out[:n]
+        if not conn.out and not conn.closed:
+            self._sel.modify(conn.sock, selectors.EVENT_READ, ("conn", conn))
+
+    def _close(self, conn: Conn) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        self._sel.unregister(conn.sock)
+        conn.sock.close()
+
+    def _read(self, conn: Conn) -> None:
+        try:
+            data = conn.sock.recv(1 << 18)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close(conn)
+            if conn.index is not None:
+                inst = self.instances[conn.index]
+                for stream in (STDOUT, STDERR):
+                    self.router.close(inst.index, stream)
+                if not inst.settled:
+                    self._lose(inst, "lost its wrapper (the connection closed without an exit "
+                                     "status)")
+            return
+        for kind, payload in conn.reader.feed(data):
+            if conn.index is None:
+                if kind != p.HELLO or not self._hello(conn, payload):
+                    self._close(conn)
+                    return
+                continue
+            self._on_frame(self.instances[conn.index], kind, payload)
+
+    def _hello(self, conn: Conn, payload: bytes) -> bool:
+        try:
+            hello = json.loads(payload)
+            index = int(hello["index"])
+            good = 0 <= index < len(self.instances) and \
+                p.mac_ok(self._secret.encode(), conn.challenge, index, hello["mac"])
+        except (ValueError, KeyError, TypeError):
+            good, index = False, -1
+        if not good:
+            self.router.say("poprun-lite: warning: refused a connection that did not prove it "
+                            "belongs to this job.")
+            return False
+        inst = self.instances[index]
+        if inst.state is not InstanceState.PENDING:
+            self.router.say(f"poprun-lite: warning: instance {index} connected twice; "
+                            f"refused the second.")
+            return False
+        conn.index = index
+        inst.conn, inst.state = conn, InstanceState.CONNECTED
+        run = self.state in (JobState.STARTING, JobState.RUNNING)
+        self._send(conn, p.SPEC, json.dumps(self._spec(index, run)).encode())
+        if not run:
+            inst.state = InstanceState.EXITED  # never started: nothing to wait for
+        if index == 0:
+            self._flush_stdin()
+        return True
+
+    def _on_frame(self, inst: Instance, kind: int, payload: bytes) -> None:
+        if kind == p.STDOUT:
+            self.router.feed(inst.index, STDOUT, payload)
+        elif kind == p.STDERR:
+            self.router.feed(inst.index, STDERR, payload)
+        elif kind == p.STARTED:
+            inst.pid = json.loads(payload)["pid"]
+            if inst.state is InstanceState.CONNECTED:
+                inst.state = InstanceState.RUNNING
+            debug("instance %d runs as pid %d on %s", inst.index, inst.pid, inst.host)
+            if self.state is JobState.STOPPING and self._signal is not None:
+                self._signal_instance(inst, self._signal)
+        elif kind == p.EXIT:
+            self._on_exit(inst, json.loads(payload)["returncode"])
+        elif kind == p.DUMPABLE:
+            inst.dumpable = True
+        elif kind == p.STACKS:
+            self._on_stacks(inst, payload.decode("utf-8", "replace"))
+        elif kind == p.STALL:
+            reason = payload.decode("utf-8", "replace").strip()
+            if self._dump is None and self.state in (JobState.STARTING, JobState.RUNNING):
+                self.router.say(f"poprun-lite: instance {inst.index} reports a stalled "
+                                f"collective ({reason}); collecting every instance's Python "
+                                f"stacks.")
+                self._collect_stacks(f"instance {inst.index} reported a stall: {reason}", "stall")
+
+    def _on_exit(self, inst: Instance, returncode: int) -> None:
+        inst.returncode = returncode
+        inst.state = InstanceState.EXITED
+        debug("instance %d %s", inst.index, processes.describe_exit(returncode))
+        if inst.index == 0:
+            self._stdin_queue.clear()
+        if self._dump is not None and inst.index in self._dump.waiting:
+            self._dump.waiting.discard(inst.index)
+        if returncode != 0:
+            cause = report.Cause(f"instance {inst.index} {processes.describe_exit(returncode)} "
+                                 f"(host {inst.host}), pid {inst.pid}.", inst.index)
+            self._fail(Failure(cause, processes.exit_code_of(returncode), "instance"))
+
+    def _lose(self, inst: Instance, what: str) -> None:
+        inst.state = InstanceState.LOST
+        if inst.conn is not None:
+            self._close(inst.conn)
+        cause = report.Cause(f"instance {inst.index} (host {inst.host}) {what}.", inst.index)
+        self._fail(Failure(cause, 1, "lost"))
+
+    # ---- engines and forked wrappers --------------------------------------------------------
+    def _engine_output(self, fd: int, started: Started) -> None:
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._sel.unregister(fd)
+            rest = started.partial.pop(fd, b"")
+            if rest:
+                self._engine_lines(started, [rest])
+            return
+        data = started.partial.pop(fd, b"") + data
+        lines = data.split(b"\n")
+        if lines[-1]:
+            started.partial[fd] = lines[-1]
+        self._engine_lines(started, lines[:-1])
+
+    def _engine_lines(self, started: Started, lines: List[bytes]) -> None:
+        label = started.launch.label
+        for line in lines:
+            text = line.decode("utf-8", "replace").rstrip("\r")
+            started.lines.append(text)
+            self.router.say(f"[{label}]: {text}")
+
+    def _on_process_exit(self, started: Started) -> None:
+        self._reap(started)
+        code = started.returncode
+        debug("%s %s", started.launch.label, processes.describe_exit(code))
+        never = [i for i in started.launch.instances
+                 if self.instances[i].state in (InstanceState.PENDING, InstanceState.CONNECTED)]
+        if never and self.state in (JobState.STARTING, JobState.RUNNING):
+            if started.engine:
+                for fd in (started.popen.stdout.fileno(), started.popen.stderr.fileno()):
+                    if fd in self._sel.get_map():  # the engine's last words, for the report
+                        self._engine_output_all(fd, started)
+            how = self.backend.explain_engine_exit(started.launch, code) or \
+                processes.describe_exit(code)
+            which = ", ".join(str(i) for i in never)
+            hosts = ", ".join(dict.fromkeys(self.instances[i].host for i in never))
+            cause = report.Cause(f"{started.launch.label} {how} before instance(s) {which} "
+                                 f"started (host(s) {hosts}).", None, tuple(started.lines))
+            code = processes.exit_code_of(code) or 1
+            for i in never:
+                self.instances[i].state = InstanceState.LOST
+            self._fail(Failure(cause, code, "engine"))
+
+    def _engine_output_all(self, fd: int, started: Started) -> None:
+        for _ in range(64):
+            if fd not in self._sel.get_map():
+                return
+            before = len(started.lines)
+            self._engine_output(fd, started)
+            if len(started.lines) == before and fd in self._sel.get_map():
+                return
+
+    def _reap(self, started: Started, block: bool = False) -> None:
+        if started.returncode is not None:
+            return
+        try:
+            pid, status = os.waitpid(started.pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            pid, status = started.pid, 0
+        if pid == 0:
+            return
+        started.returncode = os.waitstatus_to_exitcode(status)
+        if started.popen is not None:
+            started.popen.returncode = started.returncode
+        self._sel.unregister(started.pidfd)
+        os.close(started.pidfd)
+        if self._watchdog is not None and started.engine:
+            self._watchdog.forget(started.pid)
+
+    # ---- signals -----------------------------------------------------------------------------
+    def _on_signals(self, wake: socket.socket) -> None:
+        try:
+            data = wake.recv(64)
+        except BlockingIOError:
+            return
+        for signum in data:
+            if signum == DUMP_SIGNAL:
+                if self._dump is None:
+                    self.router.say("poprun-lite: SIGQUIT: collecting every instance's Python "
+                                    "stacks (the job goes on).")
+                    self._collect_stacks("on request (SIGQUIT to poprun-lite)", "print")
+            elif signum in FORWARDED_SIGNALS:
+                self._forward(signum)
+
+    def _forward(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        if signum not in STOPPING_SIGNALS:
+            debug("forwarding %s", name)
+            for inst in self.instances:
+                self._signal_instance(inst, signum)
+            return
+        if self._signal is not None or self.state is JobState.DRAINING:
+            self.router.say(f"poprun-lite: {name} again; killing all instances now.")
+            self._kill_everything()
+            return
+        self._signal = signum
+        running = sum(1 for i in self.instances if not i.settled)
+        self.router.say(f"poprun-lite: received {name}; forwarding it to {running} instance(s) "
+                        f"(SIGKILL after {self.plan.grace_period:g} s).")
+        self._begin_stop(signum)
+
+    def _signal_instance(self, inst: Instance, signum: int) -> None:
+        if inst.conn is not None and not inst.settled:
+            self._send(inst.conn, p.SIGNAL, bytes([signum]))
+
+    def _begin_stop(self, signum: int) -> None:
+        self._to(JobState.STOPPING)
+        for inst in self.instances:
+            if not inst.settled:
+                inst.stopped = True
+                self._signal_instance(inst, signum)
+        self._start_deadline = None
+        self._kill_deadline = time.monotonic() + self.plan.grace_period
+
+    def _kill_everything(self) -> None:
+        for inst in self.instances:
+            self._signal_instance(inst, signal.SIGKILL)
+        for started in self._started:  # engines still starting instances
+            if started.engine and started.returncode is None and any(
+                    self.instances[i].state is InstanceState.PENDING
+                    for i in started.launch.instances):
+                processes.signal_group(started.pid, signal.SIGKILL)
+        self._unresponsive_deadline = time.monotonic() + UNRESPONSIVE_SECONDS
+
+    def _on_start_timeout(self) -> None:
+        late = [i for i in self.instances
+                if i.state in (InstanceState.PENDING, InstanceState.CONNECTED)]
+        if not late or self.state is not JobState.STARTING:
+            return
+        hosts = list(dict.fromkeys(i.host for i in late))
+        which = ", ".join(str(i.index) for i in late)
+        hint = f"check that 'ssh {hosts[0]} true' answers, or raise --start-timeout" \
+            if any(not self.plan.instances[i.index].host.local for i in late) \
+            else "raise --start-timeout"
+        cause = report.Cause(f"start timeout ({self.plan.start_timeout:g} s) expired: instances "
+                             f"{which} on host(s) {', '.join(hosts)} did not start; {hint}.",
+                             late[0].index)
+        for inst in late:
+            if inst.state is InstanceState.PENDING:
+                inst.state = InstanceState.LOST
+        self._fail(Failure(cause, TIMEOUT_EXIT_CODE, "start-timeout"))
+
+    # ---- stacks ------------------------------------------------------------------------------
+    def _collect_stacks(self, reason: str, then: str) -> None:
+        waiting = set()
+        for inst in self.instances:
+            if inst.state is InstanceState.RUNNING and inst.conn is not None:
+                waiting.add(inst.index)
+                self._send(inst.conn, p.DUMP)
+        self.router.stacks.clear()
+        self._dump = Dump(reason, then, time.monotonic() + DUMP_WAIT_SECONDS, waiting)
+        if not waiting:
+            self._finish_dump()
+
+    def _on_stacks(self, inst: Instance, text: str) -> None:
+        reason = self._dump.reason if self._dump else "written by the program itself"
+        if text or self._dump is not None:
+            self.router.add_stacks(inst.index, text, reason)
+        if self._dump is not None:
+            self._dump.waiting.discard(inst.index)
+            if not self._dump.waiting:
+                self._finish_dump()
+
+    def _finish_dump(self) -> None:
+        dump, self._dump = self._dump, None
+        if dump is None:
+            return
+        if dump.then == "print":
+            self.router.say(report.stacks_report(self.router.stacks, self._ends()))
+        elif dump.then == "timeout":
+            cause = report.Cause(f"the job timeout (--timeout {self._timeout:g} s) expired; "
+                                 f"stopping every instance.")
+            self._fail(Failure(cause, TIMEOUT_EXIT_CODE, "timeout"))
+
+    # ---- ending ------------------------------------------------------------------------------
+    def _begin_drain(self) -> None:
+        self._to(JobState.DRAINING)
+        self._kill_deadline = self._unresponsive_deadline = self._start_deadline = None
+        self._job_deadline = None
+        if self._dump is not None:
+            self._finish_dump()
+        for conn in self._conns:
+            if conn.index is None:
+                self._close(conn)
+            else:
+                self._send(conn, p.RELEASE)
+        self._close_listeners()
+        self._drain_deadline = time.monotonic() + DRAIN_SECONDS
+
+    def _finish(self) -> None:
+        if self._failure is not None:
+            self._to(JobState.FAILED)
+        elif self._signal is not None:
+            self._to(JobState.INTERRUPTED)
+        else:
+            self._to(JobState.SUCCEEDED)
+
+    def _ends(self) -> Dict[int, report.InstanceEnd]:
+        ends = {}
+        for inst in self.instances:
+            how = {InstanceState.LOST: "lost", InstanceState.EXITED: "exited"}.get(
+                inst.state, "not started")
+            if inst.state is InstanceState.EXITED and inst.returncode is None:
+                how = "not started"
+            if how == "exited" and inst.stopped and inst.returncode != 0:
+                how = "stopped"
+            if inst.state is InstanceState.LOST and inst.pid is None:
+                how = "not started"
+            ends[inst.index] = report.InstanceEnd(inst.index, inst.host, inst.pid,
+                                                  inst.returncode, how)
+        return ends
+
+    def _cleanup(self) -> None:
+        for conn in self._conns:
+            self._close(conn)
+        for started in self._started:
+            if started.returncode is None:
+                processes.signal_group(started.pid, signal.SIGKILL)
+                if not started.engine:
+                    try:
+                        os.kill(started.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                self._reap(started, block=True)
+            if started.popen is not None:
+                for pipe in (started.popen.stdout, started.popen.stderr):
+                    pipe.close()
+        self._close_listeners()
+        if self._rendezvous_socket is not None:
+            self._rendezvous_socket.close()
+        if self._rendezvous_proc is not None:
+            self._rendezvous_proc.stdin.close()
+            try:
+                self._rendezvous_proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                processes.signal_group(self._rendezvous_proc.pid, signal.SIGKILL)
+                self._rendezvous_proc.wait()
+        if self._watchdog is not None:
+            self._watchdog.close()
+        self._sel.close()
+
+    def _result(self) -> JobResult:
+        failure = self._failure
+        if failure is not None:
+            tails = {i.index: {STDERR: self.router.tail(i.index, STDERR),
+                               STDOUT: self.router.tail(i.index, STDOUT)} for i in self.instances}
+            self.router.say(report.failure_report(failure.cause, self._ends(), tails,
+                                                  self.router.stacks))
+            return JobResult(JobState.FAILED, failure.exit_code, failure.cause.instance,
+                             self._signal)
+        if self._signal is not None:
+            return JobResult(JobState.INTERRUPTED, 128 + self._signal, None, self._signal)
+        return JobResult(JobState.SUCCEEDED, 0, None, None)
+
+    # ---- rendezvous --------------------------------------------------------------------------
+    def _start_rendezvous(self) -> None:
+        sock = self._rendezvous_socket
+        self._sel.unregister(sock)
+        slots = json.dumps(self.plan.horovod_slots(), separators=(",", ":"))
+        allowed = json.dumps(sorted({h.address for h in self.plan.hosts}))
+        debug("first rendezvous connection: starting Horovod's rendezvous server")
+        self._rendezvous_proc = subprocess.Popen(
+            [sys.executable, "-m", "popdist_launcher.rendezvous", str(sock.fileno()), slots,
+             allowed],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, pass_fds=(sock.fileno(),),
+            process_group=0, close_fds=True)
+        sock.close()  # the helper owns it now; if it dies, clients see a reset, not a hang
+        self._rendezvous_socket = None
+
+
+def _ignore(signum, frame) -> None:  # the wakeup fd carries the signal to the loop
+    pass
