@@ -177,7 +177,7 @@ def _export_path(ctx: click.Context, param: click.Parameter,
 @click.option("--grace-period", type=float, default=10.0, callback=_seconds(True),
               show_envvar=True,
               help="Seconds between SIGTERM and SIGKILL when the job is stopped.")
-@click.option("--timeout", type=float, default=None, callback=_positive, show_envvar=True,
+@click.option("--timeout", type=float, default=None, callback=_seconds(False), show_envvar=True,
               help="Seconds the whole job may run; then every instance's Python stacks are "
                    "printed (and saved in --output-dir) and the job is stopped (exit code 124). "
                    "SIGQUIT to poprun-lite prints the stacks at any time.  [default: none]")
