@@ -3,8 +3,10 @@ with Horovod (through ``popdist_launcher.collectives``) for all cross-instance c
 
 Built by overriding the documented hooks of TensorFlow's MirroredExtended: local replicas are
 devices of this instance, reductions go through HorovodAllReduce (within the instance, then
-across instances), initial values are broadcast from instance 0, and datasets are sharded per
-instance then split per replica, so the global batch is seen exactly once per step.
+across instances), and initial values are broadcast from instance 0. As Graphcore's (a collective
+strategy with an empty cluster), a dataset is never sharded across instances: each instance
+reads the dataset it is given (the program shards it by instance index) and splits every
+element over its local replicas.
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
         self._num_instances = collectives.size()
         self._num_local = len(devices)
         self._variables_on_host = variables_on_host
+        self._warned_not_sharded = False
         self._host_device = "/device:CPU:0"
         ops = HorovodAllReduce(self._num_instances, self._num_local * self._num_instances,
                                self._host_device)
@@ -150,10 +153,26 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
 
     def _experimental_distribute_dataset(self, dataset, options):
         _check_replication_mode(options)
+        self._warn_if_not_sharded(dataset)
+        # This instance's dataset, split over its local replicas: no input context, so
+        # TensorFlow shards nothing across instances.
         return input_util.get_distributed_dataset(
             dataset, self._input_workers_with_options(options), self._container_strategy(),
-            num_replicas_in_sync=self._num_replicas_in_sync,
-            input_context=self._make_input_context(), options=options)
+            num_replicas_in_sync=self._num_local, options=options)
+
+    def _warn_if_not_sharded(self, dataset) -> None:
+        """Once per strategy, on instance 0: say how to shard a dataset that is not sharded."""
+        if self._num_instances == 1 or self._instance_index != 0 or self._warned_not_sharded:
+            return
+        if _is_sharded(dataset):
+            return
+        self._warned_not_sharded = True
+        log.warning(
+            "%s does not shard datasets across instances (as Graphcore's): each of the %d "
+            "instances reads the whole dataset it was given, so every sample is seen %d times "
+            "per epoch. Shard it by instance before batching: dataset = dataset.shard("
+            "popdist.getNumInstances(), popdist.getInstanceIndex()).",
+            type(self._container_strategy()).__name__, self._num_instances, self._num_instances)
 
     def _distribute_datasets_from_function(self, dataset_fn, options):
         _check_replication_mode(options)
@@ -163,10 +182,10 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
             options=options)
 
     def _make_dataset_iterator(self, dataset):
+        self._warn_if_not_sharded(dataset)
         return input_lib_v1.DatasetIterator(
             dataset, self._input_workers, self._container_strategy(),
-            num_replicas_in_sync=self._num_replicas_in_sync,
-            input_context=self._make_input_context())
+            num_replicas_in_sync=self._num_local)
 
     def _make_input_fn_iterator(self, input_fn,
                                 replication_mode=distribute_lib.InputReplicationMode.PER_WORKER):
@@ -188,6 +207,23 @@ def _is_global_step(variable_kwargs) -> bool:
     name = str(variable_kwargs.get("name") or "").split(":")[0]
     return (tf.compat.v1.GraphKeys.GLOBAL_STEP in collections
             or name == tf.compat.v1.GraphKeys.GLOBAL_STEP)
+
+
+def _is_sharded(dataset) -> bool:
+    """True when ``dataset.shard(...)`` is part of the dataset's pipeline."""
+    pending, seen = [dataset], set()
+    while pending:
+        ds = pending.pop()
+        if id(ds) in seen:
+            continue
+        seen.add(id(ds))
+        if "Shard" in type(ds).__name__:
+            return True
+        try:
+            pending.extend(ds._inputs())  # noqa: SLF001 - tf.data's own pipeline walk
+        except (AttributeError, NotImplementedError):
+            pass
+    return False
 
 
 def _check_replication_mode(options) -> None:

@@ -53,9 +53,16 @@ try:
 except ValueError as exc:
     out["reduce_max_error"] = str(exc)
 
-# Dataset sharding: every element of every global batch exactly once per step.
+# Every element of every global batch exactly once per step. PopDistStrategy and
+# IPUHorovodStrategy never shard across instances (Graphcore's semantics): the program shards by
+# instance; IPUMultiWorkerStrategy auto-shards, as TensorFlow's collective strategy does.
 global_batch, steps = 2 * R, 3
-dataset = tf.data.Dataset.range(global_batch * steps).batch(global_batch)
+dataset = tf.data.Dataset.range(global_batch * steps)
+if name == "multi-worker":
+    dataset = dataset.batch(global_batch)
+else:
+    dataset = dataset.shard(ctx.num_instances, ctx.instance_index).batch(
+        global_batch // ctx.num_instances)
 seen = []
 for batch in strategy.experimental_distribute_dataset(dataset):
     gathered = strategy.gather(batch, axis=0)

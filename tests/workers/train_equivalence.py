@@ -32,7 +32,12 @@ def make_strategy():
 
 
 def dataset():
-    return tf.data.Dataset.from_tensor_slices((x_all, y_all)).batch(GLOBAL_BATCH)
+    """The global batches; under PopDistStrategy / IPUHorovodStrategy each instance takes its
+    shard (Graphcore's semantics: the program shards), IPUMultiWorkerStrategy auto-shards."""
+    ds = tf.data.Dataset.from_tensor_slices((x_all, y_all))
+    if mode == "reference" or strategy_name == "multi-worker":
+        return ds.batch(GLOBAL_BATCH)
+    return ds.shard(ctx.num_instances, ctx.instance_index).batch(GLOBAL_BATCH // ctx.num_instances)
 
 
 def loss_fn(w, b, x, y):
