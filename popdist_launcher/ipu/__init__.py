@@ -11,8 +11,7 @@ _SUBMODULES = {"distributed", "horovod", "ipu_estimator", "ipu_run_config", "ipu
                "loops", "ipu_compiler", "utils", "gradient_accumulation", "keras_extensions",
                "ipu_session_run_hooks", "sharding", "ops"}
 # Graphcore's ipu package also exposes its ops modules at the top (ipu.nn_ops is ipu.ops.nn_ops).
-_OPS = {"cross_replica_ops", "nn_ops", "pipelining_ops", "math_ops", "embedding_ops",
-        "functional_ops", "normalization_ops", "rand_ops", "replication_ops"}
+_OPS = {"cross_replica_ops", "nn_ops", "pipelining_ops"}
 
 
 def __getattr__(name):

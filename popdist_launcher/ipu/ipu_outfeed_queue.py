@@ -83,9 +83,14 @@ class IPUOutfeedQueue:
 
     @property
     def deleter(self):
-        """Forget this queue's values and structure (a new enqueue starts a new queue)."""
-        self._delete()
-        return None if tf.executing_eagerly() else tf.no_op(name=f"{self._feed_name}_deleter")
+        """Eager: forget this queue's values and structure now (a new enqueue starts a new
+        queue). Graph mode: an op that drops the values enqueued so far."""
+        if tf.executing_eagerly() or self._queue is None:
+            self._delete()
+            return None if tf.executing_eagerly() else tf.no_op(name=f"{self._feed_name}_deleter")
+        with tf.device("/device:CPU:0"):
+            drained = self._queue.dequeue_many(self._queue.size())
+        return tf.group(*tf.nest.flatten(drained), name=f"{self._feed_name}_deleter")
 
     def _delete(self) -> None:
         self._queue = None

@@ -1,10 +1,43 @@
-"""``ipu.optimizers``: CrossReplicaOptimizer, averaging gradients over all global replicas."""
+"""``ipu.optimizers``: the IPU optimizer wrappers for ``tf.compat.v1.train`` optimizers.
+
+CrossReplicaOptimizer averages gradients over all global replicas; GradientAccumulationOptimizerV2
+accumulates the gradients of ``num_mini_batches`` calls of ``apply_gradients`` (one per loop
+iteration, as in Graphcore's ``loops.repeat`` training loops) and applies them once, summed or
+averaged; MapGradientOptimizer maps each gradient before it is applied.
+"""
 from __future__ import annotations
+
+from typing import Callable, Optional
 
 import tensorflow as tf
 
+from popdist_launcher.ipu.gradient_accumulation import GradientAccumulationReductionMethod  # noqa: F401
 
-class CrossReplicaOptimizer(tf.compat.v1.train.Optimizer):
+
+class IpuOptimizer(tf.compat.v1.train.Optimizer):
+    """Base of the wrappers: delegates everything to the wrapped optimizer."""
+
+    def __init__(self, opt, name: Optional[str] = None) -> None:
+        super().__init__(use_locking=False, name=name or type(self).__name__)
+        self._opt = opt
+
+    def compute_gradients(self, loss, var_list=None, **kwargs):
+        return self._opt.compute_gradients(loss, var_list=var_list, **kwargs)
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        return self._opt.apply_gradients(grads_and_vars, global_step=global_step, name=name)
+
+    def get_slot(self, *args, **kwargs):
+        return self._opt.get_slot(*args, **kwargs)
+
+    def get_slot_names(self, *args, **kwargs):
+        return self._opt.get_slot_names(*args, **kwargs)
+
+    def variables(self):
+        return self._opt.variables()
+
+
+class CrossReplicaOptimizer(IpuOptimizer):
     """Wraps a ``tf.compat.v1.train.Optimizer`` so gradients are averaged over every replica of
     every instance before they are applied.
 
@@ -15,8 +48,7 @@ class CrossReplicaOptimizer(tf.compat.v1.train.Optimizer):
     """
 
     def __init__(self, opt: tf.compat.v1.train.Optimizer, name: str = "CrossReplicaOptimizer"):
-        super().__init__(use_locking=False, name=name)
-        self._opt = opt
+        super().__init__(opt, name=name)
 
     def compute_gradients(self, loss, var_list=None, **kwargs):
         grads_and_vars = self._opt.compute_gradients(loss, var_list=var_list, **kwargs)
@@ -30,14 +62,98 @@ class CrossReplicaOptimizer(tf.compat.v1.train.Optimizer):
         return [(None if g is None else collectives.allreduce(g, op=collectives.Average), v)
                 for g, v in grads_and_vars]
 
+
+
+class MapGradientOptimizer(IpuOptimizer):
+    """Applies ``gradient_mapping_function(grad, var)`` to every gradient before the update."""
+
+    def __init__(self, wrapped_optimizer, gradient_mapping_function: Callable,
+                 name: str = "MapGradientOptimizer") -> None:
+        super().__init__(wrapped_optimizer, name=name)
+        self._map = gradient_mapping_function
+
+    def compute_gradients(self, loss, var_list=None, **kwargs):
+        return [(None if g is None else self._map(g, v), v)
+                for g, v in self._opt.compute_gradients(loss, var_list=var_list, **kwargs)]
+
+
+def _accumulator_dtype(dtype, variable):
+    if dtype is None:
+        return variable.dtype.base_dtype
+    return dtype(variable) if callable(dtype) and not isinstance(dtype, tf.DType) else tf.as_dtype(dtype)
+
+
+class GradientAccumulationOptimizerV2(IpuOptimizer):
+    """Accumulates the gradients passed to ``apply_gradients`` over ``num_mini_batches`` calls,
+    then has the wrapped optimizer apply them once (SUM: their sum; MEAN: divided by
+    ``num_mini_batches``; RUNNING_MEAN: a running mean) and increments ``global_step`` once.
+
+    Accumulators live in host variables created with the graph's other variables (run
+    ``global_variables_initializer`` after building the loop, as usual). Offloading and sharding
+    options place IPU memory and have no effect here.
+    """
+
+    def __init__(self, opt, num_mini_batches: int, offload_weight_update_variables=None,
+                 replicated_optimizer_state_sharding: bool = False, dtype=None,
+                 reduction_method=GradientAccumulationReductionMethod.SUM,
+                 name: str = "GradientAccumulationOptimizerV2") -> None:
+        super().__init__(opt, name=name)
+        if isinstance(num_mini_batches, bool) or not isinstance(num_mini_batches, int) or num_mini_batches < 1:
+            raise ValueError(f"num_mini_batches must be a positive number, got {num_mini_batches!r}.")
+        self._num_mini_batches = num_mini_batches
+        self._dtype = dtype
+        self._reduction_method = GradientAccumulationReductionMethod.parse(reduction_method)
+        self._state = None  # (variables, counter, accumulators), kept across tf.function traces
+
+    def _accumulators(self, variables):
+        if self._state is None or self._state[0] != [v.ref() for v in variables]:
+            with tf.init_scope():
+                counter = tf.Variable(lambda: tf.constant(0, tf.int32), trainable=False,
+                                      name=f"{self.get_name()}_count")
+                accumulators = [
+                    tf.Variable(lambda v=v: tf.zeros(v.shape, _accumulator_dtype(self._dtype, v)),
+                                trainable=False, name=f"{self.get_name()}_accumulator_{i}")
+                    for i, v in enumerate(variables)]
+            self._state = ([v.ref() for v in variables], counter, accumulators)
+        return self._state[1], self._state[2]
+
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        return self._opt.apply_gradients(grads_and_vars, global_step=global_step, name=name)
+        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+        n = self._num_mini_batches
+        counter, accumulators = self._accumulators([v for _, v in pairs])
+        k = tf.cast(counter, tf.float32)
+        updates = []
+        for acc, (g, _) in zip(accumulators, pairs):
+            g = tf.cast(tf.convert_to_tensor(g), acc.dtype)
+            if self._reduction_method == GradientAccumulationReductionMethod.RUNNING_MEAN:
+                updates.append(acc.assign(acc * tf.cast(k / (k + 1), acc.dtype) + g / tf.cast(k + 1, acc.dtype)))
+            else:
+                updates.append(acc.assign_add(g))
+        with tf.control_dependencies(updates):
+            count = counter.assign_add(1)
 
-    def get_slot(self, *args, **kwargs):
-        return self._opt.get_slot(*args, **kwargs)
+        def update():
+            scale = 1.0 / n if self._reduction_method == GradientAccumulationReductionMethod.MEAN else 1.0
+            grads = [tf.identity(a) * tf.cast(scale, a.dtype) for a in accumulators]
+            applied = self._opt.apply_gradients(list(zip(grads, [v for _, v in pairs])),
+                                                global_step=global_step, name=name)
+            with tf.control_dependencies([applied]):
+                resets = [a.assign(tf.zeros_like(a)) for a in accumulators] + [counter.assign(0)]
+            with tf.control_dependencies(resets):  # the output carries every effect
+                return tf.constant(True)
 
-    def get_slot_names(self, *args, **kwargs):
-        return self._opt.get_slot_names(*args, **kwargs)
+        done = tf.cond(tf.equal(count, n), update, lambda: tf.constant(False))
+        return tf.group(done, name=name)
 
-    def variables(self):
-        return self._opt.variables()
+
+class CrossReplicaGradientAccumulationOptimizerV2(GradientAccumulationOptimizerV2):
+    """GradientAccumulationOptimizerV2 whose gradients are also averaged over all global
+    replicas (the wrapped optimizer is put in a CrossReplicaOptimizer)."""
+
+    def __init__(self, opt, num_mini_batches: int, offload_weight_update_variables=None,
+                 replicated_optimizer_state_sharding: bool = False, dtype=None,
+                 reduction_method=GradientAccumulationReductionMethod.SUM,
+                 name: str = "CrossReplicaGradientAccumulationOptimizerV2") -> None:
+        super().__init__(CrossReplicaOptimizer(opt), num_mini_batches,
+                         offload_weight_update_variables, replicated_optimizer_state_sharding,
+                         dtype, reduction_method, name)
