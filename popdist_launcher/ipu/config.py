@@ -99,7 +99,7 @@ class _ConfigNode:
             where = type(self).__name__.lstrip("_") if not self._path else self._path.rstrip(".")
             raise AttributeError(f"{where} has no option {name!r}{hint}")
         default = self._OPTIONS[name]
-        value = _check_enum(f"{self._path}{name}", default, value)
+        value = _check_type(f"{self._path}{name}", default, value)
         object.__setattr__(self, name, value)
         full = f"{self._path}{name}"
         if full not in _EFFECTIVE and value != default and full not in _logged_inert:
@@ -151,8 +151,28 @@ class _ConfigNode:
         return f"{type(self).__name__.lstrip('_')}({self.to_dict()})"
 
 
+def _check_type(full: str, default: Any, value: Any) -> Any:
+    """``value`` if it has the option's type (that of its default), else a TypeError."""
+    if full in ("auto_select_ipus", "select_ipus"):
+        ok = (isinstance(value, int) and not isinstance(value, bool)) or isinstance(value, (list, tuple))
+        expected = "int, list or tuple of ints"
+    elif isinstance(default, enum.Enum):
+        return _check_enum(full, default, value)
+    elif isinstance(default, bool):
+        ok, expected = isinstance(value, bool), "bool"
+    elif isinstance(default, int):
+        ok, expected = isinstance(value, int) and not isinstance(value, bool), "int"
+    elif isinstance(default, float):
+        ok, expected = isinstance(value, (int, float)) and not isinstance(value, bool), "float"
+    else:
+        ok, expected = isinstance(value, type(default)), type(default).__name__
+    if not ok:
+        raise TypeError(f"Trying to set {full} to {value!r}, but it must be of type {expected}.")
+    return value
+
+
 def _check_enum(full: str, default: Any, value: Any) -> Any:
-    if not isinstance(default, enum.Enum) or isinstance(value, type(default)):
+    if isinstance(value, type(default)):
         return value
     if full == "floating_point_behaviour.esr" and isinstance(value, bool):
         return StochasticRoundingBehaviour.ON if value else StochasticRoundingBehaviour.OFF
@@ -283,6 +303,12 @@ def validate(config: IPUConfig) -> int:
         raise ValueError(
             f"IPUConfig.experimental.multi_replica_distribution.process_index must be in the "
             f"range [0, process_count) = [0, {mrd.process_count}), got {mrd.process_index}.")
+    connection = config.device_connection
+    if connection.type in (DeviceConnectionType.PRE_COMPILE, DeviceConnectionType.NEVER) and \
+            not connection.version:
+        raise ValueError("IPUConfig.device_connection.version must be set when "
+                         "device_connection.type is DeviceConnectionType.NEVER or PRE_COMPILE "
+                         "(e.g. 'ipu2').")
     auto = _count_ipus(config.auto_select_ipus, "auto_select_ipus")
     select = config.select_ipus
     if auto and select not in ([], (), None):
