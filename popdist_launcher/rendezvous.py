@@ -1,25 +1,52 @@
-"""Horovod's own Gloo rendezvous server, run in a helper process on a socket the launcher bound.
+"""Horovod's own Gloo rendezvous server, run in a helper process on a socket the launcher bound,
+answering only requests that carry the job's secret.
 
 The launcher binds and listens before any instance starts (so the port is in every instance's
 environment, with no race) and starts this helper only when the first instance connects: jobs
 that never call ``hvd.init()`` never pay for importing Horovod. The helper lives until the
 launcher closes its stdin, or dies.
 
-It answers only the job's own hosts (ALLOWED_JSON: their addresses) and loopback: Gloo's HTTP
-client cannot carry a secret, so the peer address is what tells this job from others.
+How the store is protected: Horovod's Gloo HTTP client (horovod/common/gloo/http_store.h) builds
+every URL as ``http://{HOROVOD_GLOO_RENDEZVOUS_ADDR}:{PORT}/{scope}/{key}``. The launcher sets
+HOROVOD_GLOO_RENDEZVOUS_ADDR to ``client_address(...)`` = ``ADDRESS:PORT/SECRET``, so every request
+of the job's instances reaches ``ADDRESS:PORT`` with the path ``/SECRET:PORT/{scope}/{key}``. This
+server answers 403 to any request (GET, PUT, DELETE, HEAD...) whose path does not start with that
+prefix, and strips it before Horovod's handler sees the request. SECRET is 128 random bits, new
+for every attempt; it travels in the instances' environment (readable only by the job's user and
+root) and, between hosts, in the HTTP requests (plain text on the network, like the data Gloo
+sends). Requests are also accepted only from the job's hosts' addresses and loopback.
 
-Usage (by the launcher only): python -m popdist_launcher.rendezvous FD SLOTS_JSON [ALLOWED_JSON]
+Usage (by the launcher only), with the secret in $POPRUN_RENDEZVOUS_SECRET (never in argv, which
+every local user can read; without it the store is open to the allowed addresses):
+python -m popdist_launcher.rendezvous FD SLOTS_JSON [ALLOWED_JSON]
 """
 from __future__ import annotations
 
 import json
-import socket
+import os
 import sys
-import threading
-import types
+
+SECRET_ENV = "POPRUN_RENDEZVOUS_SECRET"
+FORBIDDEN = 403
 
 
-def serve(fd: int, slots: list, allowed: list = ()) -> None:
+def new_secret() -> str:
+    """A fresh secret for one attempt's rendezvous (32 hex digits)."""
+    return os.urandom(16).hex()
+
+
+def client_address(address: str, port: int, secret: str) -> str:
+    """The value of HOROVOD_GLOO_RENDEZVOUS_ADDR that makes Horovod's requests carry ``secret``
+    (HOROVOD_GLOO_RENDEZVOUS_PORT stays the plain port)."""
+    return f"{address}:{port}/{secret}"
+
+
+def serve(fd: int, slots: list, allowed: list = (), secret: str = "") -> None:
+    import hmac
+    import socket
+    import threading
+    import types
+
     from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
 
     class AdoptedRendezvousServer(RendezvousHTTPServer):
@@ -41,6 +68,23 @@ def serve(fd: int, slots: list, allowed: list = ()) -> None:
             return not allowed or host in allowed or host.startswith("127.") or host == "::1"
 
     server = AdoptedRendezvousServer(("", 0), RendezvousHandler, False)
+    prefix = f"/{secret}:{server.server_port}/".encode()
+
+    class SecretRendezvousHandler(RendezvousHandler):
+        """Horovod's handler behind the secret: requests without it get 403 and touch nothing."""
+
+        def parse_request(self) -> bool:
+            if not super().parse_request():
+                return False
+            path = self.path.encode("latin-1", "replace")
+            if not hmac.compare_digest(path[:len(prefix)], prefix):
+                self.send_status_code(FORBIDDEN)
+                return False
+            self.path = "/" + self.path[len(prefix):]
+            return True
+
+    if secret:
+        server.RequestHandlerClass = SecretRendezvousHandler
     server.daemon_threads = True
     server.init([types.SimpleNamespace(**slot) for slot in slots])
     thread = threading.Thread(target=server.serve_forever, name="rendezvous", daemon=True)
@@ -51,4 +95,4 @@ def serve(fd: int, slots: list, allowed: list = ()) -> None:
 
 if __name__ == "__main__":
     serve(int(sys.argv[1]), json.loads(sys.argv[2]),
-          json.loads(sys.argv[3]) if len(sys.argv) > 3 else [])
+          json.loads(sys.argv[3]) if len(sys.argv) > 3 else [], os.environ.get(SECRET_ENV, ""))
