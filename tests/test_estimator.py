@@ -37,7 +37,8 @@ def assert_same_model(got, ref):
 @pytest.mark.parametrize("strategy, replicas, extra", [
     ("popdist", None, ["--iterations-per-loop", "2"]),
     ("horovod", 4, []),
-    ("popdist", 4, ["--host-call"]),
+    ("popdist", 4, ["--host-call"]),  # host_call applies the gradients (Graphcore's pattern)
+    ("multi-worker", None, ["--host-call"]),
     # TensorFlow's collectives in the estimator's sessions, through each instance's gRPC server
     ("multi-worker", 4, ["--iterations-per-loop", "2"]),
     ("multi-worker", None, ["--graph-mode"]),  # eager off: the estimator starts the server
@@ -55,6 +56,31 @@ def test_equivalence_with_one_process(tmp_path, reference, strategy, replicas, e
     assert len(list(model_dir.glob("events.out.tfevents.*"))) == 1
     assert len(list((model_dir / "eval").glob("events.out.tfevents.*"))) == 1
     assert runs[0]["latest"] == "model.ckpt-4"
+
+
+@pytest.mark.parametrize("strategy", ["popdist", "multi-worker"])
+def test_train_and_evaluate(tmp_path, reference, strategy):
+    # tf.estimator.train_and_evaluate trains on every instance, then evaluates on every instance.
+    result, runs = run(tmp_path, "job", "--train-and-evaluate", strategy=strategy)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for got in runs:
+        assert_same_model(got, reference)
+        metrics = got["train_and_evaluate"]
+        assert metrics["global_step"] == 4
+        assert metrics["loss"] == pytest.approx(reference["eval"]["loss"], rel=1e-5)
+        assert metrics["mse"] == pytest.approx(reference["eval"]["mse"], rel=1e-5)
+
+
+def test_model_dir_none_is_one_folder_for_the_job(tmp_path, reference):
+    # tf.estimator would give each instance a temporary folder of its own; evaluate() on the
+    # non-chief would then never find the chief's checkpoint.
+    result, runs = run(tmp_path, "job", model_dir="none")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert runs[0]["model_dir"] == runs[1]["model_dir"]
+    assert "poprun-lite-" in runs[0]["model_dir"]
+    for got in runs:
+        assert_same_model(got, reference)
+        assert got["eval"] == pytest.approx(reference["eval"], rel=1e-5)
 
 
 @pytest.mark.parametrize("strategy", ["popdist", "multi-worker"])

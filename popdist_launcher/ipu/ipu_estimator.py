@@ -5,9 +5,11 @@ unless ``RunConfig(train_distribute=...)`` names another), so training spans eve
 every instance started by poprun-lite. What this module adds to ``tf.estimator.Estimator``:
 
 - input: global batch sizes are divided by instances x replicas into ``params['batch_size']``
-  (batches shorter than that are left out: replicas step together on static shapes);
-  ``input_fn(params, input_context)`` may shard by itself, otherwise each instance takes its
-  replicas' batches of every global step from the dataset the input_fn returns;
+  (batches shorter than that are left out: replicas step together on static shapes); each local
+  replica takes its own batches from the dataset the input_fn returns. As Graphcore's, nothing
+  is sharded behind the program's back: the input_fn shards by instance itself
+  (``dataset.shard(popdist.getNumInstances(), popdist.getInstanceIndex())``, or with the
+  ``input_context`` it gets when it takes one);
 - ``iterations_per_loop`` training steps run inside one ``Session.run`` (a ``tf.while_loop`` over
   the dataset), and the global step advances by that much per run;
 - ``host_call`` and ``eval_metrics`` run on the host; eval metrics cover the whole evaluation set
@@ -19,9 +21,12 @@ every instance started by poprun-lite. What this module adds to ``tf.estimator.E
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
+import os
+import tempfile
 import threading
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import tensorflow as tf
 
@@ -40,8 +45,10 @@ class IPUEstimatorSpec(collections.namedtuple("IPUEstimatorSpec", _SPEC_FIELDS))
 
     eval_metrics: ``(metric_fn, tensors)``; metric_fn runs on the host with the tensors of every
     replica of every instance (concatenated on dimension 0) and returns a dict of tf.compat.v1
-    metrics. host_call: ``(fn, tensors)``; fn runs on the host every training step with the
-    tensors averaged over all replicas; what it returns is run with the step.
+    metrics. host_call: ``(fn, tensors)``; fn runs on the host every training step, after the
+    step's train_op, once per replica with that replica's tensors and in replica context, so an
+    optimizer's ``apply_gradients`` in it reduces the gradients over all replicas of all
+    instances (Graphcore's distributed-training pattern); what it returns runs with the step.
     """
 
     __slots__ = ()
@@ -90,11 +97,13 @@ class IPUEstimator(tf.estimator.Estimator):
         if params is not None and "batch_size" in params:
             raise ValueError("params['batch_size'] is set by the IPUEstimator; pass "
                              "train_batch_size / eval_batch_size / predict_batch_size instead.")
+        ctx = runtime.context()
+        if model_dir is None and config.model_dir is None and ctx.num_instances > 1:
+            model_dir = _job_model_dir(ctx.num_instances)
         self._user_config = config
         self._ipu_run_config = config.ipu_run_config
         self._train_strategy = config.train_distribute or self._default_strategy()
         self._eval_strategy = config.eval_distribute or self._train_strategy
-        ctx = runtime.context()
         self._num_instances = ctx.num_instances
         self._instance_index = ctx.instance_index
         self._is_chief = config.is_chief
@@ -114,6 +123,7 @@ class IPUEstimator(tf.estimator.Estimator):
         }
         self._user_model_fn = model_fn
         self._exporting = threading.local()
+        self._warned_not_sharded = False
         super().__init__(model_fn=self._replicated_model_fn, model_dir=model_dir,
                          config=self._internal_config(config), params=dict(params or {}),
                          warm_start_from=warm_start_from)
@@ -182,13 +192,38 @@ class IPUEstimator(tf.estimator.Estimator):
         hooks = list(hooks or [])
         if steps is not None or max_steps is not None:
             hooks.append(_StopAtStepHook(steps, max_steps))
+        listeners, evaluations = self._split_listeners(saving_listeners)
         # tf.estimator's own stop hook assumes one step per Session.run; ours knows per_loop.
-        super().train(input_fn, hooks=hooks,
-                      saving_listeners=saving_listeners if self._is_chief else None)
+        super().train(input_fn, hooks=hooks, saving_listeners=listeners if self._is_chief else None)
         # The chief saves its last checkpoint while closing its session; nobody may read the
         # model (evaluate, predict, get_variable_value) before that checkpoint exists.
         self._barrier()
+        if evaluations:
+            final_step = int(tf.train.load_variable(self.latest_checkpoint(), "global_step"))
+            for listener in evaluations:
+                listener.begin()
+                listener.end(None, final_step)
         return self
+
+    def _split_listeners(self, saving_listeners) -> Tuple[list, list]:
+        """(checkpoint listeners for the chief, train_and_evaluate's evaluation listeners).
+
+        Evaluation runs collectives, so every instance must evaluate the same checkpoint at the
+        same time: under several instances, tf.estimator.train_and_evaluate's evaluation (which
+        it runs from a checkpoint listener, on the chief only) runs once after training, on
+        every instance. One instance keeps tf.estimator's behaviour.
+        """
+        listeners = list(saving_listeners or [])
+        if self._num_instances == 1:
+            return listeners, []
+        from tensorflow_estimator.python.estimator import training as estimator_training
+
+        evaluation_type = estimator_training._NewCheckpointListenerForEvaluate  # noqa: SLF001
+        evaluations = [x for x in listeners if isinstance(x, evaluation_type)]
+        if evaluations:
+            log.info("train_and_evaluate under %d instances: evaluating once, after training, "
+                     "on every instance", self._num_instances)
+        return [x for x in listeners if not isinstance(x, evaluation_type)], evaluations
 
     def _barrier(self) -> None:
         if self._num_instances == 1:
@@ -262,7 +297,7 @@ class IPUEstimator(tf.estimator.Estimator):
         params = dict(self.params)
         if self._batch_sizes[mode] is not None:
             params["batch_size"] = self._batch_sizes[mode]
-        shards_itself = "input_context" in estimator_util.fn_args(input_fn)
+        takes_context = "input_context" in estimator_util.fn_args(input_fn)
         context = tf.distribute.InputContext(
             num_input_pipelines=self._num_instances, input_pipeline_id=self._instance_index,
             num_replicas_in_sync=self._num_instances * self._num_local)
@@ -273,12 +308,30 @@ class IPUEstimator(tf.estimator.Estimator):
                 raise ValueError(
                     f"input_fn must return a tf.data.Dataset of per-replica batches, got "
                     f"{type(dataset).__name__}.")
-            return self._replica_batches(dataset, mode, shards_itself)
+            if not takes_context:
+                self._warn_if_not_sharded(dataset)
+            return self._replica_batches(dataset, mode)
 
-    def _replica_batches(self, dataset: tf.data.Dataset, mode: str, shards_itself: bool):
+    def _warn_if_not_sharded(self, dataset: tf.data.Dataset) -> None:
+        """Once per estimator, on instance 0: say how to shard an input that is not sharded."""
+        from popdist_launcher.strategies._common import is_sharded
+
+        if self._num_instances == 1 or self._instance_index != 0 or self._warned_not_sharded:
+            return
+        if is_sharded(dataset):
+            return
+        self._warned_not_sharded = True
+        log.warning(
+            "The IPUEstimator does not shard the input_fn's dataset across instances (as "
+            "Graphcore's): each of the %d instances reads all of it, so every sample is seen %d "
+            "times per epoch. Shard it in the input_fn before batching: dataset = dataset.shard("
+            "popdist.getNumInstances(), popdist.getInstanceIndex()), or take input_context and "
+            "shard with input_context.num_input_pipelines and input_pipeline_id.",
+            self._num_instances, self._num_instances)
+
+    def _replica_batches(self, dataset: tf.data.Dataset, mode: str):
         """Elements of [iterations, local replicas, per-replica batch, ...]: what one
-        Session.run of this instance consumes."""
-        local, instances = self._num_local, self._num_instances
+        Session.run of this instance consumes (each local replica its own batches)."""
         batch_size = self._batch_sizes[mode]
         if batch_size is not None:
             # Replicas step together on static shapes (as on the IPU): a short last batch
@@ -287,14 +340,7 @@ class IPUEstimator(tf.estimator.Estimator):
                 first = tf.nest.flatten(xs)[0]
                 return tf.equal(tf.shape(first)[0], batch_size)
             dataset = dataset.filter(full)
-        if shards_itself or instances == 1:
-            dataset = dataset.batch(local, drop_remainder=True)
-        else:
-            # Global step s uses per-replica batches s*R .. s*R+R-1; this instance owns L of them.
-            first = self._instance_index * local
-            dataset = dataset.batch(local * instances, drop_remainder=True).map(
-                lambda *xs: tf.nest.map_structure(lambda t: t[first:first + local],
-                                                  xs if len(xs) > 1 else xs[0]))
+        dataset = dataset.batch(self._num_local, drop_remainder=True)
         dataset = dataset.batch(self._iterations(mode), drop_remainder=True)
         prefetch = self._ipu_run_config.prefetch_depth
         return dataset.prefetch(prefetch if prefetch else tf.data.AUTOTUNE)
@@ -354,11 +400,13 @@ class IPUEstimator(tf.estimator.Estimator):
         if mode == ModeKeys.TRAIN:
             if spec.train_op is None:
                 raise ValueError("model_fn returned no train_op in TRAIN mode.")
+            host_call = getattr(spec, "host_call", None)
             with tf.control_dependencies([spec.train_op]):
                 out["done"] = tf.constant(True)
-            host_call = getattr(spec, "host_call", None)
-            if host_call is not None:
-                out["host_call"] = list(host_call[1])
+                if host_call is not None:
+                    # After the step's train_op, as on the IPU (the tensors leave the device
+                    # when the step has run).
+                    out["host_call"] = [tf.identity(t) for t in host_call[1]]
         else:
             eval_metrics = getattr(spec, "eval_metrics", None)
             if eval_metrics is not None:
@@ -378,13 +426,8 @@ class IPUEstimator(tf.estimator.Estimator):
             outputs = run_step(step_features, step_labels)
             deps = list(strategy.experimental_local_results(outputs["done"]))
             if "host_call" in outputs:
-                fn = specs[0].host_call[0]
-                averaged = [strategy.reduce(tf.distribute.ReduceOp.MEAN, t, axis=None)
-                            for t in outputs["host_call"]]
-                with strategy.scope(), tf.control_dependencies(deps + averaged), \
-                        tf.device("/device:CPU:0"):
-                    host_result = fn(*averaged)
-                deps += [r for r in tf.nest.flatten(host_result) if r is not None]
+                deps += self._run_host_call(strategy, specs[0].host_call[0],
+                                            outputs["host_call"])
             loss = strategy.reduce(tf.distribute.ReduceOp.MEAN, outputs["loss"], axis=None)
             with tf.control_dependencies(deps):
                 # Set, not add: right whether or not the user's train_op counts steps too.
@@ -405,6 +448,22 @@ class IPUEstimator(tf.estimator.Estimator):
             ModeKeys.TRAIN, loss=total / iterations, train_op=train_op,
             training_hooks=list(spec.training_hooks), training_chief_hooks=list(chief_hooks),
             scaffold=getattr(spec, "scaffold", None))
+
+    @staticmethod
+    def _run_host_call(strategy, fn: Callable, tensors) -> list:
+        """Run host_call's ``fn`` on the host, once per replica with that replica's tensors, in
+        replica context (as Graphcore's IPUEstimator under a strategy): an optimizer's
+        ``apply_gradients`` there reduces the gradients over every replica of every instance
+        and updates the mirrored variables. Returns what to run with the step."""
+        def on_host(*replica_tensors):
+            with tf.device("/device:CPU:0"):
+                return fn(*replica_tensors)
+
+        # As for the model_fn: TF1 optimizers divide by the number of replicas.
+        with strategy.scope(), strategy._scale_loss_for_estimator_enabled():  # noqa: SLF001
+            result = strategy.run(on_host, args=tuple(tensors))
+        return [r for r in tf.nest.flatten(strategy.experimental_local_results(result))
+                if r is not None]
 
     def _eval_spec(self, strategy, outputs, specs):
         spec = specs[0]
@@ -446,6 +505,33 @@ class IPUEstimator(tf.estimator.Estimator):
             return spec
         return tf.estimator.EstimatorSpec(mode, predictions=spec.predictions, loss=spec.loss,
                                           train_op=spec.train_op)
+
+
+# The n-th IPUEstimator built without a model_dir in this process: every instance runs the same
+# program, so the n-th one is the same estimator on every instance.
+_unnamed_model_dirs = itertools.count()
+
+
+def _job_model_dir(num_instances: int) -> str:
+    """One model_dir for an estimator built without one, the same on every instance of the job
+    (tf.estimator would give each process a temporary folder of its own, and the instances that
+    do not write checkpoints would never see the chief's)."""
+    from popdist_launcher import _contract, tf_config
+
+    parsed = tf_config.from_environ()
+    addresses = [a for tasks in (parsed.cluster.values() if parsed else ()) for a in tasks]
+    hosts = {a.rsplit(":", 1)[0] for a in addresses}
+    job_id = os.environ.get(_contract.JOB_ID)
+    if len(hosts) != 1 or not job_id:
+        where = f"on {len(hosts)} hosts" if len(hosts) > 1 else "without poprun-lite's job id"
+        raise ValueError(
+            f"IPUEstimator: model_dir is None but the {num_instances} instances run {where}; "
+            f"only the chief writes checkpoints and every instance reads them, so pass "
+            f"model_dir= (or RunConfig(model_dir=...)) a folder every instance can read.")
+    path = os.path.join(tempfile.gettempdir(), f"poprun-lite-{job_id}",
+                        f"model_dir_{next(_unnamed_model_dirs)}")
+    log.info("IPUEstimator: model_dir is None; every instance uses %s", path)
+    return path
 
 
 def _uses_tf_collectives(strategy) -> bool:

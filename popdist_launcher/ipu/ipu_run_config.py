@@ -2,7 +2,9 @@
 
 TensorFlow's RunConfig rejects a cluster of workers without a "chief"; poprun-lite writes exactly
 that (worker 0 is the chief, as in MultiWorkerMirroredStrategy), so this RunConfig reads TF_CONFIG
-itself and exposes cluster_spec, task_type, task_id, is_chief and num_worker_replicas from it.
+itself and exposes task_type, task_id, is_chief and num_worker_replicas from it. Its cluster_spec
+stays empty: every instance runs a local estimator joined to the others by the strategy, so
+``tf.estimator.train_and_evaluate`` trains and evaluates on every instance.
 """
 from __future__ import annotations
 
@@ -75,7 +77,6 @@ class RunConfig(tf.estimator.RunConfig):
         self._ipu_run_config = ipu_run_config or IPURunConfig()
         self._tf_config = parsed
         if parsed is not None and parsed.cluster:
-            self._cluster_spec = tf.train.ClusterSpec(parsed.cluster)
             self._task_type = parsed.task_type
             self._task_id = parsed.task_id
             self._is_chief = parsed.is_chief

@@ -17,3 +17,20 @@ def resolve_reduce_op(reduce_op) -> "reduce_util.ReduceOp":
             f"reduce op {reduce_op!r} is not supported across replicas; use "
             f"tf.distribute.ReduceOp.SUM or tf.distribute.ReduceOp.MEAN (or 'SUM' / 'MEAN').")
     return op
+
+
+def is_sharded(dataset) -> bool:
+    """True when ``dataset.shard(...)`` is part of the dataset's pipeline."""
+    pending, seen = [dataset], set()
+    while pending:
+        ds = pending.pop()
+        if id(ds) in seen:
+            continue
+        seen.add(id(ds))
+        if "Shard" in type(ds).__name__:
+            return True
+        try:
+            pending.extend(ds._inputs())  # noqa: SLF001 - tf.data's own pipeline walk
+        except (AttributeError, NotImplementedError):
+            pass
+    return False

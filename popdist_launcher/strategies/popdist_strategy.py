@@ -21,7 +21,7 @@ from popdist_launcher.strategies._tf_internal import (CheckpointInitialValue, di
                                                        distribute_utils, input_lib_v1, input_util,
                                                        mirrored_strategy, nest, reduce_util,
                                                        values_lib)
-from popdist_launcher.strategies._common import resolve_reduce_op
+from popdist_launcher.strategies._common import is_sharded, resolve_reduce_op
 from popdist_launcher.strategies.horovod_cross_device_ops import HorovodAllReduce
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
         """Once per strategy, on instance 0: say how to shard a dataset that is not sharded."""
         if self._num_instances == 1 or self._instance_index != 0 or self._warned_not_sharded:
             return
-        if _is_sharded(dataset):
+        if is_sharded(dataset):
             return
         self._warned_not_sharded = True
         log.warning(
@@ -207,23 +207,6 @@ def _is_global_step(variable_kwargs) -> bool:
     name = str(variable_kwargs.get("name") or "").split(":")[0]
     return (tf.compat.v1.GraphKeys.GLOBAL_STEP in collections
             or name == tf.compat.v1.GraphKeys.GLOBAL_STEP)
-
-
-def _is_sharded(dataset) -> bool:
-    """True when ``dataset.shard(...)`` is part of the dataset's pipeline."""
-    pending, seen = [dataset], set()
-    while pending:
-        ds = pending.pop()
-        if id(ds) in seen:
-            continue
-        seen.add(id(ds))
-        if "Shard" in type(ds).__name__:
-            return True
-        try:
-            pending.extend(ds._inputs())  # noqa: SLF001 - tf.data's own pipeline walk
-        except (AttributeError, NotImplementedError):
-            pass
-    return False
 
 
 def _check_replication_mode(options) -> None:
@@ -270,6 +253,9 @@ class PopDistStrategy(_HorovodStrategyBase):
         self._ipu_device = ipu_device
         self._add_ipu_cross_replica_reductions = add_ipu_cross_replica_reductions
         super().__init__(HorovodExtended(self))
+        if enable_keras_extensions:  # model.set_gradient_accumulation_options ..., as Graphcore's
+            from popdist_launcher.ipu import keras_extensions
+            keras_extensions.install()
 
 
 class IPUHorovodStrategy(_HorovodStrategyBase):

@@ -2,8 +2,11 @@
 
 usage: estimator_checks.py STRATEGY MODEL_DIR OUT_DIR [--iterations-per-loop N] [--steps N]
        [--host-call] [--eval-metrics] [--input-context] [--resume-steps N] [--graph-mode]
+       [--train-and-evaluate]
 
---graph-mode turns eager execution off before anything else (TF1-era programs do).
+MODEL_DIR "none" builds the estimator without a model_dir. --graph-mode turns eager execution off
+before anything else (TF1-era programs do). The input_fn shards by instance, as Graphcore's
+documentation tells programs to (the IPUEstimator shards nothing itself).
 """
 import argparse
 import json
@@ -28,6 +31,7 @@ parser.add_argument("--eval-metrics", action="store_true")
 parser.add_argument("--input-context", action="store_true")
 parser.add_argument("--train-batch-size", type=int, default=16)
 parser.add_argument("--graph-mode", action="store_true")
+parser.add_argument("--train-and-evaluate", action="store_true")
 args = parser.parse_args()
 if args.graph_mode:
     tf.compat.v1.disable_eager_execution()
@@ -58,20 +62,21 @@ def model_fn(features, labels, mode, params):
             mode, loss=loss, eval_metric_ops={"mse": tf.compat.v1.metrics.mean_squared_error(labels, predictions)})
     opt = tf.compat.v1.train.GradientDescentOptimizer(LR)
     if args.host_call:
-        grads = tf.gradients(loss, [w, b])  # this replica's; host_call averages them
+        # Graphcore's distributed-training pattern: gradients leave the device, the optimizer
+        # applies them on the host (reducing them over every replica of every instance).
+        grads = [g for g, _ in opt.compute_gradients(loss, var_list=[w, b])]
 
-        def apply_on_host(gw, gb):
-            # Average over all replicas, applied once on the host: loss is a per-replica mean.
-            return [w.assign_sub(LR * gw), b.assign_sub(LR * gb),
-                    tf.compat.v1.train.get_global_step().assign_add(1)]
-        return ipu.ipu_estimator.IPUEstimatorSpec(mode, loss=loss, train_op=tf.no_op(),
+        def apply_on_host(*host_grads):
+            return opt.apply_gradients(zip(host_grads, [w, b]))
+        return ipu.ipu_estimator.IPUEstimatorSpec(mode, loss=loss, train_op=tf.identity(loss),
                                                   host_call=(apply_on_host, grads))
     train_op = opt.minimize(loss, global_step=tf.compat.v1.train.get_global_step())
     return ipu.ipu_estimator.IPUEstimatorSpec(mode, loss=loss, train_op=train_op)
 
 
 def input_fn(params):
-    return tf.data.Dataset.from_tensor_slices((x_all, y_all)).batch(params["batch_size"])
+    ds = tf.data.Dataset.from_tensor_slices((x_all, y_all))
+    return ds.shard(ctx.num_instances, ctx.instance_index).batch(params["batch_size"])
 
 
 def input_fn_with_context(params, input_context):
@@ -84,7 +89,8 @@ names = {"popdist": "PopDistStrategy", "horovod": "IPUHorovodStrategy",
 strategy = getattr(strategies, names[args.strategy])()
 config = ipu.ipu_run_config.RunConfig(
     ipu_run_config=ipu.ipu_run_config.IPURunConfig(iterations_per_loop=args.iterations_per_loop),
-    train_distribute=strategy, model_dir=args.model_dir, save_checkpoints_steps=2,
+    train_distribute=strategy, model_dir=None if args.model_dir == "none" else args.model_dir,
+    save_checkpoints_steps=2,
     tf_random_seed=1)
 estimator = ipu.ipu_estimator.IPUEstimator(model_fn, config=config,
                                            train_batch_size=args.train_batch_size,
@@ -93,7 +99,13 @@ estimator = ipu.ipu_estimator.IPUEstimator(model_fn, config=config,
 train_input = input_fn_with_context if args.input_context else input_fn
 if args.resume_steps:
     estimator.train(train_input, steps=args.resume_steps)
-estimator.train(train_input, steps=args.steps)
+if args.train_and_evaluate:
+    metrics, _ = tf.estimator.train_and_evaluate(
+        estimator, tf.estimator.TrainSpec(train_input, max_steps=args.steps),
+        tf.estimator.EvalSpec(input_fn, steps=2, throttle_secs=0))
+else:
+    metrics = None
+    estimator.train(train_input, steps=args.steps)
 out = {
     "w": estimator.get_variable_value("w").ravel().tolist(),
     "b": estimator.get_variable_value("b").tolist(),
@@ -101,7 +113,10 @@ out = {
     "latest": os.path.basename(estimator.latest_checkpoint() or ""),
     "is_chief": estimator.config.is_chief,
 }
+out["model_dir"] = estimator.model_dir
 out["eval"] = {k: float(v) for k, v in estimator.evaluate(input_fn, steps=2).items()}
+if metrics is not None:
+    out["train_and_evaluate"] = {k: float(v) for k, v in metrics.items()}
 out["predict"] = [float(p["y"][0]) for p in estimator.predict(input_fn, yield_single_examples=True)][:8]
 with open(os.path.join(args.out_dir, f"estimator-{ctx.instance_index}.json"), "w") as f:
     json.dump(out, f)
