@@ -52,3 +52,6 @@ def install_ipu_alias() -> None:
 
 if os.environ.get(ALIAS_ENV, "1") != "0":
     install_ipu_alias()
+if "POPRUN_STACK_FD" in os.environ:  # started by poprun-lite's wrapper: stacks on request
+    from popdist_launcher.stack_dump import register_from_environ
+    register_from_environ()

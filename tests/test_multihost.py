@@ -174,7 +174,7 @@ def test_mpi_backend_sigkill_on_host_b_and_launcher_sigkill_leave_nothing(hosts,
         if job.poll() is None:
             job.kill()
     assert job.returncode == 128 + signal.SIGKILL, err
-    assert "instance 3 was killed by SIGKILL (host hostB; mpirun ended the job)" in err
+    assert "instance 3 was killed by SIGKILL (host hostB)" in err
     assert wait_gone(pids, timeout=15) == []
 
     for p in pid_dir.iterdir():

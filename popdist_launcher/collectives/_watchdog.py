@@ -259,6 +259,8 @@ class StallWatchdog:
             for token in self._pending:
                 self._stalled[token] = message
         log.error("%s", message)
+        from popdist_launcher.stack_dump import report_stall
+        report_stall(message)  # under poprun-lite: every instance's stacks in its report
         try:
             self._on_stall(message)
         except Exception:  # the watchdog thread must not die silently

@@ -12,6 +12,7 @@ import collections
 import errno
 import os
 import select
+import stat
 from typing import Deque, Dict, List, NamedTuple, Optional, Tuple
 
 STDOUT, STDERR = "stdout", "stderr"
@@ -91,7 +92,9 @@ class LogFiles:
             try:
                 os.mkdir(name, 0o755, dir_fd=root_fd)
             except FileExistsError:
-                pass
+                if stat.S_ISLNK(os.lstat(name, dir_fd=root_fd).st_mode):
+                    os.unlink(name, dir_fd=root_fd)  # a planted link: replaced, never followed
+                    os.mkdir(name, 0o755, dir_fd=root_fd)
             self._dir = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                                 dir_fd=root_fd)
         except OSError as exc:

@@ -57,7 +57,8 @@ def failure_report(cause: Cause, ends: Dict[int, InstanceEnd], tails: Dict[int, 
                                              else "")
               for i, e in sorted(ends.items()) if i != index]
     if others:
-        lines.append(P + "other instances: " + "; ".join(others) + ".")
+        lines.append(P + ("other instances: " if index is not None else "instances: ")
+                     + "; ".join(others) + ".")
     if stacks:
         lines.append(stacks_report(stacks, ends))
     return "\n".join(lines)

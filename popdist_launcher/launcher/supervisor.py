@@ -162,6 +162,7 @@ class Supervisor:
         self._failure: Optional[Failure] = None
         self._signal: Optional[int] = None
         self._dump: Optional[Dump] = None
+        self._stacks_in_report = False  # collected because of a timeout or a stall
         self._watchdog: Optional[processes.Watchdog] = None
         self._stdin_queue: List[bytes] = []  # for instance 0, until its wrapper connected
         self._stdin_eof = False
@@ -220,8 +221,9 @@ class Supervisor:
             return
         self._failure = failure
         running = sum(1 for i in self.instances if not i.settled)
-        self.router.say(f"poprun-lite: {failure.cause.headline} Stopping the other {running} "
-                        f"instance(s).")
+        other = "the other " if failure.cause.instance is not None else ""
+        self.router.say(f"poprun-lite: {failure.cause.headline}" + (
+            f" Stopping {other}{running} instance(s)." if running else ""))
         self._begin_stop(signal.SIGTERM)
 
     # ---- starting ----------------------------------------------------------------------------
@@ -426,6 +428,8 @@ class Supervisor:
                                      self._dump.deadline if self._dump else None) if d is not None]
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             for key, mask in self._sel.select(timeout):
+                if self._sel.get_map().get(key.fileobj) is not key:
+                    continue  # unregistered by an earlier event of this batch
                 kind = key.data[0]
                 if kind == "conn":
                     conn = key.data[1]
@@ -802,6 +806,7 @@ class Supervisor:
                 waiting.add(inst.index)
                 self._send(inst.conn, p.DUMP)
         self.router.stacks.clear()
+        self._stacks_in_report = then != "print"
         self._dump = Dump(reason, then, time.monotonic() + DUMP_WAIT_SECONDS, waiting)
         if not waiting:
             self._finish_dump()
@@ -822,8 +827,7 @@ class Supervisor:
         if dump.then == "print":
             self.router.say(report.stacks_report(self.router.stacks, self._ends()))
         elif dump.then == "timeout":
-            cause = report.Cause(f"the job timeout (--timeout {self._timeout:g} s) expired; "
-                                 f"stopping every instance.")
+            cause = report.Cause(f"the job timeout (--timeout {self._timeout:g} s) expired.")
             self._fail(Failure(cause, TIMEOUT_EXIT_CODE, "timeout"))
 
     # ---- ending ------------------------------------------------------------------------------
@@ -898,8 +902,8 @@ class Supervisor:
         if failure is not None:
             tails = {i.index: {STDERR: self.router.tail(i.index, STDERR),
                                STDOUT: self.router.tail(i.index, STDOUT)} for i in self.instances}
-            self.router.say(report.failure_report(failure.cause, self._ends(), tails,
-                                                  self.router.stacks))
+            stacks = self.router.stacks if self._stacks_in_report else {}
+            self.router.say(report.failure_report(failure.cause, self._ends(), tails, stacks))
             return JobResult(JobState.FAILED, failure.exit_code, failure.cause.instance,
                              self._signal)
         if self._signal is not None:

@@ -8,6 +8,18 @@ Actions for the instance whose index matches (or every instance without @INDEX):
   child         start a grandchild (sleep 300) in the same process group
   usr1          on SIGUSR1 write PID_DIR/usr1-<i> and carry on
   lines:N       print N long lines to stdout as fast as possible
+  stdout:N      print N lines to stdout (nothing to stderr)
+  closeout      close stdout and stderr (they go to /dev/null)
+  onstop:S      on SIGINT/SIGTERM/SIGHUP: write PID_DIR/signal-<i> (its name), take S seconds to
+                "save", write PID_DIR/saved-<i>, exit 0
+  daemon        start a setsid() daemon (sleep 300, holding stdout); pid in PID_DIR/daemon-<i>
+  progress:N    N progress-bar updates separated by \r, then \n
+  bigline:M     one line of M MiB (the instance's digit) without a newline
+  binary        every byte value, 4 times, to stdout
+  stdin         copy stdin to PID_DIR/stdin-<i> (until end of file)
+  argsize       write the length of the last argument to PID_DIR/argsize-<i>
+  hang          wait in hang_here() forever, a second thread in side_thread()
+  stall         report a collectives stall to the launcher (as the stall watchdog does)
 Every instance writes its pid (and its grandchild's) to PID_DIR first.
 """
 import os
@@ -50,6 +62,65 @@ for spec in sys.argv[2:]:
             record(f"usr1-{index}", "got it")
         signal.signal(signal.SIGUSR1, on_usr1)
         record(f"ready-{index}", "ready")
+    elif name == "stdout":
+        for n in range(int(arg)):
+            print(f"instance {index} stdout line {n}", flush=True)
+    elif name == "closeout":  # its pipes close; what it writes later goes nowhere
+        sys.stdout.flush()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+    elif name == "onstop":
+        def on_stop(signum, frame, index=index, seconds=float(arg)):
+            record(f"signal-{index}", signal.Signals(signum).name)
+            time.sleep(seconds)
+            record(f"saved-{index}", "saved")
+            os._exit(0)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, on_stop)
+        record(f"ready-{index}", "ready")
+    elif name == "daemon":
+        read_end, write_end = os.pipe()
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.write(write_end, str(os.getpid()).encode())
+                os.execvp("sleep", ["sleep", "300"])
+            os._exit(0)
+        os.close(write_end)
+        record(f"daemon-{index}", os.read(read_end, 64).decode())
+    elif name == "progress":
+        for n in range(int(arg)):
+            sys.stdout.write(f"\rinstance {index} progress {n + 1}/{arg}")
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    elif name == "bigline":
+        sys.stdout.write(str(index) * (int(arg) << 20))
+        sys.stdout.flush()
+    elif name == "binary":
+        sys.stdout.buffer.write(bytes(range(256)) * 4)
+        sys.stdout.flush()
+    elif name == "stdin":
+        record(f"stdin-{index}", sys.stdin.read())
+    elif name == "argsize":
+        record(f"argsize-{index}", str(len(sys.argv[-1])))
+    elif name == "hang":
+        import threading
+
+        def side_thread():
+            while True:
+                time.sleep(0.05)
+
+        def hang_here():
+            record(f"ready-{index}", "ready")
+            time.sleep(3600)
+
+        threading.Thread(target=side_thread, daemon=True).start()
+        hang_here()
+    elif name == "stall":
+        from popdist_launcher.stack_dump import report_stall
+        report_stall(f"collective stall on instance {index}: allreduce 'grad' waited too long")
     elif name == "lines":
         payload = str(index) * 700
         for n in range(int(arg)):

@@ -58,11 +58,11 @@ def _noop(signum, frame) -> None:
 
 
 class Wrapper:
-    def __init__(self, sock: socket.socket, spec: dict) -> None:
+    def __init__(self, sock: socket.socket, spec: dict, reader: p.FrameReader) -> None:
         self.sock = sock
         self.spec = spec
         self.sel = selectors.DefaultSelector()
-        self.reader = p.FrameReader()
+        self.reader = reader
         self.proc: Optional[subprocess.Popen] = None
         self.returncode: Optional[int] = None
         self.pipes = 0
@@ -236,13 +236,14 @@ class Wrapper:
             self.stack_text.clear()
 
     # ---- frames from the launcher -------------------------------------------------------------
-    def on_frames(self) -> None:
-        try:
-            data = self.sock.recv(CHUNK)
-        except OSError:
-            data = b""
-        if not data:
-            self.launcher_gone()
+    def on_frames(self, data: Optional[bytes] = None) -> None:
+        if data is None:
+            try:
+                data = self.sock.recv(CHUNK)
+            except OSError:
+                data = b""
+            if not data:
+                self.launcher_gone()
         for kind, payload in self.reader.feed(data):
             if kind == p.SIGNAL:
                 self.kill_program(payload[0])
@@ -293,6 +294,7 @@ class Wrapper:
         self.sel.register(wake_r, selectors.EVENT_READ, "wake")
         self.sel.register(self.sock, selectors.EVENT_READ, "sock")
         self.start()
+        self.on_frames(b"")  # what came with the spec (stdin already, a signal)
         self.reap()
         while True:
             now = time.monotonic()
@@ -377,12 +379,13 @@ def _children(pid: int) -> List[int]:
     return kids
 
 
-def serve(sock: socket.socket, spec: dict) -> int:
-    """Run ``spec`` under this process's supervision, reporting over ``sock``."""
+def serve(sock: socket.socket, spec: dict, reader: Optional[p.FrameReader] = None) -> int:
+    """Run ``spec`` under this process's supervision, reporting over ``sock`` (``reader`` holds
+    what already arrived after the spec)."""
     for sig in ENGINE_SIGNALS:
         signal.signal(sig, _noop)  # caught, not ignored: the program gets the defaults at exec
     sock.setblocking(True)
-    return Wrapper(sock, spec).run()
+    return Wrapper(sock, spec, reader or p.FrameReader()).run()
 
 
 def connect(addresses: List[str], timeout: float) -> socket.socket:
@@ -406,15 +409,19 @@ def connect(addresses: List[str], timeout: float) -> socket.socket:
 
 
 def _recv_frame(sock: socket.socket, reader: p.FrameReader, want: int) -> bytes:
+    """The next frame of kind ``want`` (frames after it stay in ``reader``)."""
+    data = b""
     while True:
+        found = reader.take(data)
+        while found is not None:
+            if found[0] == want:
+                return found[1]
+            found = reader.take()
         data = sock.recv(CHUNK)
         if not data:
             if want == p.RELEASE:
                 return b""
             _fail("the launcher closed the connection before the instance started.")
-        for kind, payload in reader.feed(data):
-            if kind == want:
-                return payload
 
 
 def _fail(message: str) -> "NoReturn":  # noqa: F821
@@ -469,8 +476,6 @@ def main(args: Optional[List[str]] = None) -> int:
              "host": os.uname().nodename, "wrapper_pid": os.getpid()}
     sock.sendall(p.frame(p.HELLO, json.dumps(hello).encode()))
     spec = json.loads(_recv_frame(sock, reader, p.SPEC))
-    if reader.pending:
-        _fail("internal: the launcher sent frames before the instance started.")
     sock.settimeout(None)
     if spec.get("cwd"):
         try:
@@ -485,7 +490,7 @@ def main(args: Optional[List[str]] = None) -> int:
     if spec.get("argv") is None:  # nothing to run: wait for the launcher to let go
         _recv_frame(sock, reader, p.RELEASE)
         return 0
-    return serve(sock, spec)
+    return serve(sock, spec, reader)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ answering the launcher's random challenge with HMAC-SHA256(job secret, challenge
 from __future__ import annotations
 
 import struct
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 HEADER = struct.Struct("!BI")
 
@@ -31,7 +31,8 @@ RELEASE = 26    # the job is over: end every descendant, flush output, exit 0
 
 SECRET_ENV = "POPRUN_JOB_SECRET"
 STACK_FD_ENV = "POPRUN_STACK_FD"  # the program's end of the stack pipe (see stack_dump.py)
-# What a program writes on the stack pipe besides faulthandler's text (which never has NULs).
+# What a program writes on the stack pipe besides faulthandler's text (which never has NULs);
+# the same values as popdist_launcher.stack_dump's, which the program imports instead.
 STACK_READY = b"\0ready\n"
 STACK_STALL = b"\0stall "
 
@@ -75,6 +76,16 @@ class FrameReader:
             del buf[:at]
         return frames
 
-    @property
-    def pending(self) -> int:
-        return len(self._buf)
+    def take(self, data: bytes = b"") -> Optional[Tuple[int, bytes]]:
+        """Add ``data``; hand out the first whole frame only (the rest stays for later)."""
+        buf = self._buf
+        buf += data
+        if len(buf) < HEADER.size:
+            return None
+        kind, length = HEADER.unpack_from(buf, 0)
+        end = HEADER.size + length
+        if len(buf) < end:
+            return None
+        payload = bytes(buf[HEADER.size:end])
+        del buf[:end]
+        return kind, payload

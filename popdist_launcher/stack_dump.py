@@ -1,0 +1,55 @@
+"""An instance's Python stacks for the launcher: at interpreter start (``_startup.py``) the
+program started by poprun-lite's wrapper registers faulthandler on the wrapper's dump signal,
+writing every thread's stack to a pipe the wrapper reads; the collectives' stall watchdog asks
+the launcher, through the same pipe, for every instance's stacks.
+
+Standard library only: it runs in every Python process that has POPRUN_STACK_FD set.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional, Tuple
+
+ENV = "POPRUN_STACK_FD"  # "FD:WRAPPER_PID:SIGNAL", set by the wrapper for its program only
+READY = b"\0ready\n"
+STALL = b"\0stall "
+
+
+def _ours() -> Optional[Tuple[int, int]]:
+    """(pipe fd, dump signal) when this process is the program a wrapper started, else None
+    (a process the program started sees the variable too, but not the wrapper as parent)."""
+    value = os.environ.get(ENV, "")
+    try:
+        fd, wrapper_pid, signum = (int(part) for part in value.split(":"))
+    except ValueError:
+        return None
+    return (fd, signum) if os.getppid() == wrapper_pid else None
+
+
+def register_from_environ() -> None:
+    """Dump every thread's stack to the wrapper's pipe when the wrapper's signal arrives."""
+    found = _ours()
+    if found is None:
+        return
+    fd, signum = found
+    import faulthandler
+    try:
+        os.set_inheritable(fd, False)
+        faulthandler.register(signum, file=fd, all_threads=True, chain=False)
+        os.write(fd, READY)
+    except (OSError, ValueError, RuntimeError):
+        return
+
+
+def report_stall(message: str) -> None:
+    """Write this instance's stacks and ask the launcher for every instance's (a stall)."""
+    found = _ours()
+    if found is None:
+        return
+    fd, _ = found
+    import faulthandler
+    try:
+        faulthandler.dump_traceback(file=fd, all_threads=True)
+        os.write(fd, STALL + message.replace("\n", " ").replace("\0", " ").encode()[:4000] + b"\n")
+    except (OSError, ValueError):
+        pass
