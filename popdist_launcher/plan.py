@@ -11,7 +11,7 @@ import sys
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher import _contract as c
-from popdist_launcher import tf_config
+from popdist_launcher import rendezvous, tf_config
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -68,6 +68,7 @@ class LaunchPlan(NamedTuple):
     controller: str = "gloo"  # Horovod's controller: "gloo" (our rendezvous) or "mpi" (mpirun)
     tuning: Tuple[Tuple[str, str], ...] = ()  # Horovod knobs the launcher sets (see horovod_tuning)
     job_id: str = ""
+    rendezvous_secret: str = ""  # in every rendezvous request's path (see rendezvous.py)
 
     @property
     def num_local_replicas(self) -> int:
@@ -114,7 +115,9 @@ class LaunchPlan(NamedTuple):
         if iface:
             env["HOROVOD_GLOO_IFACE"] = iface
         if self.controller == "gloo":
-            env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] = self.rendezvous_address
+            env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] = rendezvous.client_address(
+                self.rendezvous_address, self.rendezvous_port, self.rendezvous_secret) \
+                if self.rendezvous_secret else self.rendezvous_address
             env["HOROVOD_GLOO_RENDEZVOUS_PORT"] = str(self.rendezvous_port)
             env["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, int(self.start_timeout)))
         env.update(self.tuning)
@@ -221,6 +224,7 @@ def build_plan(
     controller: str = "gloo",
     tuning: Sequence[Tuple[str, str]] = (),
     job_id: str = "",
+    rendezvous_secret: str = "",
 ) -> LaunchPlan:
     """Validate the numbers and lay instances and replicas out over the hosts."""
     check_counts(num_instances, num_replicas, ipus_per_replica)
@@ -266,6 +270,7 @@ def build_plan(
         controller=controller,
         tuning=tuple(tuning),
         job_id=job_id,
+        rendezvous_secret=rendezvous_secret,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
+from popdist_launcher import rendezvous
 from popdist_launcher.launcher.backends.base import Wiring
 from popdist_launcher.launcher.output import LogFiles, OutputOptions, Router, open_output_dir
 from popdist_launcher.launcher.supervisor import JobState, Supervisor
@@ -57,7 +58,8 @@ def run(layout: Layout, options: JobOptions, say: Callable[[str], None],
                     counts=layout.counts, exported_env=options.exported_env,
                     start_timeout=options.start_timeout, grace_period=options.grace_period,
                     restart_count=attempt, controller=layout.controller,
-                    tuning=horovod_tuning(layout.controller, os.environ), job_id=job_id)
+                    tuning=horovod_tuning(layout.controller, os.environ), job_id=job_id,
+                    rendezvous_secret=rendezvous.new_secret())
                 if print_topology is not None:
                     print_topology(format_topology(plan, layout.backend.name,
                                                    commands(layout, plan),

@@ -24,6 +24,7 @@ import sys
 import time
 from typing import Callable, Deque, Dict, List, NamedTuple, Optional
 
+from popdist_launcher import rendezvous
 from popdist_launcher._say import debug
 from popdist_launcher.launcher import processes, report
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
@@ -921,7 +922,8 @@ class Supervisor:
             [sys.executable, "-m", "popdist_launcher.rendezvous", str(sock.fileno()), slots,
              allowed],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, pass_fds=(sock.fileno(),),
-            process_group=0, close_fds=True)
+            process_group=0, close_fds=True,
+            env={**os.environ, rendezvous.SECRET_ENV: self.plan.rendezvous_secret})
         sock.close()  # the helper owns it now; if it dies, clients see a reset, not a hang
         self._rendezvous_socket = None
 
