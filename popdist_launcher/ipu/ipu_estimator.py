@@ -12,11 +12,14 @@ every instance started by poprun-lite. What this module adds to ``tf.estimator.E
   ``input_context`` it gets when it takes one);
 - ``iterations_per_loop`` training steps run inside one ``Session.run`` (a ``tf.while_loop`` over
   the dataset), and the global step advances by that much per run;
-- ``host_call`` and ``eval_metrics`` run on the host; eval metrics cover the whole evaluation set
-  on every instance;
+- ``host_call`` and ``eval_metrics`` run on the host; eval metrics cover the evaluation data of
+  every instance, and every instance gets them;
 - only the chief (instance 0) writes checkpoints, summaries and exports; every instance restores
   the same latest checkpoint, so training resumes on the same step everywhere. ``model_dir`` must
-  therefore be a path every instance can read (one host, or a shared file system).
+  therefore be a path every instance can read (one host, or a shared file system); without one,
+  the instances of a one-host job share a folder named after the job;
+- ``tf.estimator.train_and_evaluate`` under several instances trains, then evaluates once on
+  every instance (evaluation joins all instances, so it cannot follow the chief's checkpoints).
 """
 from __future__ import annotations
 
