@@ -45,6 +45,7 @@ class IPUInfeedQueue:
         self._dequeued = False
         self._initialized = False
         self._iterator = None
+        self._last_loop = None  # (program, output) of the last compiled loop on it (see loops)
         if not tf.executing_eagerly():
             with tf.device("/device:CPU:0"):
                 self._iterator = tf.compat.v1.data.make_initializable_iterator(dataset)

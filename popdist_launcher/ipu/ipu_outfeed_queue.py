@@ -70,15 +70,17 @@ class IPUOutfeedQueue:
 
     def dequeue(self, wait_for_completion: bool = False):
         """Everything enqueued since the last dequeue: each tensor stacked on a new first axis
-        (ALL; empty arrays when nothing was enqueued), or the last element (LAST; an error when
-        nothing was enqueued)."""
+        (ALL; empty arrays when nothing was enqueued), or the last element enqueued (LAST; again
+        on the next dequeue until a newer one arrives; an error when nothing was enqueued)."""
         if self._queue is None:
             raise ValueError("Trying to dequeue an outfeed which has not been enqueued.")
         with tf.device("/device:CPU:0"):
             flat = self._queue.dequeue_many(self._queue.size())
             flat = flat if isinstance(flat, (list, tuple)) else [flat]
             if self._outfeed_mode == IPUOutfeedMode.LAST:
-                flat = [t[-1] for t in flat]
+                last = [t[-1] for t in flat]
+                with tf.control_dependencies([self._queue.enqueue(last)]):  # it stays the last
+                    flat = [tf.identity(t) for t in last]
         return tf.nest.pack_sequence_as(self._structure, list(flat))
 
     @property

@@ -26,13 +26,8 @@ class IPULoggingTensorHook(tf.compat.v1.train.SessionRunHook):
             raise ValueError("Cannot provide both every_n_iter and every_n_secs")
         if every_n_iter is None and every_n_secs is None and not at_end:
             raise ValueError("Either every_n_iter, every_n_secs or at_end should be provided")
-        if every_n_iter is None and every_n_secs is None:
-            self._timer = tf.compat.v1.train.SecondOrStepTimer(every_steps=None, every_secs=None)
-            self._never = True
-        else:
-            self._timer = tf.compat.v1.train.SecondOrStepTimer(every_secs=every_n_secs,
-                                                               every_steps=every_n_iter)
-            self._never = False
+        self._timer = None if every_n_iter is None and every_n_secs is None else \
+            tf.compat.v1.train.SecondOrStepTimer(every_secs=every_n_secs, every_steps=every_n_iter)
         self._at_end = at_end
         self._formatter = formatter
         self._outfeed = ipu_outfeed_queue.IPUOutfeedQueue(outfeed_mode=logging_mode)
@@ -63,17 +58,19 @@ class IPULoggingTensorHook(tf.compat.v1.train.SessionRunHook):
         self._iteration = 0
 
     def after_run(self, run_context, run_values) -> None:
-        if not self._never and self._timer.should_trigger_for_step(self._iteration):
+        if self._timer is not None and self._timer.should_trigger_for_step(self._iteration):
             self._log(run_context.session.run(self._dequeue))
         self._iteration += 1
 
     def end(self, session) -> None:
         if self._at_end:
             self._log(session.run(self._dequeue))
-        self._timer.reset()
+        if self._timer is not None:
+            self._timer.reset()
 
     def _log(self, values: dict) -> None:
-        elapsed, _ = self._timer.update_last_triggered_step(self._iteration)
+        elapsed = None if self._timer is None else \
+            self._timer.update_last_triggered_step(self._iteration)[0]
         with np.printoptions(suppress=True):
             if self._formatter:
                 log.info("%s", self._formatter(values))

@@ -264,9 +264,9 @@ def _make_accumulating_train_function(model, n: int):
             grad = tf.convert_to_tensor(grad)
             if method == GradientAccumulationReductionMethod.RUNNING_MEAN:
                 k = tf.cast(index, grad.dtype)
-                updates.append(acc.assign(acc * (k / (k + 1)) + grad / (k + 1)))
+                updates.append(acc.assign(acc * (k / (k + 1)) + grad / (k + 1), read_value=False))
             else:
-                updates.append(acc.assign_add(grad))
+                updates.append(acc.assign_add(grad, read_value=False))
         with tf.control_dependencies(updates):
             return model.compute_metrics(x, y, y_pred, sample_weight)
 
@@ -274,9 +274,8 @@ def _make_accumulating_train_function(model, n: int):
         scale = 1.0 / n if method == GradientAccumulationReductionMethod.MEAN else 1.0
         grads = [tf.identity(acc) * tf.cast(scale, acc.dtype) for acc in accumulators]
         optimizer.apply_gradients(zip(grads, variables))
-        with tf.control_dependencies([optimizer.iterations]):
-            for acc in accumulators:
-                acc.assign(tf.zeros_like(acc))
+        for acc in accumulators:  # tf.function orders these after the reads above
+            acc.assign(tf.zeros_like(acc), read_value=False)
 
     def micro(iterator, index):
         outputs = strategy.run(micro_step, args=(next(iterator), index))

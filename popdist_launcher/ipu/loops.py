@@ -2,10 +2,14 @@
 element of an IPUInfeedQueue per iteration (Graphcore's signatures and argument checks)."""
 from __future__ import annotations
 
+import contextvars
 import inspect
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 import tensorflow as tf
+
+# The ipu_compiler.compile call being built (graph mode), which orders its loops on one infeed.
+_PROGRAM: contextvars.ContextVar = contextvars.ContextVar("ipu_program", default=None)
 
 
 def _as_list(values: Any) -> list:
@@ -96,9 +100,17 @@ def while_loop(condition: Callable, body: Callable, inputs: Optional[Sequence] =
         return tensors
 
     loop_vars = inputs if arity else [tf.constant(0)]
+    program = _PROGRAM.get()
+    previous = getattr(infeed_queue, "_last_loop", None)
+    if program is not None and previous is not None and previous[0] is program:
+        # Loops of one compiled program dequeue from an infeed in program order, as on an IPU.
+        with tf.control_dependencies([previous[1]]):
+            loop_vars = [v if isinstance(v, tf.TensorArray) else tf.identity(v) for v in loop_vars]
     while_fn = tf.compat.v1.while_loop if use_while_v1 else tf.while_loop
     outputs = while_fn(condition_wrapper, body_wrapper, loop_vars,
                        maximum_iterations=maximum_iterations, parallel_iterations=1)
+    if infeed_queue is not None and program is not None:
+        infeed_queue._last_loop = (program, _as_list(outputs)[0])  # noqa: SLF001
     if infeed_queue is not None and not infeed_queue.dequeued:
         raise ValueError("The infeed queue has not been dequeued.")
     outputs = _as_list(outputs)
