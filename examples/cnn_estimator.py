@@ -5,9 +5,10 @@
     poprun-lite -np 2 examples/cnn_estimator.py --strategy multi-worker   # TF collectives
     python examples/cnn_estimator.py                            # one process, same result
 
---batch-size is the global batch: the estimator gives every replica of every instance its share
-(params['batch_size']), and gradients are averaged over all replicas, so the weights do not
-depend on how the work is split. Each epoch prints loss, test accuracy and samples/s. Digits
+--batch-size is the global batch: every replica of every instance gets params['batch_size'] of
+it, each instance reads its shard of the data (the input_fns shard by instance index, as
+Graphcore's documentation says: the estimator shards nothing itself), and gradients are
+averaged over all replicas, so the weights do not depend on how the work is split. Each epoch prints loss, test accuracy and samples/s. Digits
 come with scikit-learn; CIFAR-10 is read from a local copy of its python batches (--data-dir).
 """
 from __future__ import annotations
@@ -16,7 +17,6 @@ import argparse
 import os
 import pickle
 import sys
-import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -114,24 +114,25 @@ def main() -> int:
     # An evaluation batch that divides the test set and the replicas: every image counted once.
     eval_batch = next((b for b in range(2 * args.batch_size, 0, -1)
                        if len(x_test) % b == 0 and b % replicas == 0), replicas)
-    # One folder per job, the same on every instance (and restart): the launcher's job id.
-    model_dir = args.model_dir or os.path.join(
-        tempfile.gettempdir(), f"cnn_estimator-{os.environ.get('POPRUN_JOB_ID') or os.getpid()}")
+    # Without --model-dir the estimator uses one folder for the whole job (every instance).
     config = ipu.ipu_run_config.RunConfig(
         ipu_run_config=ipu.ipu_run_config.IPURunConfig(iterations_per_loop=args.batches_per_step),
-        train_distribute=strategy, model_dir=model_dir, save_checkpoints_steps=steps_per_epoch,
+        train_distribute=strategy, model_dir=args.model_dir,
+        save_checkpoints_steps=steps_per_epoch,
         log_step_count_steps=None, tf_random_seed=1)
     estimator = ipu.ipu_estimator.IPUEstimator(
         model_fn, config=config, params={"learning_rate": args.learning_rate},
         train_batch_size=args.batch_size, eval_batch_size=eval_batch)
 
     def train_input_fn(params, epoch=0):
-        # The same order on every instance; the estimator gives each replica its share.
+        # The same order on every instance, then this instance's shard of it.
         return (tf.data.Dataset.from_tensor_slices((x_train, y_train))
-                .shuffle(len(x_train), seed=epoch).batch(params["batch_size"]))
+                .shuffle(len(x_train), seed=epoch)
+                .shard(ctx.num_instances, ctx.instance_index).batch(params["batch_size"]))
 
     def eval_input_fn(params):
-        return tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(params["batch_size"])
+        return (tf.data.Dataset.from_tensor_slices((x_test, y_test))
+                .shard(ctx.num_instances, ctx.instance_index).batch(params["batch_size"]))
 
     def say(message: str) -> None:
         if ctx.instance_index == 0:
@@ -145,7 +146,7 @@ def main() -> int:
         say(f"test accuracy {result['accuracy']:.4f}  loss {result['loss']:.4f}")
         return 0
     if args.profile:
-        tf.profiler.experimental.start(os.path.join(model_dir, "profile"))
+        tf.profiler.experimental.start(os.path.join(estimator.model_dir, "profile"))
     accuracy = 0.0
     for epoch in range(args.epochs):
         start = time.perf_counter()

@@ -2,9 +2,11 @@
 
     poprun-lite -np 2 --num-replicas 4 examples/custom_loop.py --strategy popdist
 
-Every replica of every instance trains on its share of each global batch; the loss is divided by
-the *global* batch size and gradients are summed over all replicas, so the result does not depend
-on how many instances or replicas share the work. Instance 0 prints per-epoch loss, accuracy and
+Each instance takes its shard of the data (PopDistStrategy and IPUHorovodStrategy never shard
+behind the program's back, as Graphcore's; IPUMultiWorkerStrategy auto-shards, as TensorFlow's)
+and splits each of its batches over its replicas; the loss is divided by the *global* batch size
+and gradients are summed over all replicas, so the result does not depend on how many instances
+or replicas share the work. Instance 0 prints per-epoch loss, accuracy and
 samples/s, and (with --model-dir) is the only one to write checkpoints.
 """
 from __future__ import annotations
@@ -46,8 +48,12 @@ def main() -> int:
     (x_train, y_train), (x_test, y_test) = _digits.load()
     steps = len(x_train) // args.batch_size
     train = (tf.data.Dataset.from_tensor_slices((x_train, y_train))
-             .shuffle(len(x_train), seed=1, reshuffle_each_iteration=True)  # same order everywhere
-             .batch(args.batch_size, drop_remainder=True))
+             .shuffle(len(x_train), seed=1, reshuffle_each_iteration=True))  # same order everywhere
+    if args.strategy == "multi-worker":
+        train = train.batch(args.batch_size, drop_remainder=True)
+    else:
+        train = (train.shard(ctx.num_instances, ctx.instance_index)
+                 .batch(args.batch_size // ctx.num_instances, drop_remainder=True))
     dist_train = strategy.experimental_distribute_dataset(train)
 
     with strategy.scope():

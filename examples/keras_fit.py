@@ -2,8 +2,9 @@
 
     poprun-lite -np 2 examples/keras_fit.py
 
-The dataset is batched with the global batch size; the strategy gives each replica of each
-instance its share. Graphcore's IPUMultiWorkerStrategy never supported fit; PopDistStrategy does.
+Each instance shards the data by its index (PopDistStrategy, like Graphcore's, never shards
+behind the program's back) and batches its share of the global batch; the strategy splits each
+batch over the instance's replicas. Graphcore's IPUMultiWorkerStrategy never supported fit; PopDistStrategy does.
 """
 from __future__ import annotations
 
@@ -31,9 +32,13 @@ def main() -> int:
     ctx = popdist_launcher.init()
     strategy = PopDistStrategy()
     (x_train, y_train), (x_test, y_test) = _digits.load()
+    per_instance = args.batch_size // ctx.num_instances
     train = (tf.data.Dataset.from_tensor_slices((x_train, y_train))
-             .shuffle(len(x_train), seed=1).batch(args.batch_size, drop_remainder=True))
-    test = tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(args.batch_size)
+             .shuffle(len(x_train), seed=1)  # the same order on every instance, then its shard
+             .shard(ctx.num_instances, ctx.instance_index)
+             .batch(per_instance, drop_remainder=True))
+    test = (tf.data.Dataset.from_tensor_slices((x_test, y_test))
+            .shard(ctx.num_instances, ctx.instance_index).batch(per_instance))
 
     with strategy.scope():
         model = tf.keras.Sequential([tf.keras.layers.Input((64,)),
