@@ -14,8 +14,8 @@ options train exactly as before.
 """
 from __future__ import annotations
 
-import collections.abc
 import enum
+import importlib
 import logging
 from typing import Any, Dict, List, Optional
 
@@ -130,17 +130,28 @@ def set_pipelining_options(self, gradient_accumulation_steps_per_replica: Option
 
 
 def set_pipeline_stage_assignment(self, pipeline_stage_assignment) -> None:
-    """Assign layers (Sequential: a list of stage numbers, one per layer) to pipeline stages."""
+    """Assign layers to pipeline stages: stage numbers (one per layer) or the assignment objects
+    ``get_pipeline_stage_assignment`` returns, with ``pipeline_stage`` set."""
     stages = [getattr(a, "pipeline_stage", a) for a in pipeline_stage_assignment]
-    if not all(isinstance(s, int) and s >= 0 for s in stages):
+    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in stages):
         raise ValueError("pipeline stage assignments must be non-negative ints (or assignment "
-                         "objects with a pipeline_stage).")
-    _options(self)["stages"] = list(pipeline_stage_assignment)
+                         "objects whose pipeline_stage is set).")
+    _options(self)["stages"] = stages
     _reset(self)
 
 
 def get_pipeline_stage_assignment(self):
-    return _options(self)["stages"]
+    """One assignment per layer (per layer call of a functional model), with its stage (None
+    until assigned)."""
+    from popdist_launcher.ipu import keras as ipu_keras
+
+    stages = _options(self)["stages"] or []
+    layers = [layer for layer in self.layers if not isinstance(layer, tf.keras.layers.InputLayer)]
+    if isinstance(self, tf.keras.Sequential):
+        make = ipu_keras.SequentialLayerPipelineStageAssignment
+        return [make(layer, stages[i] if i < len(stages) else None) for i, layer in enumerate(layers)]
+    make = ipu_keras.FunctionalLayerPipelineStageAssignment
+    return [make(layer, 0, stages[i] if i < len(stages) else None) for i, layer in enumerate(layers)]
 
 
 def reset_pipeline_stage_assignment(self) -> None:
@@ -337,3 +348,10 @@ def install() -> None:
         setattr(model_class, method.__name__, method)
     model_class.make_train_function = _make_train_function
     model_class.fit = _fit
+    # Graphcore's Keras has an ``ipu`` module (keras.ipu.PipelineStage ...): give Keras ours.
+    import keras
+
+    from popdist_launcher.ipu import keras as ipu_keras
+    for namespace in (keras, tf.keras, importlib.import_module("tensorflow.keras")):
+        if not hasattr(namespace, "ipu"):
+            setattr(namespace, "ipu", ipu_keras)

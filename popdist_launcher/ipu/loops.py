@@ -74,10 +74,13 @@ def while_loop(condition: Callable, body: Callable, inputs: Optional[Sequence] =
     def condition_wrapper(*carried):
         return condition(*(carried if arity else ()))
 
-    def body_wrapper(*carried):
-        carried = list(carried) if arity else []
-        extra_args, extra_kwargs = ([], {}) if infeed_queue is None else \
-            _body_arguments(infeed_queue._dequeue())  # noqa: SLF001
+    def body_wrapper(*loop_values):
+        carried = list(loop_values) if arity else []
+        extra_args, extra_kwargs = [], {}
+        if infeed_queue is not None:
+            # Dequeue once the iteration has started (TF1 frames may otherwise run it early).
+            with tf.control_dependencies([v for v in loop_values if tf.is_tensor(v)]):
+                extra_args, extra_kwargs = _body_arguments(infeed_queue._dequeue())  # noqa: SLF001
         outputs = body(*(carried + list(extra_args)), **extra_kwargs)
         outputs = [] if outputs is None else _as_list(outputs)
         first_op = next((i for i, o in enumerate(outputs) if isinstance(o, tf.Operation)),

@@ -160,7 +160,8 @@ def pipeline(computational_stages: Sequence[Callable], gradient_accumulation_cou
         index = step % n
         values, kwargs = list(inputs), {}
         if infeed_queue is not None:
-            extra, kwargs = _body_arguments(infeed_queue._dequeue())  # noqa: SLF001
+            with tf.control_dependencies([step]):  # not before the iteration starts
+                extra, kwargs = _body_arguments(infeed_queue._dequeue())  # noqa: SLF001
             values += list(extra)
         outputs = stages[0](*values, **kwargs)
         for stage in stages[1:]:

@@ -64,7 +64,9 @@ def dense_model(kind):
         return tf.keras.Sequential([tf.keras.layers.Dense(1, use_bias=False, kernel_initializer=init,
                                                           input_shape=(3,))])
     inputs = tf.keras.Input((3,), batch_size=4)
-    return tf.keras.Model(inputs, tf.keras.layers.Dense(1, use_bias=False, kernel_initializer=init)(inputs))
+    with tf.keras.ipu.PipelineStage(0):  # Graphcore's Keras API, given to Keras by IPUStrategy
+        outputs = tf.keras.layers.Dense(1, use_bias=False, kernel_initializer=init)(inputs)
+    return tf.keras.Model(inputs, outputs)
 
 
 def dataset():
@@ -83,7 +85,10 @@ def train(kind="sequential", ga=None, method="sum", pipeline=None, steps_per_exe
                                                     gradient_accumulation_reduction_method=method)
         if pipeline:
             if kind == "sequential":
-                model.set_pipeline_stage_assignment([0])
+                assignments = model.get_pipeline_stage_assignment()
+                for assignment in assignments:
+                    assignment.pipeline_stage = 0
+                model.set_pipeline_stage_assignment(assignments)
             model.set_pipelining_options(gradient_accumulation_steps_per_replica=pipeline,
                                          device_mapping=[0, 0], gradient_accumulation_reduction_method=method)
         history = model.fit(dataset(), epochs=epochs, verbose=0)
