@@ -107,6 +107,16 @@ def test_a_program_that_does_not_shard_is_told_how(tmp_path):
 
 
 @pytest.mark.slow
+def test_ipu_multi_worker_strategy_says_when_it_shards_a_sharded_dataset(tmp_path):
+    # TensorFlow's auto-sharding (Graphcore's IPUMultiWorkerStrategy keeps it) shards again.
+    result = launch("popdist_custom_loop.py", tmp_path, "--multi-worker")
+    assert result.stderr.count("this dataset is already sharded, so each instance reads 1/4") == 1
+    runs = outputs(tmp_path, "custom_loop", 2)
+    counts = Counter(i for r in runs for e, i in r["seen"] if e == 0)
+    assert len(counts) == 128 // 4 * 2 and set(counts.values()) == {1}
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("np_, replicas", LAYOUTS)
 def test_keras_fit(tmp_path, single_process, np_, replicas):
     launch("popdist_keras_fit.py", tmp_path, np_=np_, replicas=replicas)

@@ -3,6 +3,9 @@ gRPC, the cluster taken from TF_CONFIG (which poprun-lite writes for every insta
 
 TensorFlow's CollectiveAllReduceExtended does the work; this subclass makes each instance's
 local replicas (logical CPU devices, or GPUs) its devices and can keep variables on the host.
+Datasets are auto-sharded across instances as TensorFlow (and so Graphcore's strategy) does: a
+program batches with the global batch size and does not shard by itself (a warning says so when
+a dataset is already sharded).
 TF1 sessions (the IPUEstimator's too) run its collectives through this worker's gRPC server:
 ``tf.compat.v1.Session(strategy.session_target(), config=strategy.update_config_proto(...))``.
 """
@@ -10,13 +13,17 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
+import logging
+
 import tensorflow as tf
 
 from popdist_launcher import tf_config
 from popdist_launcher.ipu import config as ipu_config
-from popdist_launcher.strategies._common import resolve_reduce_op
+from popdist_launcher.strategies._common import is_sharded, resolve_reduce_op
 from popdist_launcher.strategies._tf_internal import (TFConfigClusterResolver,
                                                        collective_all_reduce_strategy)
+
+log = logging.getLogger(__name__)
 
 # This process's gRPC servers started for graph-mode sessions, by address (one per process).
 _SERVERS: Dict[str, tf.distribute.Server] = {}
@@ -34,6 +41,26 @@ class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceE
         local = tuple(f"{worker_device}/device:{d.split('device:')[-1]}"
                       for d in self._replica_devices)
         return local, kinds.pop()
+
+    def _experimental_distribute_dataset(self, dataset, options):
+        self._warn_if_sharded_twice(dataset)
+        return super()._experimental_distribute_dataset(dataset, options)
+
+    def _warn_if_sharded_twice(self, dataset) -> None:
+        """Once per strategy, on the chief: a dataset the program sharded is sharded again."""
+        if (self._num_workers == 1 or self._id_in_cluster != 0
+                or getattr(self, "_warned_sharded_twice", False)):
+            return
+        policy = dataset.options().experimental_distribute.auto_shard_policy
+        if policy == tf.data.experimental.AutoShardPolicy.OFF or not is_sharded(dataset):
+            return
+        self._warned_sharded_twice = True
+        log.warning(
+            "IPUMultiWorkerStrategy shards datasets across its %d instances itself (TensorFlow's "
+            "auto-sharding, as with Graphcore's IPUMultiWorkerStrategy) and this dataset is "
+            "already sharded, so each instance reads 1/%d of it. Remove the dataset.shard(...) "
+            "call and batch with the global batch size: each instance takes its part.",
+            self._num_workers, self._num_workers ** 2)
 
     def _get_variable_creator_initial_value(self, replica_id, device, primary_var, **kwargs):
         if replica_id == 0 and _is_global_step(kwargs):

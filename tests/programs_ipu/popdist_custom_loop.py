@@ -1,8 +1,9 @@
 """A TF2 custom training loop written for Graphcore's IPU API (PopDistStrategy, popdist,
-ipu.horovod), run unedited. usage: popdist_custom_loop.py OUT_DIR [--no-shard]
+ipu.horovod), run unedited. usage: popdist_custom_loop.py OUT_DIR [--no-shard] [--multi-worker]
 
 Each replica records the sample ids it trains on; OUT_DIR/custom_loop-<instance>.json gets them
-with the final weights. --no-shard leaves the dataset unsharded (every instance reads it all).
+with the final weights. --no-shard leaves the dataset unsharded (every instance reads it all);
+--multi-worker trains under IPUMultiWorkerStrategyV1 instead (which auto-shards again).
 """
 import json
 import os
@@ -15,6 +16,7 @@ import tensorflow as tf
 from tensorflow.python import ipu
 from tensorflow.python.ipu import horovod as hvd
 from tensorflow.python.ipu.distributed.popdist_strategy import PopDistStrategy
+from tensorflow.python.ipu.ipu_multi_worker_strategy import IPUMultiWorkerStrategyV1
 
 out_dir = sys.argv[1]
 shard = "--no-shard" not in sys.argv
@@ -23,7 +25,7 @@ GLOBAL_BATCH, NUM_SAMPLES, EPOCHS, LEARNING_RATE = 16, 128, 2, 0.05
 config = ipu.config.IPUConfig()
 popdist.tensorflow.set_ipu_config(config, ipus_per_replica=1, configure_device=True)
 config.configure_ipu_system()
-strategy = PopDistStrategy()
+strategy = IPUMultiWorkerStrategyV1() if "--multi-worker" in sys.argv else PopDistStrategy()
 
 rng = np.random.default_rng(0)
 features = rng.normal(size=(NUM_SAMPLES, 4)).astype(np.float32)
