@@ -3,19 +3,19 @@ program started by poprun-lite's wrapper registers faulthandler on the wrapper's
 writing every thread's stack to a pipe the wrapper reads; the collectives' stall watchdog asks
 the launcher, through the same pipe, for every instance's stacks.
 
-Standard library only: it runs in every Python process that has POPRUN_STACK_FD set.
+Standard library only, and no typing (35 ms): it runs in every Python process that has
+POPRUN_STACK_FD set.
 """
 from __future__ import annotations
 
 import os
-from typing import Optional, Tuple
 
 ENV = "POPRUN_STACK_FD"  # "FD:WRAPPER_PID:SIGNAL", set by the wrapper for its program only
 READY = b"\0ready\n"
 STALL = b"\0stall "
 
 
-def _ours() -> Optional[Tuple[int, int]]:
+def _ours() -> "tuple[int, int] | None":
     """(pipe fd, dump signal) when this process is the program a wrapper started, else None
     (a process the program started sees the variable too, but not the wrapper as parent)."""
     value = os.environ.get(ENV, "")

@@ -288,11 +288,11 @@ class Supervisor:
                 pass
             self._unix_dir = None
 
-    def _spec(self, index: int, run: bool = True) -> dict:
+    def _spec(self, index: int) -> dict:
         env = {"PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
         env.update(self.plan.instance_env(index))
-        return {"argv": list(self.plan.program) if run else None, "env": env,
-                "cwd": os.getcwd(), "stdin": index == 0}
+        return {"argv": list(self.plan.program), "env": env, "cwd": os.getcwd(),
+                "stdin": index == 0}
 
     def _fork(self, launch: Launch) -> None:
         """A wrapper on this host: a fork of the launcher running the wrapper's code."""
@@ -307,7 +307,8 @@ class Supervisor:
             code = 1
             try:
                 import gc
-                gc.freeze()  # the launcher's objects are never finalized here (their fds are gone)
+                gc.disable()  # the launcher's objects are never collected here (their fds are
+                # closed below), and their pages stay shared with the launcher's
                 signal.set_wakeup_fd(-1)
                 os.setpgid(0, 0)
                 keep = child.fileno()
@@ -580,11 +581,11 @@ class Supervisor:
 
     def _hello(self, conn: Conn, payload: bytes) -> bool:
         try:
-            hello = json.loads(payload)
-            index = int(hello["index"])
+            index_text, mac = payload.decode("ascii").split()[:2]
+            index = int(index_text)
             good = 0 <= index < len(self.instances) and \
-                p.mac_ok(self._secret.encode(), conn.challenge, index, hello["mac"])
-        except (ValueError, KeyError, TypeError):
+                p.mac_ok(self._secret.encode(), conn.challenge, index, mac)
+        except (ValueError, UnicodeDecodeError):
             good, index = False, -1
         if not good:
             self.router.say("poprun-lite: warning: refused a connection that did not prove it "
@@ -598,7 +599,9 @@ class Supervisor:
         conn.index = index
         inst.conn, inst.state = conn, InstanceState.CONNECTED
         run = self.state in (JobState.STARTING, JobState.RUNNING)
-        self._send(conn, p.SPEC, json.dumps(self._spec(index, run)).encode())
+        spec = self._spec(index)
+        self._send(conn, p.SPEC, p.encode_spec(spec["argv"], spec["env"], spec["cwd"],
+                                               spec["stdin"], run))
         if not run:
             inst.state = InstanceState.EXITED  # never started: nothing to wait for
         if index == 0:
@@ -611,14 +614,14 @@ class Supervisor:
         elif kind == p.STDERR:
             self.router.feed(inst.index, STDERR, payload)
         elif kind == p.STARTED:
-            inst.pid = json.loads(payload)["pid"]
+            inst.pid = int(payload)
             if inst.state is InstanceState.CONNECTED:
                 inst.state = InstanceState.RUNNING
             debug("instance %d runs as pid %d on %s", inst.index, inst.pid, inst.host)
             if self.state is JobState.STOPPING and self._signal is not None:
                 self._signal_instance(inst, self._signal)
         elif kind == p.EXIT:
-            self._on_exit(inst, json.loads(payload)["returncode"])
+            self._on_exit(inst, int(payload))
         elif kind == p.DUMPABLE:
             inst.dumpable = True
         elif kind == p.STACKS:

@@ -1,28 +1,28 @@
 """The wire format between the launcher and each instance's wrapper: typed, length-prefixed frames.
 
-Standard library only (the wrapper imports it once per instance). A frame is one kind byte, a
+Standard library only, no json or typing (the wrapper imports it once per instance: every
+millisecond counts). A frame is one kind byte, a
 4-byte big-endian length and the payload. Over TCP the wrapper proves it belongs to the job by
 answering the launcher's random challenge with HMAC-SHA256(job secret, challenge + index).
 """
 from __future__ import annotations
 
 import struct
-from typing import List, Optional, Tuple
 
 HEADER = struct.Struct("!BI")
 
 # wrapper -> launcher
-HELLO = 1      # JSON {"index", "mac", "host", "wrapper_pid"}
-STARTED = 2    # JSON {"pid"}: the program runs
+HELLO = 1      # "INDEX MAC HOST WRAPPER_PID"
+STARTED = 2    # "PID": the program runs
 STDOUT = 3     # bytes the program wrote to stdout
 STDERR = 4     # bytes the program wrote to stderr
-EXIT = 5       # JSON {"returncode"}: negative = killed by that signal
+EXIT = 5       # "RETURNCODE": negative = killed by that signal
 STACKS = 6     # text: the program's Python stacks (faulthandler), after a DUMP
 STALL = 7      # text: the program's collectives watchdog reports a stall
 DUMPABLE = 8   # empty: the program registered its stack-dump handler
 # launcher -> wrapper
 CHALLENGE = 20  # 16 random bytes, sent on accept (TCP and Unix sockets)
-SPEC = 21       # JSON {"argv", "env", "cwd", "stdin"}: what to run
+SPEC = 21       # encode_spec(): what to run
 SIGNAL = 22     # one byte: deliver this signal to the program's process group
 STDIN = 23      # bytes for the program's stdin (instance 0 only)
 STDIN_EOF = 24  # the launcher's stdin ended
@@ -35,6 +35,27 @@ STACK_FD_ENV = "POPRUN_STACK_FD"  # the program's end of the stack pipe (see sta
 # the same values as popdist_launcher.stack_dump's, which the program imports instead.
 STACK_READY = b"\0ready\n"
 STACK_STALL = b"\0stall "
+
+
+SPEC_HEADER = struct.Struct("!BII")
+
+
+def encode_spec(argv, env, cwd: str, stdin: bool, run: bool = True) -> bytes:
+    """argv (a list; ignored unless ``run``), env (a dict added to the wrapper's own), cwd, and
+    whether the program's stdin is the launcher's. Strings never hold NUL (execve's rule)."""
+    words = [cwd, *(argv if run else ()), *(f"{k}={v}" for k, v in env.items())]
+    return SPEC_HEADER.pack((1 if stdin else 0) | (2 if run else 0), len(argv) if run else 0,
+                            len(env)) + b"\0".join(w.encode("utf-8", "surrogateescape")
+                                                    for w in words)
+
+
+def decode_spec(payload: bytes) -> dict:
+    flags, nargv, _ = SPEC_HEADER.unpack_from(payload)
+    words = [w.decode("utf-8", "surrogateescape")
+             for w in payload[SPEC_HEADER.size:].split(b"\0")]
+    env = dict(w.split("=", 1) for w in words[1 + nargv:] if w)
+    return {"cwd": words[0], "argv": words[1:1 + nargv] if flags & 2 else None, "env": env,
+            "stdin": bool(flags & 1)}
 
 
 def frame(kind: int, payload: bytes = b"") -> bytes:
@@ -60,7 +81,7 @@ class FrameReader:
     def __init__(self) -> None:
         self._buf = bytearray()
 
-    def feed(self, data: bytes) -> List[Tuple[int, bytes]]:
+    def feed(self, data: bytes) -> "list[tuple[int, bytes]]":
         buf = self._buf
         buf += data
         frames = []
@@ -76,7 +97,7 @@ class FrameReader:
             del buf[:at]
         return frames
 
-    def take(self, data: bytes = b"") -> Optional[Tuple[int, bytes]]:
+    def take(self, data: bytes = b"") -> "tuple[int, bytes] | None":
         """Add ``data``; hand out the first whole frame only (the rest stays for later)."""
         buf = self._buf
         buf += data
