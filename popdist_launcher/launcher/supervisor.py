@@ -317,7 +317,7 @@ class Supervisor:
                 null = os.open(os.devnull, os.O_RDONLY)
                 os.dup2(null, 0)
                 os.close(null)
-                code = wrapper.serve(child, spec)
+                code = wrapper.serve(child, spec, forked=True)
             finally:
                 os._exit(code)
         child.close()
@@ -651,6 +651,12 @@ class Supervisor:
         inst.state = InstanceState.LOST
         if inst.conn is not None:
             self._close(inst.conn)
+        if inst.pid is not None and inst.launch is not None and not inst.launch.engine:
+            try:  # a wrapper of this host died: its program's group (not a reused pid) goes
+                if os.getpgid(inst.pid) == inst.pid:
+                    os.killpg(inst.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         cause = report.Cause(f"instance {inst.index} (host {inst.host}) {what}.", inst.index)
         self._fail(Failure(cause, 1, "lost"))
 

@@ -18,32 +18,36 @@ program did, so an engine such as mpirun never ends the job by itself. Signals f
 are ignored: only the launcher decides. If the connection to the launcher drops (the launcher
 died), everything the wrapper started is killed at once.
 
-Standard library only, no json or typing (they cost 10 and 35 ms): it starts once per instance.
+It starts once per instance, so it imports only what costs nothing: the C modules behind signal,
+socket and selectors (whose Python layers import enum, 15 ms), no subprocess (15 ms: the program
+is forked and executed here), no json or typing.
 """
 from __future__ import annotations
 
+import _signal
+import _socket
 import os
-import selectors
-import signal
-import socket
-import subprocess
+import select
 import sys
 import time
 
 from popdist_launcher.launcher.spawned import protocol as p
 
 # Signals an engine (mpirun, srun, sshd) may send the wrapper; the launcher decides instead.
-ENGINE_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
-                  signal.SIGUSR2, signal.SIGALRM, signal.SIGPIPE, signal.SIGTTIN, signal.SIGTTOU)
+ENGINE_SIGNALS = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT,
+                  _signal.SIGUSR1, _signal.SIGUSR2, _signal.SIGALRM, _signal.SIGPIPE,
+                  _signal.SIGTTIN, _signal.SIGTTOU)
+SIGKILL = _signal.SIGKILL
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 CHUNK = 1 << 18
 RELEASE_DRAIN_SECONDS = 2.0  # output still arriving after the job ended (a killed daemon's pipe)
 DUMP_QUIET_SECONDS, DUMP_MAX_SECONDS = 0.2, 3.0
+IN, OUT = select.EPOLLIN, select.EPOLLOUT
 
 
 def dump_signal() -> int:
     """The signal the startup hook registers faulthandler on (one no library uses)."""
-    return signal.SIGRTMIN + 2
+    return _signal.SIGRTMIN + 2
 
 
 def _prctl():
@@ -55,14 +59,24 @@ def _noop(signum, frame) -> None:
     pass
 
 
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class Wrapper:
-    def __init__(self, sock: socket.socket, spec: dict, reader: p.FrameReader) -> None:
+    def __init__(self, sock, spec: dict, reader: p.FrameReader, forked: bool) -> None:
         self.sock = sock
+        self.forked = forked
         self.spec = spec
-        self.sel = selectors.DefaultSelector()
+        self.poll = select.epoll()
+        self.what: dict = {}  # fd -> what it is
         self.reader = reader
-        self.proc: "subprocess.Popen | None" = None
+        self.pid: "int | None" = None
         self.returncode: "int | None" = None
+        self.stdin_fd: "int | None" = None
         self.pipes = 0
         self.released: "float | None" = None
         self.stdin_buf = bytearray()
@@ -74,6 +88,14 @@ class Wrapper:
         self.dump_due: "float | None" = None
         self.dump_until = 0.0
 
+    def watch(self, fd: int, what, events: int = IN) -> None:
+        self.what[fd] = what
+        self.poll.register(fd, events)
+
+    def unwatch(self, fd: int) -> None:
+        if self.what.pop(fd, None) is not None:
+            self.poll.unregister(fd)
+
     # ---- talking to the launcher -----------------------------------------------------------
     def send(self, kind: int, payload: bytes = b"") -> None:
         try:
@@ -83,7 +105,7 @@ class Wrapper:
 
     def launcher_gone(self) -> None:
         """The launcher died or dropped us: nothing this wrapper started may outlive it."""
-        self.kill_program(signal.SIGKILL)
+        self.kill_program(SIGKILL)
         kill_descendants()
         os._exit(1)
 
@@ -94,22 +116,18 @@ class Wrapper:
         env.update(spec["env"])
         env.pop(p.SECRET_ENV, None)
         stack_r, stack_w = os.pipe()
-        os.set_inheritable(stack_w, True)
         env[p.STACK_FD_ENV] = f"{stack_w}:{os.getpid()}:{dump_signal()}"
         prctl = _prctl()
         prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         try:
-            self.proc = subprocess.Popen(
-                spec["argv"], env=env, stdin=subprocess.PIPE if spec.get("stdin") else
-                subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                process_group=0, pass_fds=(stack_w,),
-                preexec_fn=lambda: prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0))
+            self.pid, self.stdin_fd, out_r, err_r = _spawn(
+                spec["argv"], env, bool(spec.get("stdin")), stack_w,
+                None if self.forked else prctl)
         except OSError as exc:
             os.close(stack_r)
             os.close(stack_w)
-            where = os.uname().nodename
-            message = f"poprun-lite: could not start {spec['argv'][0]!r} on {where}: " \
-                      f"{exc.strerror or exc}.\n"
+            message = f"poprun-lite: could not start {spec['argv'][0]!r} on " \
+                      f"{os.uname().nodename}: {exc.strerror or exc}.\n"
             self.send(p.STDERR, message.encode())
             self.returncode = 126 if isinstance(exc, PermissionError) else 127
             self.send(p.EXIT, str(self.returncode).encode())
@@ -117,21 +135,18 @@ class Wrapper:
         os.close(stack_w)
         self.stack_r = stack_r
         os.set_blocking(stack_r, False)
-        self.sel.register(stack_r, selectors.EVENT_READ, "stacks")
-        for pipe, kind in ((self.proc.stdout, p.STDOUT), (self.proc.stderr, p.STDERR)):
-            os.set_blocking(pipe.fileno(), False)
-            self.sel.register(pipe.fileno(), selectors.EVENT_READ, kind)
+        self.watch(stack_r, "stacks")
+        for fd, kind in ((out_r, p.STDOUT), (err_r, p.STDERR)):
+            os.set_blocking(fd, False)
+            self.watch(fd, kind)
             self.pipes += 1
-        if self.proc.stdin is not None:
-            os.set_blocking(self.proc.stdin.fileno(), False)
-        self.send(p.STARTED, str(self.proc.pid).encode())
+        if self.stdin_fd is not None:
+            os.set_blocking(self.stdin_fd, False)
+        self.send(p.STARTED, str(self.pid).encode())
 
     def kill_program(self, sig: int) -> None:
-        if self.proc is not None and self.returncode is None:
-            try:
-                os.killpg(self.proc.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+        if self.pid is not None and self.returncode is None:
+            _killpg(self.pid, sig)
 
     def reap(self) -> None:
         while True:
@@ -141,30 +156,25 @@ class Wrapper:
                 return
             if pid == 0:
                 return
-            if self.proc is not None and pid == self.proc.pid:
-                self.proc.returncode = os.waitstatus_to_exitcode(status)
-                self.program_exited(self.proc.returncode)
+            if pid == self.pid and self.returncode is None:
+                self.program_exited(os.waitstatus_to_exitcode(status))
 
     def program_exited(self, returncode: int) -> None:
         # What it wrote before it exited is in its pipes now: send that before the exit status.
-        for key in list(self.sel.get_map().values()):
-            if key.data in (p.STDOUT, p.STDERR):
-                self.read_pipe(key.fd, key.data, until_empty=True)
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # whatever it left in its group goes too
-        except (ProcessLookupError, PermissionError):
-            pass
+        for fd, what in list(self.what.items()):
+            if what in (p.STDOUT, p.STDERR):
+                self.read_pipe(fd, what, until_empty=True)
+        _killpg(self.pid, SIGKILL)  # whatever it left in its group goes too
         self.returncode = returncode
-        stdin = self.proc.stdin
-        if stdin is not None and not stdin.closed:
-            if stdin.fileno() in self.sel.get_map():
-                self.sel.unregister(stdin.fileno())
-            self.stdin_buf.clear()
-            try:
-                stdin.close()
-            except OSError:
-                pass
+        self.close_stdin()
         self.send(p.EXIT, str(returncode).encode())
+
+    def close_stdin(self) -> None:
+        if self.stdin_fd is not None:
+            self.unwatch(self.stdin_fd)
+            os.close(self.stdin_fd)
+            self.stdin_fd = None
+        self.stdin_buf.clear()
 
     def read_pipe(self, fd: int, kind: int, until_empty: bool = False) -> None:
         while True:
@@ -175,7 +185,7 @@ class Wrapper:
             except OSError:
                 data = b""
             if not data:
-                self.sel.unregister(fd)
+                self.unwatch(fd)
                 os.close(fd)
                 self.pipes -= 1
                 return
@@ -190,7 +200,7 @@ class Wrapper:
         except BlockingIOError:
             return
         if not data:
-            self.sel.unregister(self.stack_r)
+            self.unwatch(self.stack_r)
             os.close(self.stack_r)
             self.stack_r = None
             return
@@ -221,9 +231,9 @@ class Wrapper:
 
     def dump(self) -> None:
         """Ask the program for its stacks; they are sent once its dump went quiet."""
-        if self.dumpable and self.proc is not None and self.returncode is None:
+        if self.dumpable and self.pid is not None and self.returncode is None:
             try:
-                os.kill(self.proc.pid, dump_signal())
+                os.kill(self.pid, dump_signal())
             except ProcessLookupError:
                 pass
             now = time.monotonic()
@@ -255,42 +265,39 @@ class Wrapper:
                 self.dump()
             elif kind == p.RELEASE:
                 self.released = time.monotonic()
-                self.kill_program(signal.SIGKILL)
+                self.kill_program(SIGKILL)
                 kill_descendants()
 
     def write_stdin(self) -> None:
-        stdin = self.proc.stdin if self.proc is not None else None
-        if stdin is None or stdin.closed:
+        fd = self.stdin_fd
+        if fd is None:
             self.stdin_buf.clear()
             return
-        fd = stdin.fileno()
         while self.stdin_buf:
             try:
                 n = os.write(fd, self.stdin_buf)
             except BlockingIOError:
                 break
             except OSError:  # the program closed its stdin
-                self.stdin_buf.clear()
-                break
+                self.close_stdin()
+                return
             del self.stdin_buf[:n]
-        registered = fd in self.sel.get_map()
-        if self.stdin_buf and not registered:
-            self.sel.register(fd, selectors.EVENT_WRITE, "stdin")
+        if self.stdin_buf and fd not in self.what:
+            self.watch(fd, "stdin", OUT)
         elif not self.stdin_buf:
-            if registered:
-                self.sel.unregister(fd)
+            self.unwatch(fd)
             if self.stdin_eof:
-                stdin.close()
+                self.close_stdin()
 
     # ---- the loop ------------------------------------------------------------------------------
     def run(self) -> int:
-        wake_r, wake_w = socket.socketpair()
-        wake_r.setblocking(False)
-        wake_w.setblocking(False)
-        signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
-        signal.signal(signal.SIGCHLD, _noop)
-        self.sel.register(wake_r, selectors.EVENT_READ, "wake")
-        self.sel.register(self.sock, selectors.EVENT_READ, "sock")
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        _signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        _signal.signal(_signal.SIGCHLD, _noop)
+        self.watch(wake_r, "wake")
+        self.watch(self.sock.fileno(), "sock")
         self.start()
         self.on_frames(b"")  # what came with the spec (stdin already, a signal)
         self.reap()
@@ -305,16 +312,20 @@ class Wrapper:
                 self.stack_text.clear()
             deadlines = [d for d in (self.dump_due, self.released and
                                      self.released + RELEASE_DRAIN_SECONDS) if d]
-            timeout = max(0.0, min(deadlines) - now) if deadlines else None
-            for key, _ in self.sel.select(timeout):
-                what = key.data
+            timeout = max(0.0, min(deadlines) - now) if deadlines else -1
+            try:
+                events = self.poll.poll(timeout)
+            except InterruptedError:
+                continue
+            for fd, _ in events:
+                what = self.what.get(fd)
                 if what in (p.STDOUT, p.STDERR):
-                    self.read_pipe(key.fd, what)
+                    self.read_pipe(fd, what)
                 elif what == "sock":
                     self.on_frames()
                 elif what == "wake":
                     try:
-                        wake_r.recv(4096)
+                        os.read(wake_r, 4096)
                     except BlockingIOError:
                         pass
                     self.reap()
@@ -324,11 +335,77 @@ class Wrapper:
                     self.write_stdin()
         kill_descendants()
         try:
-            self.sock.shutdown(socket.SHUT_RDWR)
+            self.sock.shutdown(_socket.SHUT_RDWR)
         except OSError:
             pass
         self.sock.close()
         return 0
+
+
+def _spawn(argv, env, with_stdin: bool, stack_w: int, prctl):
+    """Start the program in a process group of its own with stdin (a pipe, or /dev/null),
+    stdout and stderr pipes; raises OSError as execve did. With ``prctl`` the program is forked
+    here and dies with this wrapper (PR_SET_PDEATHSIG). Without (a wrapper forked from the
+    launcher, as large as it: a fork would copy its page tables) it is started by posix_spawn,
+    and the launcher, on the same host, kills its group if this wrapper dies."""
+    in_r, in_w = os.pipe() if with_stdin else (os.open(os.devnull, os.O_RDONLY), None)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    if prctl is None:
+        os.set_inheritable(stack_w, True)
+        actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1),
+                   (os.POSIX_SPAWN_DUP2, err_w, 2)]
+        try:
+            spawn = os.posix_spawn if os.sep in argv[0] else os.posix_spawnp
+            pid = spawn(argv[0], argv, env, file_actions=actions, setpgroup=0)
+        except OSError:
+            for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
+                if fd is not None:
+                    os.close(fd)
+            raise
+        for fd in (in_r, out_w, err_w):
+            os.close(fd)
+        return pid, in_w, out_r, err_r
+    fail_r, fail_w = os.pipe()  # close-on-exec: end of file means the exec succeeded
+    me = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setpgid(0, 0)
+            prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
+            if os.getppid() != me:  # the wrapper died before the line above
+                os._exit(1)
+            for fd, target in ((in_r, 0), (out_w, 1), (err_w, 2)):
+                os.dup2(fd, target)
+            os.set_inheritable(stack_w, True)
+            keep = sorted({0, 1, 2, stack_w, fail_w})
+            for low, high in zip(keep, keep[1:] + [os.sysconf("SC_OPEN_MAX")]):
+                os.closerange(low + 1, high)
+            if os.sep in argv[0]:
+                os.execve(argv[0], argv, env)
+            os.execvpe(argv[0], argv, env)
+        except OSError as exc:
+            os.write(fail_w, f"{exc.errno}".encode())
+        finally:
+            os._exit(127)
+    os.close(fail_w)
+    for fd in (in_r, out_w, err_w):
+        os.close(fd)
+    failure = b""
+    while True:
+        chunk = os.read(fail_r, 64)
+        if not chunk:
+            break
+        failure += chunk
+    os.close(fail_r)
+    if failure:
+        os.waitpid(pid, 0)
+        for fd in (in_w, out_r, err_r):
+            if fd is not None:
+                os.close(fd)
+        code = int(failure)
+        raise (PermissionError if code in (1, 13) else OSError)(code, os.strerror(code))
+    return pid, in_w, out_r, err_r
 
 
 def kill_descendants(timeout: float = 5.0) -> None:
@@ -345,8 +422,8 @@ def kill_descendants(timeout: float = 5.0) -> None:
             try:
                 group = os.getpgid(kid)
                 if group != own_group:
-                    os.killpg(group, signal.SIGKILL)
-                os.kill(kid, signal.SIGKILL)
+                    os.killpg(group, SIGKILL)
+                os.kill(kid, SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
         time.sleep(0.005)
@@ -377,28 +454,33 @@ def _children(pid: int) -> "list[int]":
     return kids
 
 
-def serve(sock: socket.socket, spec: dict, reader: "p.FrameReader | None" = None) -> int:
-    """Run ``spec`` under this process's supervision, reporting over ``sock`` (``reader`` holds
-    what already arrived after the spec)."""
+def serve(sock, spec: dict, reader: "p.FrameReader | None" = None, forked: bool = False) -> int:
+    """Run ``spec`` under this process's supervision, reporting over ``sock`` (a connected
+    socket; ``reader`` holds what already arrived after the spec; ``forked``: this process is a
+    fork of the launcher)."""
     for sig in ENGINE_SIGNALS:
-        signal.signal(sig, _noop)  # caught, not ignored: the program gets the defaults at exec
+        _signal.signal(sig, _noop)  # caught, not ignored: the program gets the defaults at exec
     sock.setblocking(True)
-    return Wrapper(sock, spec, reader or p.FrameReader()).run()
+    return Wrapper(sock, spec, reader or p.FrameReader(), forked).run()
 
 
-def connect(addresses: "list[str]", timeout: float) -> socket.socket:
+def connect(addresses: "list[str]", timeout: float):
     problems = []
     for address in addresses:
         kind, _, rest = address.partition(":")
         try:
             if kind == "unix":
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
                 sock.settimeout(timeout)
                 sock.connect(rest)
             else:
                 host, _, port = rest.rpartition(":")
-                sock = socket.create_connection((host, int(port)), timeout=timeout)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                family, kind_, proto, _, where = _socket.getaddrinfo(
+                    host, int(port), 0, _socket.SOCK_STREAM)[0]
+                sock = _socket.socket(family, kind_, proto)
+                sock.settimeout(timeout)
+                sock.connect(where)
+                sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
             return sock
         except OSError as exc:
             problems.append(f"{address}: {exc.strerror or exc}")
@@ -406,7 +488,7 @@ def connect(addresses: "list[str]", timeout: float) -> socket.socket:
           f"connect to the launcher's host (--host-subnet, --network-interface).")
 
 
-def _recv_frame(sock: socket.socket, reader: p.FrameReader, want: int) -> bytes:
+def _recv_frame(sock, reader: p.FrameReader, want: int) -> bytes:
     """The next frame of kind ``want`` (frames after it stay in ``reader``)."""
     data = b""
     while True:

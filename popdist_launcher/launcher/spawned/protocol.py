@@ -63,9 +63,12 @@ def frame(kind: int, payload: bytes = b"") -> bytes:
 
 
 def mac(secret: bytes, challenge: bytes, index: int) -> str:
-    import hashlib
-    import hmac
-    return hmac.new(secret, challenge + str(index).encode(), hashlib.sha256).hexdigest()
+    """HMAC-SHA256 (RFC 2104) of challenge + index, written out over the C SHA-256 so the
+    wrapper need not import hashlib (OpenSSL's start-up costs it several ms)."""
+    from _sha256 import sha256
+    key = (sha256(secret).digest() if len(secret) > 64 else secret).ljust(64, b"\0")
+    inner = sha256(bytes(b ^ 0x36 for b in key) + challenge + str(index).encode()).digest()
+    return sha256(bytes(b ^ 0x5C for b in key) + inner).hexdigest()
 
 
 def mac_ok(secret: bytes, challenge: bytes, index: int, offered: str) -> bool:
