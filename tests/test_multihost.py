@@ -235,3 +235,54 @@ def test_warns_when_a_host_name_resolves_to_loopback(hosts):
     assert result.returncode == 0, result.stderr
     assert "warning: on hostB, the host name 'hostB' resolves to 127.0.1.1" in result.stderr
     assert "hostA" not in result.stderr
+
+
+@pytest.mark.parametrize("backend", ["ssh", "mpi"])
+def test_across_hosts_the_launcher_supervises_every_instance(hosts, pid_dir, tmp_path, backend):
+    # The failing instance on hostB is named with its own stderr; the survivors on both hosts
+    # get SIGTERM and the whole grace period; setsid() daemons on either host do not outlive the
+    # job; stdin reaches instance 0 on hostA.
+    logs = tmp_path / "logs"
+    result = poprun("-np", "4", *over_ssh(hosts, "--backend", backend, "--grace-period", "20",
+                                          "--output-dir", str(logs)),
+                    program("behave.py"), str(pid_dir), "onstop:2", "daemon", "stdin",
+                    "sleep:1", "exit:7@3", "sleep:120", input="to instance 0\n", timeout=300)
+    assert result.returncode == 7, result.stderr[-3000:]
+    cause = result.stderr.split("root cause =====", 1)[1]
+    assert "instance 3 exited with code 7 (host hostB)" in cause
+    assert "    instance 3 gives up with code 7" in cause
+    for i in (0, 1, 2):
+        assert (pid_dir / f"signal-{i}").read_text() == "SIGTERM"
+        assert (pid_dir / f"saved-{i}").read_text() == "saved"
+    assert (pid_dir / "stdin-0").read_text() == "to instance 0\n"
+    assert [(pid_dir / f"stdin-{i}").read_text() for i in (1, 2, 3)] == ["", "", ""]
+    assert wait_gone(read_pids(pid_dir, "daemon") + read_pids(pid_dir, "pid"), timeout=15) == []
+    assert "gives up with code 7" in (logs / "attempt-0" / "instance-3.stderr.log").read_text()
+
+
+@pytest.mark.parametrize("backend", ["ssh", "mpi"])
+def test_across_hosts_sigint_reaches_programs_as_sigint(hosts, pid_dir, backend):
+    job = poprun_background("-np", "4", *over_ssh(hosts, "--backend", backend, "--grace-period",
+                                                  "20"),
+                            program("behave.py"), str(pid_dir), "onstop:2", "sleep:120")
+    try:
+        wait_for_files([pid_dir / f"ready-{i}" for i in range(4)], timeout=60)
+        job.send_signal(signal.SIGINT)
+        out, err = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 128 + signal.SIGINT, err
+    for i in range(4):
+        assert (pid_dir / f"signal-{i}").read_text() == "SIGINT"
+        assert (pid_dir / f"saved-{i}").read_text() == "saved"
+
+
+def test_across_hosts_timeout_collects_every_stack(hosts, pid_dir):
+    result = poprun("-np", "4", *over_ssh(hosts, "--timeout", "8", "--grace-period", "2"),
+                    program("behave.py"), str(pid_dir), "hang", timeout=300)
+    assert result.returncode == 124, result.stderr[-3000:]
+    stacks = result.stderr.split("Python stacks of every instance (all threads) =====", 1)[1]
+    for i, host in enumerate(["hostA", "hostA", "hostB", "hostB"]):
+        own = stacks.split(f"instance {i} (host {host}):", 1)[1].split("poprun-lite:")[0]
+        assert "in hang_here" in own and "in side_thread" in own
