@@ -8,9 +8,13 @@ the Keras extensions (``model.set_gradient_accumulation_options`` ...), see ``ke
 """
 from __future__ import annotations
 
+import logging
+
 import tensorflow as tf
 
 from popdist_launcher.ipu import config as ipu_config
+
+log = logging.getLogger(__name__)
 
 
 def _device_ordinal(ipu_device: str) -> int:
@@ -36,6 +40,10 @@ class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
             raise ValueError(f"{ipu_device} does not exist: this instance has {len(devices)} IPU "
                              f"device(s), /device:IPU:0 .. /device:IPU:{len(devices) - 1}; select "
                              f"more with IPUConfig.auto_select_ipus.")
+        if len(devices) > 1:
+            log.warning("IPUStrategy: IPUConfig selects %d local IPU devices; the strategy runs "
+                        "one replica, on %s (Keras fit refuses a model Graphcore would replicate; "
+                        "use PopDistStrategy for replicas).", len(devices), ipu_device)
         super().__init__(devices[ordinal])
         self._ipu_device = ipu_device
         self._cpu_device = cpu_device

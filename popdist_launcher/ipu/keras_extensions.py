@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 import importlib
 import logging
+import math
 from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
@@ -218,6 +219,31 @@ def accumulation_steps(model) -> int:
     return opts["ga_steps"] or 1
 
 
+def _check_replication(model) -> None:
+    """IPUStrategy runs one replica; Graphcore's would replicate a model over the IPUs its
+    shards leave free (gradients summed over replicas). Refuse that rather than train otherwise."""
+    from popdist_launcher.ipu import config, ipu_strategy
+
+    system = config.get_configured_system()
+    if system is None or not isinstance(model.distribute_strategy, ipu_strategy.IPUStrategyV1):
+        return
+    opts = _options(model) if "_ipu_options" in model.__dict__ else None
+    if opts is not None and _is_pipelined(model):
+        known = opts["device_mapping"] or opts["stages"]
+        if not known:
+            return  # stages set with PipelineStage: take every selected IPU as a shard
+        shards = 2 ** math.ceil(math.log2(max(known) + 1))
+    else:
+        shards = 1
+    replication = system.num_ipus // shards
+    if replication > 1:
+        raise ValueError(
+            f"IPUConfig selects {system.num_ipus} IPU(s) for a model of {shards} shard(s), so "
+            f"Graphcore's IPUStrategy would train {replication} replicas; IPUStrategy here runs "
+            f"one. Select {shards} IPU(s) (auto_select_ipus), or train replicas with "
+            f"PopDistStrategy (poprun-lite --num-replicas) instead.")
+
+
 def _check_steps(model, x, steps_per_epoch, batch_size) -> None:
     n = accumulation_steps(model)
     spe = int(model._steps_per_execution.numpy()) if model._steps_per_execution is not None else 1  # noqa: SLF001
@@ -324,6 +350,7 @@ def _make_train_function(self, force: bool = False):
 def _fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None,
          validation_split=0.0, validation_data=None, shuffle=True, class_weight=None,
          sample_weight=None, initial_epoch=0, steps_per_epoch=None, **kwargs):
+    _check_replication(self)
     if "_ipu_options" in self.__dict__ and accumulation_steps(self) > 1:
         _check_steps(self, x, steps_per_epoch, batch_size)
     return _original["fit"](self, x, y, batch_size, epochs, verbose, callbacks, validation_split,

@@ -334,5 +334,6 @@ def test_distributed_cross_replica_ops_and_accumulation(tmp_path):
         close(got["keras_ga_w"], keras_w.ravel())
         assert got["keras_ga_iterations"] == 4
         close(got["tf1_ga_w"], tf1_w.ravel())
+        assert "would train 2 replicas" in got["ipu_strategy_replication"]
     assert results[0]["keras_ga_w"] == results[1]["keras_ga_w"]
     assert results[0]["tf1_ga_w"] == results[1]["tf1_ga_w"]

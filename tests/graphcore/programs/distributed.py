@@ -66,6 +66,16 @@ with strategy.scope():
     model.fit(data, epochs=2, verbose=0)
 out["keras_ga_w"] = model.get_weights()[0].ravel().tolist()
 out["keras_ga_iterations"] = int(model.optimizer.iterations.numpy())
+
+# IPUStrategy with 2 local IPUs would replicate on Graphcore's machines: refused, not mistrained.
+with ipu.ipu_strategy.IPUStrategyV1().scope():
+    single = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(3,))])
+    single.compile(optimizer="sgd", loss="mse")
+    try:
+        single.fit(X, Y, batch_size=4, epochs=1, verbose=0)
+        out["ipu_strategy_replication"] = None
+    except ValueError as exc:
+        out["ipu_strategy_replication"] = str(exc)
 # TF1: a graph, a loops.repeat training loop and a Session
 with tf.Graph().as_default():
     data = shard(tf.data.Dataset.from_tensor_slices((X, Y))).batch(8 // N, drop_remainder=True)
