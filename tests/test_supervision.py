@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from conftest import LAUNCHER, alive, poprun, poprun_background, program, read_pids, wait_for_files, \
-    wait_gone
+from conftest import LAUNCHER, alive, poprun, poprun_background, program, read_pids, \
+    wait_for_files, wait_gone
 
 BACKENDS = ["local", "mpi"]
 
@@ -63,7 +63,8 @@ def test_program_receives_the_launchers_signal_and_the_full_grace_period(backend
 
 def test_after_a_failure_survivors_get_sigterm_and_the_grace_period(backend, pid_dir):
     result = poprun("-np", "3", *backend, "--grace-period", "20", program("behave.py"),
-                    str(pid_dir), "onstop:2", "sleep:0.5", "exit:4@1", "sleep:120")
+                    str(pid_dir), "onstop:2", "waitfor:ready-0@1", "waitfor:ready-2@1",
+                    "exit:4@1", "sleep:120")
     assert result.returncode == 4, result.stderr
     for i in (0, 2):
         assert (pid_dir / f"signal-{i}").read_text() == "SIGTERM"
@@ -181,7 +182,7 @@ def test_sigquit_prints_every_stack_and_the_job_goes_on(backend, pid_dir):
 
 def test_a_stall_report_collects_every_instances_stacks(backend, pid_dir):
     result = poprun("-np", "2", *backend, "--grace-period", "2", program("behave.py"),
-                    str(pid_dir), "hang@0", "sleep:1", "stall@1", "sleep:1", "exit:5@1")
+                    str(pid_dir), "hang@0", "waitfor:ready-0", "stall@1", "sleep:1", "exit:5@1")
     assert result.returncode == 5, result.stderr
     assert "instance 1 reports a stalled collective (collective stall on instance 1" \
         in result.stderr

@@ -35,8 +35,9 @@ def describe(end: InstanceEnd) -> str:
     return describe_exit(end.returncode)
 
 
-def failure_report(cause: Cause, ends: Dict[int, InstanceEnd], tails: Dict[int, Dict[str, List[str]]],
-                   stacks: Dict[int, str]) -> str:
+def failure_report(cause: Cause, ends: Dict[int, InstanceEnd],
+                   tails: Dict[int, Dict[str, List[str]]], stacks: Dict[int, str]) -> str:
+    """The report's text: ``tails`` holds each instance's last stderr and stdout lines."""
     lines = ["", P + "===== job failed: root cause =====", P + cause.headline]
     index = cause.instance
     if index is not None:

@@ -22,7 +22,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Callable, Deque, Dict, List, NamedTuple, Optional
+from typing import Deque, Dict, List, NamedTuple, Optional
 
 from popdist_launcher import rendezvous
 from popdist_launcher._say import debug

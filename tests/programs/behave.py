@@ -20,6 +20,7 @@ Actions for the instance whose index matches (or every instance without @INDEX):
   argsize       write the length of the last argument to PID_DIR/argsize-<i>
   hang          wait in hang_here() forever, a second thread in side_thread()
   stall         report a collectives stall to the launcher (as the stall watchdog does)
+  waitfor:NAME  wait (up to 60 s) until PID_DIR/NAME exists, e.g. another instance's ready-<i>
 Every instance writes its pid (and its grandchild's) to PID_DIR first.
 """
 import os
@@ -121,6 +122,10 @@ for spec in sys.argv[2:]:
     elif name == "stall":
         from popdist_launcher.stack_dump import report_stall
         report_stall(f"collective stall on instance {index}: allreduce 'grad' waited too long")
+    elif name == "waitfor":
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(pid_dir, arg)) and time.monotonic() < deadline:
+            time.sleep(0.01)
     elif name == "lines":
         payload = str(index) * 700
         for n in range(int(arg)):

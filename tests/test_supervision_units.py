@@ -1,0 +1,280 @@
+"""The fast layer under the supervision tests: the wire format, output routing, log files, the
+ssh and mpirun command lines, and the supervisor driven by stand-in engines (real processes,
+no TensorFlow)."""
+import hashlib
+import hmac
+import os
+import pty
+import shlex
+import signal
+import sys
+
+import pytest
+
+from popdist_launcher.launcher import output as out
+from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
+from popdist_launcher.launcher.backends.ssh import SshBackend
+from popdist_launcher.launcher.spawned import protocol as p
+from popdist_launcher.launcher.supervisor import JobState, Supervisor
+from popdist_launcher.plan import Host, build_plan
+from popdist_launcher.remote import SshOptions
+
+
+# ---- the wire format -------------------------------------------------------------------------
+def test_frames_survive_any_split():
+    frames = [(p.STDOUT, b"a" * 1000), (p.EXIT, b"-9"), (p.STDERR, b""), (p.STACKS, b"x\ny")]
+    stream = b"".join(p.frame(k, v) for k, v in frames)
+    for cut in range(len(stream) + 1):
+        reader = p.FrameReader()
+        assert reader.feed(stream[:cut]) + reader.feed(stream[cut:]) == frames
+    reader = p.FrameReader()
+    assert reader.take(stream) == frames[0] and reader.take() == frames[1]
+
+
+def test_spec_round_trip_keeps_any_bytes_but_nul():
+    argv = ["python", "a b", "é", "x" * 131000, "\udcff"]
+    env = {"A": "1=2", "EMPTY": "", "UNI": "ü"}
+    spec = p.decode_spec(p.encode_spec(argv, env, "/some dir", True))
+    assert spec == {"argv": argv, "env": env, "cwd": "/some dir", "stdin": True}
+    assert p.decode_spec(p.encode_spec(argv, env, "/", False, run=False))["argv"] is None
+
+
+def test_mac_is_rfc_2104_hmac_sha256():
+    for secret in (b"k", b"0123456789abcdef" * 2, b"z" * 100):
+        assert p.mac(secret, b"challenge", 7) == \
+            hmac.new(secret, b"challenge7", hashlib.sha256).hexdigest()
+        assert p.mac_ok(secret, b"challenge", 7, p.mac(secret, b"challenge", 7))
+        assert not p.mac_ok(secret, b"challenge", 6, p.mac(secret, b"challenge", 7))
+        assert not p.mac_ok(secret, b"other", 7, p.mac(secret, b"challenge", 7))
+
+
+# ---- output routing --------------------------------------------------------------------------
+class Console:
+    def __init__(self):
+        self.out_r, out_w = os.pipe()
+        self.err_r, err_w = os.pipe()
+        self.fds = (out_w, err_w)
+
+    def read(self):
+        for fd in self.fds:
+            os.close(fd)
+        return tuple(_read_all(fd) for fd in (self.out_r, self.err_r))
+
+
+def _read_all(fd):
+    chunks = []
+    while True:
+        data = os.read(fd, 65536)
+        if not data:
+            os.close(fd)
+            return b"".join(chunks)
+        chunks.append(data)
+
+
+def test_partial_lines_stay_with_their_instance(tmp_path):
+    console = Console()
+    root = out.open_output_dir(str(tmp_path / "logs"))
+    router = out.Router(2, out.OutputOptions(), out.LogFiles(root, str(tmp_path / "logs"), 0),
+                        console=console.fds)
+    router.feed(0, "stdout", b"zero starts ")
+    router.feed(1, "stdout", b"one starts ")
+    router.feed(1, "stdout", b"and ends\nsecond")
+    router.feed(0, "stdout", b"\rprogress\rdone\n")
+    router.feed(1, "stderr", b"\x00\xff binary\n")
+    router.close_all()
+    os.close(root)
+    stdout, stderr = console.read()
+    assert stdout == (b"[1]<stdout>:one starts and ends\n"
+                      b"[0]<stdout>:zero starts \rprogress\rdone\n"
+                      b"[1]<stdout>:second\n")
+    assert stderr == b"[1]<stderr>:\x00\xff binary\n"
+    log = tmp_path / "logs" / "attempt-0"
+    assert (log / "instance-0.stdout.log").read_bytes() == b"zero starts \rprogress\rdone\n"
+    assert (log / "instance-1.stdout.log").read_bytes() == b"one starts and ends\nsecond"
+    assert router.tail(0, "stdout") == ["done"]  # what a terminal shows of that line
+    assert router.tail(1, "stdout") == ["one starts and ends", "second"]
+
+
+def test_tail_keeps_the_last_lines_and_only_instance_filters_the_console():
+    console = Console()
+    router = out.Router(2, out.OutputOptions(only_instance=1, tail_lines=3), console=console.fds)
+    router.feed(0, "stderr", b"".join(b"line %d\n" % n for n in range(10)))
+    router.feed(1, "stderr", b"shown\n")
+    router.close_all()
+    assert console.read() == (b"", b"[1]<stderr>:shown\n")
+    assert router.tail(0, "stderr") == ["line 7", "line 8", "line 9"]
+
+
+def test_on_a_terminal_a_progress_bar_redraws_in_place():
+    leader, follower = pty.openpty()
+    router = out.Router(2, out.OutputOptions(), console=(follower, follower))
+    router.feed(0, "stdout", b"\r 10%")
+    router.feed(0, "stdout", b"\r 50%")
+    router.feed(0, "stdout", b"\r100%\n")
+    router.feed(1, "stdout", b"partial")
+    router.say("poprun-lite: a message")
+    router.close_all()
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            data = os.read(leader, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        shown += data
+    os.close(leader)
+    shown = shown.replace(b"\r\n", b"\n")  # the terminal's own newline translation
+    assert shown == (b"[0]<stdout>:\r[0]<stdout>: 10%\r[0]<stdout>: 50%\r[0]<stdout>:100%\n"
+                     b"[1]<stdout>:partial\npoprun-lite: a message\n")
+
+
+def test_log_files_replace_planted_links_and_never_follow_them(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    logs = tmp_path / "logs"
+    (logs / "attempt-0").mkdir(parents=True)
+    (logs / "attempt-0" / "instance-0.stdout.log").symlink_to(victim)
+    (logs / "attempt-1").symlink_to(tmp_path)
+    root = out.open_output_dir(str(logs))
+    for attempt in (0, 1):
+        files = out.LogFiles(root, str(logs), attempt)
+        files.write("instance-0.stdout.log", b"new\n")
+        files.close()
+        assert (logs / f"attempt-{attempt}" / "instance-0.stdout.log").read_text() == "new\n"
+        assert not (logs / f"attempt-{attempt}").is_symlink()
+    os.close(root)
+    assert victim.read_text() == "precious" and not (tmp_path / "instance-0.stdout.log").exists()
+
+
+def test_unusable_output_dir_is_one_sentence(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(out.OutputDirError, match=r"a file is in the way.*give a folder"):
+        out.open_output_dir(str(tmp_path / "file" / "logs"))
+
+
+# ---- command lines ---------------------------------------------------------------------------
+def _plan(hosts, counts, program=("python", "train.py")):
+    return build_plan(program, sum(counts), list(range(20000, 20000 + sum(counts))),
+                      ("10.0.0.1", 29500), hosts=hosts, counts=counts)
+
+
+def test_ssh_command_is_quoted_and_carries_no_secret():
+    hosts = (Host("localhost", "10.0.0.1", local=True), Host("node b", "10.0.0.2", local=False))
+    plan = _plan(hosts, [1, 1], program=("python", "it's here.py", "$HOME"))
+    wiring = Wiring("/tmp/x/launcher.sock", ("10.0.0.1", 4242), 30.0)
+    launches = SshBackend(SshOptions(port=2222)).launches(plan, wiring, "s3cr3t")
+    assert launches[0] == Launch("instance 0", (0,))  # this host: forked by the launcher
+    remote = launches[1]
+    assert remote.instances == (1,) and remote.stdin == b"s3cr3t\n"
+    assert not any("s3cr3t" in word for word in remote.argv)
+    assert remote.argv[remote.argv.index("--") + 1] == "node b"
+    words = shlex.split(remote.argv[-1])
+    assert words == ["exec", sys.executable, "-m", "popdist_launcher.launcher.spawned.instance",
+                     "--connect", "tcp:10.0.0.1:4242", "--timeout", "30", "--index", "1",
+                     "--secret-stdin"]  # the program travels over the wrapper's connection
+    assert SshBackend().explain_engine_exit(remote, 255).startswith("lost its ssh session")
+
+
+def test_mpirun_command_carries_the_secret_only_in_its_environment():
+    from popdist_launcher.hosts import HostSlots
+    from popdist_launcher.launcher.backends.mpi import MpiBackend
+
+    backend = MpiBackend([HostSlots("localhost", 4)], [4])
+    plan = _plan((Host("localhost", "127.0.0.1"),), [4])
+    (launch,) = backend.launches(plan, Wiring("/tmp/s", None, 60.0), "s3cr3t")
+    assert launch.instances == (0, 1, 2, 3) and launch.env[p.SECRET_ENV] == "s3cr3t"
+    assert "s3cr3t" not in " ".join(launch.argv)
+    assert "--output" not in launch.argv  # no tags to parse: output comes from the wrappers
+    at = launch.argv.index(p.SECRET_ENV)
+    assert launch.argv[at - 1] == "-x"
+    assert list(launch.argv[-4:]) == ["--timeout", "60", "--rank-from", "OMPI_COMM_WORLD_RANK"]
+
+
+# ---- the supervisor with stand-in engines ----------------------------------------------------
+class ShellEngine(Backend):
+    """An engine that is a shell script: it starts wrappers itself (or fails)."""
+
+    name = "shell-engine"
+    start_transients = ("PMIx server's listener thread failed to start",)
+
+    def __init__(self, script):
+        self.script = script
+
+    def launches(self, plan, wiring, secret):
+        wrapper = " ".join(shlex.quote(w) for w in wiring.wrapper_argv("--index", "$i"))
+        script = self.script.replace("WRAPPER", wrapper.replace("'$i'", '"$i"'))
+        return [Launch(self.name, tuple(range(plan.num_instances)), ("sh", "-c", script),
+                       dict(os.environ, **{p.SECRET_ENV: secret}))]
+
+
+def _supervise(backend, program, num=2, **kwargs):
+    console = Console()
+    router = out.Router(num, out.OutputOptions(), console=console.fds)
+    plan = build_plan(program, num, list(range(21000, 21000 + num)), ("127.0.0.1", 1),
+                      grace_period=kwargs.pop("grace_period", 5.0),
+                      start_timeout=kwargs.pop("start_timeout", 30.0))
+    supervisor = Supervisor(plan, backend, router, **kwargs)
+    result = supervisor.run()
+    router.close_all()
+    return supervisor, result, console.read()
+
+
+def test_any_engine_that_starts_wrappers_is_supervised_alike(tmp_path):
+    engine = ShellEngine("for i in 0 1; do WRAPPER & done; wait")
+    done = tmp_path / "instance-0-done"
+    supervisor, result, (stdout, stderr) = _supervise(engine, (
+        sys.executable, "-c",
+        "import os, sys, time\n"
+        "i = os.environ['POPDIST_INSTANCE_INDEX']\n"
+        "print('hello from', i, flush=True)\n"
+        f"if i == '0': open({str(done)!r}, 'w').close(); sys.exit(0)\n"
+        "deadline = time.time() + 30\n"
+        f"while not os.path.exists({str(done)!r}) and time.time() < deadline: time.sleep(0.01)\n"
+        "sys.exit(3)\n"))
+    assert result.state is JobState.FAILED and result.exit_code == 3
+    assert result.failed_instance == 1
+    assert b"[0]<stdout>:hello from 0\n" in stdout and b"[1]<stdout>:hello from 1\n" in stdout
+    assert b"instance 1 exited with code 3 (host localhost)" in stderr
+
+
+def test_an_engine_failing_before_any_wrapper_connected_is_the_cause():
+    # Recorded from Open MPI 5's prterun on a loaded machine.
+    engine = ShellEngine("echo \"The PMIx server's listener thread failed to start. We cannot\""
+                         " >&2; exit 213")
+    supervisor, result, (_, stderr) = _supervise(engine, ("true",))
+    assert result.state is JobState.FAILED and result.exit_code == 213
+    assert b"shell-engine exited with code 213 before instance(s) 0, 1 started" in stderr
+    assert supervisor.engine_failed_to_start()  # a known transient: worth one more start
+
+
+def test_start_timeout_names_the_instances_that_never_came():
+    engine = ShellEngine("i=0; WRAPPER & sleep 30")
+    _, result, (_, stderr) = _supervise(engine, ("sleep", "30"), start_timeout=2.0,
+                                        grace_period=1.0)
+    assert result.exit_code == 124
+    assert b"start timeout (2 s) expired: instances 1 on host(s) localhost did not start" \
+        in stderr
+
+
+def test_sigusr2_is_forwarded_and_the_job_goes_on():
+    engine = ShellEngine("for i in 0 1; do WRAPPER & done; wait")
+    program = (sys.executable, "-c",
+               "import signal, sys, time, os\n"
+               "got = []\n"
+               "signal.signal(signal.SIGUSR2, lambda *a: got.append(1))\n"
+               "if os.environ['POPDIST_INSTANCE_INDEX'] == '0':\n"
+               "    time.sleep(0.5); os.kill(int(os.environ['LAUNCHER_PID']), signal.SIGUSR2)\n"
+               "deadline = time.time() + 30\n"
+               "while not got and time.time() < deadline: time.sleep(0.01)\n"
+               "print('got USR2' if got else 'no USR2', flush=True)\n")
+    os.environ["LAUNCHER_PID"] = str(os.getpid())
+    previous = signal.getsignal(signal.SIGUSR2)
+    try:
+        _, result, (stdout, _) = _supervise(engine, program)
+    finally:
+        del os.environ["LAUNCHER_PID"]
+        signal.signal(signal.SIGUSR2, previous)
+    assert result.state is JobState.SUCCEEDED, stdout
+    assert stdout.count(b"got USR2") == 2
