@@ -94,6 +94,8 @@ def test_custom_loop(tmp_path, single_process, np_, replicas):
     assert_same_weights(runs, reference)
     assert {r["samples_all_instances"] for r in runs} == {256.0}  # ipu.horovod allreduce(Sum)
     assert {r["broadcast_from_0"] for r in runs} == {7.0}
+    assert {r["average"] for r in runs} == {r["mean"] for r in runs} == {1.5}  # (1 + 2) / 2
+    assert [r["gathered"] for r in runs] == [[0, 1]] * np_
 
 
 @pytest.mark.slow

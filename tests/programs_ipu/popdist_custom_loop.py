@@ -82,6 +82,10 @@ result = {
     "weights": kernel.ravel().tolist() + bias.tolist(),
     "samples_all_instances": float(hvd.allreduce(samples_this_instance, op=hvd.Sum)),
     "broadcast_from_0": float(hvd.broadcast(tf.constant(float(hvd.rank() + 7)), root_rank=0)),
+    "average": float(hvd.allreduce(tf.constant(float(hvd.rank() + 1)))),
+    "mean": float(ipu.distributed.allreduce(tf.constant(float(popdist.getInstanceIndex() + 1)),
+                                            tf.distribute.ReduceOp.MEAN, tensor_name="mean")),
+    "gathered": ipu.distributed.allgather(tf.constant([popdist.getInstanceIndex()])).numpy().tolist(),
 }
 with open(os.path.join(out_dir, f"custom_loop-{popdist.getInstanceIndex()}.json"), "w") as f:
     json.dump(result, f)
