@@ -9,6 +9,9 @@ import sys
 ALIAS_ENV = "POPDIST_LAUNCHER_IPU_ALIAS"
 ALIASED = "tensorflow.python.ipu"
 TARGET = "popdist_launcher.ipu"
+# Graphcore's Keras module (``from tensorflow.keras import ipu``; ``keras.ipu.PipelineStage``).
+KERAS_ALIASES = ("keras.ipu", "tensorflow.keras.ipu", "keras.api._v2.keras.ipu")
+KERAS_TARGET = "popdist_launcher.ipu.keras"
 
 
 class _AliasLoader:
@@ -29,10 +32,13 @@ class IPUAliasFinder:
     """A meta path finder for ``tensorflow.python.ipu`` and its submodules."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != ALIASED and not fullname.startswith(ALIASED + "."):
+        if fullname in KERAS_ALIASES:
+            real = KERAS_TARGET
+        elif fullname == ALIASED or fullname.startswith(ALIASED + "."):
+            real = TARGET + fullname[len(ALIASED):]
+        else:
             return None
         import importlib.util
-        real = TARGET + fullname[len(ALIASED):]
         try:
             real_spec = importlib.util.find_spec(real)
         except ModuleNotFoundError:

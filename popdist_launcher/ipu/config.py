@@ -257,6 +257,9 @@ class ConfiguredSystem:
     devices: tuple
     process_index: int
     process_count: int
+    # Set when TensorFlow had started before configure_ipu_system, so only the devices above
+    # (fewer than the replicas) exist: why the others are missing.
+    missing_devices: Optional[str] = None
 
     @property
     def num_local_replicas(self) -> int:
@@ -346,9 +349,18 @@ def configure_ipu_system(config: IPUConfig, device: str = "cpu",
             f"replica; select a multiple (e.g. auto_select_ipus = replicas x ipus per replica).")
     replicas = num_ipus // ipus_per_replica
     devices = _make_replica_devices(replicas, device)
+    missing = None
+    if len(devices) < replicas:
+        # On an IPU system the IPUs exist whenever the program configures them; here they are
+        # logical devices, which TensorFlow only creates before it first runs an op.
+        missing = (f"TensorFlow's devices were already initialised with {len(devices)} CPU "
+                   f"device(s) when IPUConfig selected {replicas} replica device(s); call "
+                   f"configure_ipu_system() before running any TensorFlow operation (for "
+                   f"example before building the dataset).")
+        log.info("%s Only /device:IPU:0 .. /device:IPU:%d can be used.", missing, len(devices) - 1)
     mrd = config.experimental.multi_replica_distribution
     _configured = ConfiguredSystem(num_ipus, ipus_per_replica, tuple(devices), mrd.process_index,
-                                   mrd.process_count)
+                                   mrd.process_count, missing)
     _configured_config = copy.deepcopy(config)
     log.debug("configured %d virtual IPU(s) as %s", num_ipus, devices)
     return _configured
@@ -376,22 +388,39 @@ def _make_replica_devices(replicas: int, device: str) -> List[str]:
         except RuntimeError:
             have = len(tf.config.list_logical_devices("CPU"))
             if have < replicas:
-                raise RuntimeError(
-                    f"TensorFlow's devices are already initialised with {have} CPU device(s), so "
-                    f"{replicas} replicas cannot be created; call configure_ipu_system() before "
-                    f"running any TensorFlow operation.") from None
+                return [f"/device:CPU:{i}" for i in range(have)]
     return [f"/device:CPU:{i}" for i in range(replicas)]
 
 
 def local_replica_devices() -> tuple:
     """This instance's replica devices: as configure_ipu_system set them up, or, when it was not
     called, configured now from the launcher's environment (one device per local replica)."""
-    system = _configured
-    if system is None:
+    system = _system()
+    if system.missing_devices:
+        raise RuntimeError(system.missing_devices)
+    return system.devices
+
+
+def replica_device(ordinal: int) -> str:
+    """The TensorFlow device standing for ``/device:IPU:<ordinal>``."""
+    system = _system()
+    if ordinal < len(system.devices):
+        return system.devices[ordinal]
+    if system.missing_devices:
+        raise RuntimeError(system.missing_devices)
+    raise ValueError(f"/device:IPU:{ordinal} does not exist: this instance has "
+                     f"{len(system.devices)} IPU device(s), /device:IPU:0 .. "
+                     f"/device:IPU:{len(system.devices) - 1}; select more with "
+                     f"IPUConfig.auto_select_ipus.")
+
+
+def _system() -> ConfiguredSystem:
+    """The configured system; configured now from the launcher's environment if needed."""
+    if _configured is None:
         config = IPUConfig()
         set_ipu_config(config, configure_device=True)
-        system = configure_ipu_system(config)
-    return system.devices
+        return configure_ipu_system(config)
+    return _configured
 
 
 def get_configured_system() -> Optional[ConfiguredSystem]:

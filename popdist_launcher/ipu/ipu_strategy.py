@@ -35,16 +35,13 @@ class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
     def __init__(self, ipu_device: str = "/device:IPU:0", cpu_device: str = "/device:CPU:0",
                  enable_dataset_iterators: bool = True, enable_keras_extensions: bool = True) -> None:
         ordinal = _device_ordinal(ipu_device)
-        devices = ipu_config.local_replica_devices()
-        if ordinal >= len(devices):
-            raise ValueError(f"{ipu_device} does not exist: this instance has {len(devices)} IPU "
-                             f"device(s), /device:IPU:0 .. /device:IPU:{len(devices) - 1}; select "
-                             f"more with IPUConfig.auto_select_ipus.")
-        if len(devices) > 1:
-            log.warning("IPUStrategy: IPUConfig selects %d local IPU devices; the strategy runs "
-                        "one replica, on %s (Keras fit refuses a model Graphcore would replicate; "
-                        "use PopDistStrategy for replicas).", len(devices), ipu_device)
-        super().__init__(devices[ordinal])
+        device = ipu_config.replica_device(ordinal)
+        selected = ipu_config.get_configured_system().num_ipus
+        if selected > 1:
+            log.info("IPUStrategy: IPUConfig selects %d IPUs; the strategy runs one replica, "
+                     "on %s (Keras fit refuses a model Graphcore would replicate; use "
+                     "PopDistStrategy for replicas).", selected, ipu_device)
+        super().__init__(device)
         self._ipu_device = ipu_device
         self._cpu_device = cpu_device
         self._device_ordinal = ordinal

@@ -338,6 +338,21 @@ def _make_accumulating_train_function(model, n: int):
     return tf.function(train_function, reduce_retracing=True)
 
 
+def _build_from_data(model, x) -> None:
+    """Build a deferred model (a Sequential without an input shape) from its input data, so
+    its gradient accumulators can be made before training."""
+    if isinstance(x, tf.data.Dataset):
+        spec = x.element_spec
+        spec = spec[0] if isinstance(spec, tuple) else spec
+        shape = tf.nest.map_structure(lambda s: s.shape, spec)
+    elif x is not None and hasattr(x, "shape"):
+        shape = (None, *x.shape[1:])
+    else:
+        return
+    with model.distribute_strategy.scope():
+        model.build(shape)
+
+
 def _make_train_function(self, force: bool = False):
     if "_ipu_options" not in self.__dict__ or accumulation_steps(self) == 1:
         return _original["make_train_function"](self, force=force)
@@ -353,6 +368,8 @@ def _fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callba
     _check_replication(self)
     if "_ipu_options" in self.__dict__ and accumulation_steps(self) > 1:
         _check_steps(self, x, steps_per_epoch, batch_size)
+        if not self.built:
+            _build_from_data(self, x)
     return _original["fit"](self, x, y, batch_size, epochs, verbose, callbacks, validation_split,
                             validation_data, shuffle, class_weight, sample_weight, initial_epoch,
                             steps_per_epoch, **kwargs)

@@ -337,3 +337,17 @@ def test_distributed_cross_replica_ops_and_accumulation(tmp_path):
         assert "would train 2 replicas" in got["ipu_strategy_replication"]
     assert results[0]["keras_ga_w"] == results[1]["keras_ga_w"]
     assert results[0]["tf1_ga_w"] == results[1]["tf1_ga_w"]
+
+
+def test_tutorial_style_pipelined_keras_program(tmp_path):
+    # keras models_comparison_test.test_sequential_and_pipeline and the layout of Graphcore's TF2
+    # tutorials (dataset built before configure_ipu_system, `from tensorflow.keras import ipu`,
+    # a Sequential built on first use, set_pipeline_stage_assignment): a pipelined model gives
+    # the numbers of gradient descent on 4 accumulated micro-batches.
+    run_program("tf2_tutorial_style.py", tmp_path)
+    got = json.loads((tmp_path / "tutorial.json").read_text())
+    w1, w2, _, _ = pipeline_reference(4, 2, "sum", batch=4, lr=0.1, X=X32, Y=Y32)
+    close(got["w1"], w1.ravel())
+    close(got["w2"], w2.ravel())
+    assert got["assignment"] == [0, 1] and got["iterations"] == 2
+    assert got["stage_class"] == "PipelineStage"
