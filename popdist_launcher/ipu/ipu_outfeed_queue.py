@@ -52,6 +52,12 @@ class IPUOutfeedQueue:
 
     def enqueue(self, tensors: Any):
         """Append ``tensors`` (a tensor, or a list, tuple or dict of them); returns the op."""
+        context = tf.distribute.get_replica_context() if tf.distribute.has_strategy() else None
+        if context is not None and len(context.strategy.extended.worker_devices) > 1:
+            raise NotImplementedError(
+                "IPUOutfeedQueue.enqueue from a strategy with several local replicas is not "
+                "supported here (Graphcore's would add a replica axis); enqueue from one replica, "
+                "or return the values from strategy.run instead.")
         flat = [tf.convert_to_tensor(t) for t in tf.nest.flatten(tensors)]
         if self._queue is None:
             self._structure = tensors
