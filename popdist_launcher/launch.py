@@ -168,7 +168,8 @@ def _export_path(ctx: click.Context, param: click.Parameter,
               show_envvar=True, help="Show only instance N's output on the console "
                                      "(--output-dir still gets every instance's).")
 @click.option("--output-dir", type=click.Path(file_okay=False), default=None, show_envvar=True,
-              help="Also write instance-<i>.stdout.log and instance-<i>.stderr.log here.")
+              help="Also write attempt-<n>/instance-<i>.stdout.log and .stderr.log here (one "
+                   "folder per attempt; .stacks.log when stacks were collected).")
 @click.option("--tag-output/--no-tag-output", default=True, show_envvar=True,
               help="Prefix each line with [instance]<stream>:.")
 @click.option("--start-timeout", type=float, default=120.0, callback=_seconds(False),

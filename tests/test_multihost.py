@@ -245,7 +245,7 @@ def test_across_hosts_the_launcher_supervises_every_instance(hosts, pid_dir, tmp
     logs = tmp_path / "logs"
     result = poprun("-np", "4", *over_ssh(hosts, "--backend", backend, "--grace-period", "20",
                                           "--output-dir", str(logs)),
-                    program("behave.py"), str(pid_dir), "onstop:2", "daemon", "stdin",
+                    program("behave.py"), str(pid_dir), "stdin", "daemon", "onstop:2",
                     *(f"waitfor:ready-{i}@3" for i in range(3)), "exit:7@3", "sleep:120",
                     input="to instance 0\n", timeout=300)
     assert result.returncode == 7, result.stderr[-3000:]

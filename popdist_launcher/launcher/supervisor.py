@@ -99,8 +99,7 @@ class Conn:
 
 
 class Instance:
-    __slots__ = ("index", "host", "state", "pid", "returncode", "conn", "stopped", "dumpable",
-                 "launch")
+    __slots__ = ("index", "host", "state", "pid", "returncode", "conn", "stopped", "launch")
 
     def __init__(self, index: int, host: str) -> None:
         self.index = index
@@ -110,7 +109,6 @@ class Instance:
         self.returncode: Optional[int] = None
         self.conn: Optional[Conn] = None
         self.stopped = False  # the launcher sent it a stopping signal
-        self.dumpable = False
         self.launch: Optional["Started"] = None
 
     @property
@@ -622,8 +620,6 @@ class Supervisor:
                 self._signal_instance(inst, self._signal)
         elif kind == p.EXIT:
             self._on_exit(inst, int(payload))
-        elif kind == p.DUMPABLE:
-            inst.dumpable = True
         elif kind == p.STACKS:
             self._on_stacks(inst, payload.decode("utf-8", "replace"))
         elif kind == p.STALL:
@@ -661,11 +657,12 @@ class Supervisor:
         self._fail(Failure(cause, 1, "lost"))
 
     # ---- engines and forked wrappers --------------------------------------------------------
-    def _engine_output(self, fd: int, started: Started) -> None:
+    def _engine_output(self, fd: int, started: Started) -> bool:
+        """Show and keep an engine's own lines; False once nothing more can be read now."""
         try:
             data = os.read(fd, 1 << 16)
         except BlockingIOError:
-            return
+            return False
         except OSError:
             data = b""
         if not data:
@@ -673,12 +670,13 @@ class Supervisor:
             rest = started.partial.pop(fd, b"")
             if rest:
                 self._engine_lines(started, [rest])
-            return
+            return False
         data = started.partial.pop(fd, b"") + data
         lines = data.split(b"\n")
         if lines[-1]:
             started.partial[fd] = lines[-1]
         self._engine_lines(started, lines[:-1])
+        return True
 
     def _engine_lines(self, started: Started, lines: List[bytes]) -> None:
         label = started.launch.label
@@ -694,10 +692,10 @@ class Supervisor:
         never = [i for i in started.launch.instances
                  if self.instances[i].state in (InstanceState.PENDING, InstanceState.CONNECTED)]
         if never and self.state in (JobState.STARTING, JobState.RUNNING):
-            if started.engine:
+            if started.engine:  # the engine's last words, for the report
                 for fd in (started.popen.stdout.fileno(), started.popen.stderr.fileno()):
-                    if fd in self._sel.get_map():  # the engine's last words, for the report
-                        self._engine_output_all(fd, started)
+                    while fd in self._sel.get_map() and self._engine_output(fd, started):
+                        pass
             how = self.backend.explain_engine_exit(started.launch, code) or \
                 processes.describe_exit(code)
             which = ", ".join(str(i) for i in never)
@@ -708,15 +706,6 @@ class Supervisor:
             for i in never:
                 self.instances[i].state = InstanceState.LOST
             self._fail(Failure(cause, code, "engine"))
-
-    def _engine_output_all(self, fd: int, started: Started) -> None:
-        for _ in range(64):
-            if fd not in self._sel.get_map():
-                return
-            before = len(started.lines)
-            self._engine_output(fd, started)
-            if len(started.lines) == before and fd in self._sel.get_map():
-                return
 
     def _reap(self, started: Started, block: bool = False) -> None:
         if started.returncode is not None:

@@ -222,7 +222,6 @@ class Wrapper:
             message, data = data[at:end + 1], data[end + 1:]
             if message == p.STACK_READY:
                 self.dumpable = True
-                self.send(p.DUMPABLE)
             elif message.startswith(p.STACK_STALL):
                 if self.stack_text:
                     self.send(p.STACKS, bytes(self.stack_text))

@@ -19,7 +19,6 @@ STDERR = 4     # bytes the program wrote to stderr
 EXIT = 5       # "RETURNCODE": negative = killed by that signal
 STACKS = 6     # text: the program's Python stacks (faulthandler), after a DUMP
 STALL = 7      # text: the program's collectives watchdog reports a stall
-DUMPABLE = 8   # empty: the program registered its stack-dump handler
 # launcher -> wrapper
 CHALLENGE = 20  # 16 random bytes, sent on accept (TCP and Unix sockets)
 SPEC = 21       # encode_spec(): what to run
