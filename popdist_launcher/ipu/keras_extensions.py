@@ -273,13 +273,12 @@ def _make_accumulating_train_function(model, n: int):
     strategy = model.distribute_strategy
     method = _options(model)["ga_method"]
     variables = model.trainable_variables
-    with strategy.scope():
+    with strategy.scope():  # kept by the closures below, not by the model (so never saved)
         accumulators = [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False,
                                     synchronization=tf.VariableSynchronization.ON_READ,
                                     aggregation=tf.VariableAggregation.SUM,
                                     name=f"accumulated_{v.name.split(':')[0].replace('/', '_')}")
                         for v in variables]
-    object.__setattr__(model, "_ipu_accumulators", accumulators)  # not tracked: not saved
     optimizer = model.optimizer
     if _is_pipelined(model):
         _log_once("pipeline", "pipelined Keras model: the stages run in order on the replica's "
