@@ -1,6 +1,6 @@
-"""Processes the launcher starts itself (engines such as mpirun, srun and ssh clients, the
-rendezvous helper): a watchdog that kills their process groups even when the launcher is killed
-with SIGKILL, and how exit statuses read.
+"""Engines the launcher starts (mpirun, srun, ssh clients): a watchdog that kills their process
+groups even when the launcher is killed with SIGKILL; and how exit statuses read. (Wrappers need
+no watchdog: each kills what it started when its connection to the launcher closes.)
 """
 from __future__ import annotations
 
