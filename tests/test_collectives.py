@@ -7,6 +7,7 @@ mismatch, or an instance that never calls, ends with an error naming the tensor 
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -348,42 +349,105 @@ def test_watchdog_forgets_marks_of_aborted_graph_steps() -> None:
     wd.end(token)  # late ends are harmless
 
 
+class Counters:
+    """Fake tf.function counters, stamped like the function's ops do (wall-clock seconds)."""
+
+    def __init__(self, clock: Clock, names) -> None:
+        from popdist_launcher.collectives._watchdog import ProbeRegistry
+
+        self.clock = clock
+        self.values = {name: [0, 0, 0.0, 0.0, False] for name in names}
+        self.probes = ProbeRegistry()
+        for name in names:
+            self.probes.add(f"allreduce '{name}'", functools.partial(self.read, name))
+
+    def wall(self) -> float:
+        return self.clock.now + 5000.0  # another clock than the watchdog's
+
+    def read(self, name: str):
+        from popdist_launcher.collectives._watchdog import ProbeValues
+        return ProbeValues(*self.values[name])
+
+    def begin(self, name: str) -> None:
+        self.values[name][0] += 1
+        self.values[name][2] = self.wall()
+
+    def end(self, name: str) -> None:
+        self.values[name][1] = self.values[name][0]
+        self.values[name][3] = self.wall()
+
+
 def test_watchdog_reads_the_counters_of_function_collectives() -> None:
-    from popdist_launcher.collectives._watchdog import ProbeRegistry, StallWatchdog
+    from popdist_launcher.collectives._watchdog import StallWatchdog
 
     clock, running = Clock(), [True]
-    probes = ProbeRegistry()
-    counters = {"a": [0, 0, False], "b": [0, 0, False]}
-    for name in counters:
-        probes.add(f"allreduce '{name}'", lambda name=name: tuple(counters[name]))
+    counters = Counters(clock, ["a", "b"])
     wd = StallWatchdog(5, lambda m: None, where=" on instance 1 of 2", clock=clock,
-                       graph_running=lambda: running[0], probes=probes)
+                       graph_running=lambda: running[0], probes=counters.probes,
+                       wall=counters.wall)
     assert wd.check() is None and wd.pending_descriptions() == []
-    counters["a"][0] = 1  # run 1 of 'a' begins (seen at this poll)
+    counters.begin("a")
     clock.now += 1
     assert wd.check() is None and wd.pending_descriptions() == ["allreduce 'a'"]
-    clock.now += 4.5  # 5.5 s since it began, but only 4.5 s since the poll that saw it
-    assert wd.check() is None
-    clock.now += 1
+    clock.now += 4.5  # 5.5 s since it began (its own stamp, not the poll that first saw it)
     message = wd.check()
     assert message.startswith("collective stall on instance 1 of 2: allreduce 'a' "
                               "(waiting 5.5 s); no collective has completed")
-    counters["a"][1] = 1  # it completes: progress, nothing pending
-    counters["b"][0] = 1
+    counters.end("a")  # it completes: progress, nothing pending
+    counters.begin("b")
     assert wd.check() is None and wd.pending_descriptions() == ["allreduce 'b'"]
     clock.now += 3
-    counters["a"][0] = 2  # 'a' again, while 'b' waits: both pending
+    counters.begin("a")  # 'a' again, while 'b' waits: both pending
     assert wd.check() is None
     assert wd.pending_descriptions() == ["allreduce 'b'", "allreduce 'a'"]
     clock.now += 2.5
-    # The message names the newest first: what the instance submitted last is what it waits on
-    # ('b' may be left from a step an error aborted while the watchdog never saw it idle).
+    # Newest first: what the instance submitted last is what it waits on.
     assert "stall on instance 1 of 2: allreduce 'a' (waiting 2.5 s), allreduce 'b' (waiting " \
            "5.5 s)" in wd.check()
     running[0] = False  # no step is running: those runs were aborted
     assert wd.check() is None and wd.pending_descriptions() == []
     running[0] = True
-    counters["a"][:2] = [3, 3]  # a later run of 'a' completes: the aborted run stays forgotten
+    counters.begin("a")
+    counters.end("a")  # a later run of 'a' completes: the aborted run stays forgotten
     assert wd.check() is None and wd.pending_descriptions() == []
-    counters["b"][:] = [2, 0, True]  # 'b''s function is gone: read once more, then dropped
-    assert wd.check() is None and len(probes) == 1 and wd.pending_descriptions() == []
+    counters.values["b"][:2] = [2, 0]
+    counters.values["b"][4] = True  # 'b''s function is gone: read once more, then dropped
+    assert wd.check() is None and len(counters.probes) == 1 and wd.pending_descriptions() == []
+
+
+def test_watchdog_names_what_the_instance_waits_on_not_an_errored_step() -> None:
+    # A step's collective fails (e.g. mismatched shapes), a later step completes one, the next
+    # waits forever; the watchdog's thread got no time in between (a busy machine), so it first
+    # sees all of it at once, and the errored step's thread never looked idle to it.
+    from popdist_launcher.collectives._watchdog import StallWatchdog
+
+    clock = Clock()
+    counters = Counters(clock, ["mismatched", "after", "lonely"])
+    wd = StallWatchdog(3, lambda m: None, where=" on instance 0 of 2", clock=clock,
+                       probes=counters.probes, wall=counters.wall)
+    counters.begin("mismatched")  # its step raised: the run never ends
+    clock.now += 0.01
+    counters.begin("after")
+    clock.now += 0.01
+    counters.end("after")
+    clock.now += 0.5
+    counters.begin("lonely")
+    clock.now += 2.7  # 3.2 s since the last completion, but 'lonely' waited only 2.7 s
+    assert wd.check() is None
+    clock.now += 0.8
+    message = wd.check()
+    assert message.startswith("collective stall on instance 0 of 2: allreduce 'lonely' "
+                              "(waiting 3.5 s); no collective has completed on this instance "
+                              "for 3.5 s")
+    assert "mismatched" not in message
+    # Without a completion in between, both are named, the newest first.
+    clock = Clock()
+    counters = Counters(clock, ["mismatched", "lonely"])
+    wd = StallWatchdog(3, lambda m: None, clock=clock, probes=counters.probes,
+                       wall=counters.wall)
+    counters.begin("mismatched")
+    clock.now += 0.5
+    counters.begin("lonely")
+    clock.now += 3.5
+    assert wd.check().startswith("collective stall: allreduce 'lonely' (waiting 3.5 s), "
+                                 "allreduce 'mismatched' (waiting 4.0 s);")

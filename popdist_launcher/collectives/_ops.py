@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from popdist_launcher.collectives import _state
+from popdist_launcher.collectives._watchdog import ProbeValues
 
 Average = hvd.Average
 Sum = hvd.Sum
@@ -122,7 +123,7 @@ def _explain(exc: tf.errors.OpError, description: object, token: Optional[int]) 
 # Three ways to tell the watchdog (_watchdog.py) that a collective is pending, by where it runs:
 #
 # * eager: begin()/end() around the call, plain Python;
-# * a tf.function run eagerly: two counters in a small resource variable that ops in the
+# * a tf.function run eagerly: counters and times in a small resource variable that ops in the
 #   function update (no Python runs in the step) and the watchdog thread reads;
 # * a graph run by a Session (also inside its tf.while_loop/cond bodies): the Session owns the
 #   graph's resources, so the watchdog cannot read them; two Python callbacks mark the call.
@@ -168,30 +169,35 @@ def _outermost_is_eager() -> bool:
         return tf.executing_eagerly()
 
 
-def _read_counter(ref: "weakref.ReferenceType[tf.Tensor]", shared_name: str
-                  ) -> Tuple[int, int, bool]:
-    """The watchdog thread's reader of one counter: (runs begun, last run ended, gone). Once the
-    function that captured it is gone, the last values are read and the resource is freed."""
+_BEGUN, _ENDED, _BEGUN_AT, _ENDED_AT = range(4)  # the counter's slots (times: wall-clock µs)
+
+
+def _read_counter(ref: "weakref.ReferenceType[tf.Tensor]", shared_name: str) -> ProbeValues:
+    """The watchdog thread's reader of one counter. Once the function that captured it is gone,
+    the last values are read and the resource is freed."""
     handle = ref()
-    if handle is not None:
+    gone = handle is None
+    if gone:
+        with tf.device("/device:CPU:0"):
+            handle = tf.raw_ops.VarHandleOp(dtype=tf.int64, shape=[4], shared_name=shared_name)
+            value = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.int64).numpy()
+            tf.raw_ops.DestroyResourceOp(resource=handle, ignore_lookup_error=True)
+    else:
         value = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.int64).numpy()
-        return int(value[0]), int(value[1]), False
-    with tf.device("/device:CPU:0"):
-        handle = tf.raw_ops.VarHandleOp(dtype=tf.int64, shape=[2], shared_name=shared_name)
-        value = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.int64).numpy()
-        tf.raw_ops.DestroyResourceOp(resource=handle, ignore_lookup_error=True)
-    return int(value[0]), int(value[1]), True
+    return ProbeValues(int(value[_BEGUN]), int(value[_ENDED]), value[_BEGUN_AT] / 1e6,
+                       value[_ENDED_AT] / 1e6, gone)
 
 
 def _new_counter(description: str) -> tf.Tensor:
-    """An int64[2] resource variable (runs begun, number of the last run that ended), made
-    eagerly while the function is traced; the function captures its handle. A raw resource,
-    not a tf.Variable: nothing tracks, checkpoints or watches it on a tape. The watchdog holds
-    it weakly, so it goes with the function."""
+    """An int64[4] resource variable (runs begun, number of the last run that ended, when the
+    latest run began, when the latest completion happened), made eagerly while the function is
+    traced; the function captures its handle. A raw resource, not a tf.Variable: nothing
+    tracks, checkpoints or watches it on a tape. The watchdog holds it weakly, so it goes with
+    the function."""
     shared_name = f"{_COUNTER_PREFIX}{next(_graph_keys)}"
     with tf.init_scope(), tf.device("/device:CPU:0"):
-        handle = tf.raw_ops.VarHandleOp(dtype=tf.int64, shape=[2], shared_name=shared_name)
-        tf.raw_ops.AssignVariableOp(resource=handle, value=tf.zeros([2], tf.int64))
+        handle = tf.raw_ops.VarHandleOp(dtype=tf.int64, shape=[4], shared_name=shared_name)
+        tf.raw_ops.AssignVariableOp(resource=handle, value=tf.zeros([4], tf.int64))
     _state.PROBES.add(description, functools.partial(_read_counter, weakref.ref(handle),
                                                      shared_name))
     return handle
@@ -207,28 +213,57 @@ def _with_gates(inputs: List[tf.Tensor], gated: int, data: List[tf.Tensor]) -> L
     return [_gate(t, data) if i < gated else t for i, t in enumerate(inputs)]
 
 
+def _now_us() -> tf.Tensor:
+    """The wall-clock time in microseconds, as an int64[1]."""
+    return tf.reshape(tf.cast(tf.timestamp() * 1e6, tf.int64), [1])
+
+
+# The time stamps run in small functions that take the counter's handle: tf.function's automatic
+# control dependencies chain every stateful op that takes no resource (tf.timestamp is one) in
+# program order, which would make each collective wait for the previous one's end; a call that
+# takes the handle is ordered only against the ops on that counter.
+@tf.function(input_signature=[tf.TensorSpec([], tf.resource)], autograph=False)
+def _stamp_begin(handle: tf.Tensor) -> tf.Tensor:
+    now = _now_us()
+    tf.raw_ops.ResourceScatterMax(resource=handle, indices=[_BEGUN_AT], updates=now)
+    return now
+
+
+@tf.function(input_signature=[tf.TensorSpec([], tf.resource), tf.TensorSpec([1], tf.int64)],
+             autograph=False)
+def _stamp_end(handle: tf.Tensor, run: tf.Tensor) -> tf.Tensor:
+    now = _now_us()
+    tf.raw_ops.ResourceScatterMax(resource=handle, indices=[_ENDED, _ENDED_AT],
+                                  updates=tf.concat([run, now], 0))
+    return now
+
+
 def _counted(description: str, inputs: List[tf.Tensor], gated: int,
              build: Callable[[List[tf.Tensor]], T]) -> T:
     """A collective in a tf.function: counters, no Python. Once the inputs are ready the run
-    number n = ++begun is taken; the gates wait for it; once the outputs are ready
-    ended = max(ended, n). The outputs do not wait for that last op (the function's return
-    does, as for every stateful op; in a graph that would prune it they do), and each
-    collective has its own counters, so the marks order nothing else: collectives of one
-    function do not wait for each other."""
+    number n = ++begun is taken and the time stamped; the gates wait for both; once the
+    outputs are ready ended = max(ended, n) and the completion time is stamped. The watchdog
+    orders pending and completed collectives by these times, not by when it happened to poll:
+    a run left pending by a step that an error aborted began before any later completion, so
+    it is not named in place of what the instance waits on. The outputs do not wait for the
+    end mark (the function's return does, as for every stateful op; in a graph that would
+    prune it they do), and each collective has its own counters, so the marks order nothing
+    else: collectives of one function do not wait for each other."""
     handle = _new_counter(description)
     with tf.control_dependencies(inputs):
-        begun = tf.raw_ops.ResourceScatterAdd(resource=handle, indices=[0], updates=_INT64_ONE,
-                                              name="collective_begin")
+        begun = tf.raw_ops.ResourceScatterAdd(resource=handle, indices=[_BEGUN],
+                                              updates=_INT64_ONE, name="collective_begin")
     with tf.control_dependencies([begun]):
-        run = tf.raw_ops.ResourceGather(resource=handle, indices=[0], dtype=tf.int64,
+        stamped = _stamp_begin(handle)
+    with tf.control_dependencies([stamped]):
+        run = tf.raw_ops.ResourceGather(resource=handle, indices=[_BEGUN], dtype=tf.int64,
                                         name="collective_run")
     # The handle in the gate: a stateful op on a resource is ordered by tf.function's automatic
     # control dependencies only against ops on that resource.
     out = build(_with_gates(inputs, gated, [run, handle]))
     with tf.control_dependencies(tf.nest.flatten(out, expand_composites=True)):
-        end = tf.raw_ops.ResourceScatterMax(resource=handle, indices=[1], updates=run,
-                                            name="collective_end")
-    return out if _runs_every_stateful_op() else _after(end, out)
+        end = tf.identity(_stamp_end(handle, run), name="collective_end")
+    return out if _runs_every_stateful_op() else _after(end.op, out)
 
 
 def _graph_begin(description: str, key: int, *_resource) -> np.int64:

@@ -6,7 +6,7 @@ import itertools
 import logging
 import threading
 import time
-from typing import Callable, Dict, Hashable, List, Optional, Tuple
+from typing import Callable, Dict, Hashable, List, NamedTuple, Optional, Tuple
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +24,19 @@ class Pending:
     in_graph: bool = False
 
 
-# A probe's reader: (runs begun, number of the last run that ended, gone): gone once its function
-# was garbage collected (the values are then the last ones). May raise: skipped this time.
-ProbeReader = Callable[[], Tuple[int, int, bool]]
+class ProbeValues(NamedTuple):
+    """What a probe's counters say. Times are wall-clock seconds (time.time()), stamped by the
+    function's own ops; 0 before the first run."""
+
+    begun: int  # runs that reached the collective
+    ended: int  # number of the last run whose collective finished
+    begun_at: float  # when the latest run began
+    ended_at: float  # when the latest completion happened
+    gone: bool  # its function was garbage collected (the values are the last ones)
+
+
+# A probe's reader. May raise: skipped this time.
+ProbeReader = Callable[[], ProbeValues]
 
 
 @dataclasses.dataclass
@@ -43,7 +53,7 @@ class Probe:
     begun: int = 0
     ended: int = 0
     forgotten: int = 0  # runs up to this one were aborted (their step failed)
-    started: Optional[float] = None  # when the pending run was first seen (a poll's time)
+    started: Optional[float] = None  # when the pending run began (on the watchdog's clock)
 
     @property
     def pending(self) -> bool:
@@ -83,22 +93,26 @@ class StallWatchdog:
     """Tracks pending collectives; fires once when the instance stops making collective progress.
 
     The rule: some collective is pending and for ``timeout`` seconds none has completed (and the
-    oldest pending one has waited that long). A completion, successful or not, is progress.
+    oldest pending one submitted since the last completion, if any, has waited that long). A completion, successful or not, is progress.
     ``on_stall`` receives the message and must make the pending collectives fail (the library
     shuts Horovod down).
 
     Three kinds of marks: eager calls call begin()/end() directly; Session graphs call them from
     two small Python callbacks in the graph (``key``: the op, so a re-run replaces its mark);
-    tf.function collectives only update counters in the graph, which this thread reads every
-    ``interval`` (``probes``), so a function step runs no Python for them. When a graph step is
-    aborted by an error its "done" marks never run, so graph marks (and probe runs) are dropped
-    while ``graph_running()`` says no thread is executing TensorFlow.
+    tf.function collectives only update counters and times in the graph, which this thread
+    reads every ``interval`` (``probes``), so a function step runs no Python for them. When a
+    graph step is aborted by an error its "done" marks never run, so graph marks (and probe
+    runs) are dropped while ``graph_running()`` says no thread is executing TensorFlow. Every
+    mark carries the time its collective really began, and completions the time they really
+    happened (``wall``: the clock of the probes' times), so a mark left by an aborted step is
+    told from what the instance waits on even when the watchdog never saw the step end.
     """
 
     def __init__(self, timeout: float, on_stall: Callable[[str], None], where: str = "",
                  graph_running: Callable[[], bool] = lambda: True,
                  clock: Callable[[], float] = time.monotonic,
-                 probes: Optional[ProbeRegistry] = None) -> None:
+                 probes: Optional[ProbeRegistry] = None,
+                 wall: Callable[[], float] = time.time) -> None:
         if timeout <= 0:
             raise ValueError(f"stall timeout must be positive, got {timeout!r}")
         self.timeout = float(timeout)
@@ -106,6 +120,7 @@ class StallWatchdog:
         self._where = where
         self._graph_running = graph_running
         self._clock = clock
+        self._wall = wall
         self.probes = probes if probes is not None else ProbeRegistry()
         self._lock = threading.Lock()
         self._tokens = itertools.count(1)
@@ -159,7 +174,7 @@ class StallWatchdog:
         return sorted(entries, key=lambda p: p.started)
 
     # ---- probes ----------------------------------------------------------------------------
-    def _read_probes(self) -> List[Tuple[Probe, Tuple[int, int, bool]]]:
+    def _read_probes(self) -> List[Tuple[Probe, ProbeValues]]:
         """Current counter values of every probe (TensorFlow ops: outside the lock); the probes
         of functions that are gone are read a last time and dropped."""
         values, gone = [], []
@@ -170,28 +185,26 @@ class StallWatchdog:
                 log.debug("reading a collective probe failed", exc_info=True)
                 continue
             values.append((probe, value))
-            if value[2]:
+            if value.gone:
                 gone.append(probe)
         self.probes.discard(gone)
         return values
 
-    def _apply_probes(self, values: List[Tuple[Probe, Tuple[int, int, bool]]], now: float,
+    def _apply_probes(self, values: List[Tuple[Probe, ProbeValues]], now: float,
                       forget: bool) -> None:
         """Update the probes from values read at ``now``; under the lock. A run that ended is
-        progress; a run first seen pending now started at the latest now (so the watchdog never
-        fires early); ``forget``: no graph step is running, so runs still pending were aborted,
+        progress, at the time it ended; a pending run started when its step stamped it (never
+        after now); ``forget``: no graph step is running, so runs still pending were aborted,
         as are those of a function that is gone."""
-        for probe, (begun, ended, gone) in values:
-            if ended > probe.ended:
-                self._last_completion = now
-                probe.started = None  # the run seen pending ended; a newer one starts afresh
-            probe.begun, probe.ended = begun, max(ended, probe.ended)
-            if forget or gone:
-                probe.forgotten = begun
-            if not probe.pending:
-                probe.started = None
-            elif probe.started is None:
-                probe.started = now
+        offset = now - self._wall()  # the probes' wall-clock times on the watchdog's clock
+        for probe, value in values:
+            if value.ended > probe.ended:
+                self._last_completion = max(self._last_completion,
+                                            min(now, value.ended_at + offset))
+            probe.begun, probe.ended = value.begun, max(value.ended, probe.ended)
+            if forget or value.gone:
+                probe.forgotten = value.begun
+            probe.started = min(now, value.begun_at + offset) if probe.pending else None
 
     # ---- the decision ----------------------------------------------------------------------
     def check(self) -> Optional[str]:
@@ -199,8 +212,8 @@ class StallWatchdog:
         besides reading the probes and forgetting marks left by aborted graph steps)."""
         values = self._read_probes()
         idle = False
-        if self._has_graph_marks() or any(begun > max(ended, p.ended, p.forgotten)
-                                           for p, (begun, ended, _) in values):
+        if self._has_graph_marks() or any(v.begun > max(v.ended, p.ended, p.forgotten)
+                                           for p, v in values):
             # The probes are read first: a step that starts after the read is not forgotten.
             idle = not self._graph_running()
         if idle:
@@ -213,16 +226,16 @@ class StallWatchdog:
             entries = self._pending_entries()
             if not entries:
                 return None
-            oldest = entries[0].started
-            quiet_since = max(oldest, self._last_completion)
+            # What the instance waits on: the collectives submitted since the last completion
+            # when there are any. A mark that began before a later collective completed may be
+            # left by a step that an error aborted (the watchdog need not have seen the step
+            # end): it neither starts the clock nor is named.
+            waiting = [p for p in entries if p.started >= self._last_completion] or entries
+            quiet_since = max(waiting[0].started, self._last_completion)
             if now - quiet_since <= self.timeout:
                 return None
-            # Name the collectives submitted since the last completion when there are any: older
-            # marks may be left over from a failed graph step.
-            fresh = [p for p in entries if p.started >= self._last_completion]
-            # Newest first: the instance waits on what it submitted last; an older mark may
-            # belong to a function step that an error aborted before the watchdog saw it idle.
-            entries = sorted(fresh or entries, key=lambda p: p.started, reverse=True)
+            # Newest first: the instance waits on what it submitted last.
+            entries = sorted(waiting, key=lambda p: p.started, reverse=True)
             named = ", ".join(f"{str(p.description)} (waiting {now - p.started:.1f} s)"
                               for p in entries[:MAX_NAMED])
             if len(entries) > MAX_NAMED:

@@ -179,7 +179,7 @@ def independent_collectives(rank):
             "python_callbacks": sorted(op.type for op in ops.values()
                                        if op.type in ("EagerPyFunc", "PyFunc", "PyFuncStateless")),
             "begin_marks": sum(op.type == "ResourceScatterAdd" for op in ops.values()),
-            "consumers_wait_for_end_marks": any(ops[name].type == "ResourceScatterMax"
+            "consumers_wait_for_end_marks": any(name.startswith("collective_end")
                                                 for name in before_consumers),
             "values": to_py(two(*args))}
 

@@ -12,10 +12,24 @@ import time
 
 import tensorflow as tf
 
-from collectives_checks import Eager, Function, Session
+from collectives_checks import Eager, Function, Session, to_py
 from popdist_launcher import collectives as C
 
 EXIT_STALLED = 3
+
+
+class KeptFunction(Function):
+    """tf.function mode, with every function kept referenced as a training loop keeps its step
+    function: the errored steps' collectives stay pending in the watchdog's view (they are not
+    dropped because the garbage collector happened to free their functions)."""
+
+    def __init__(self):
+        self.kept = []
+
+    def run(self, build):
+        function = tf.function(build, autograph=False)
+        self.kept.append(function)
+        return to_py(function())
 
 
 def attempt(fn):
@@ -34,7 +48,7 @@ def write(out_dir, rank, record):
 
 def main():
     mode_name, out_dir, stall_timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
-    mode = {"eager": Eager, "function": Function, "session": Session}[mode_name]()
+    mode = {"eager": Eager, "function": KeptFunction, "session": Session}[mode_name]()
     C.init(stall_timeout=stall_timeout)
     rank, size = C.rank(), C.size()
     record = {"rank": rank, "size": size}
