@@ -275,3 +275,15 @@ def test_wrapper_refuses_a_connection_without_the_job_secret(pid_dir):
     assert job.returncode == 0, err
     assert "refused a connection that did not prove it belongs to this job" in err
     assert re.search(r"^\[1\]", out, re.M) is None  # nothing of the intruder's ran
+
+
+@pytest.mark.slow
+def test_the_collectives_stall_watchdog_brings_every_stack_into_the_report():
+    # A real stall: instance 1 never joins the allreduce instance 0 waits in.
+    result = poprun("-np", "2", "--grace-period", "3", program("stall.py"), timeout=300)
+    assert result.returncode != 0
+    assert "instance 0 reports a stalled collective (collective stall on instance 0 of 2" \
+        in result.stderr
+    stacks = result.stderr.split("Python stacks of every instance (all threads) =====", 1)[1]
+    assert "in allreduce" in stacks.split("instance 0 (host localhost):", 1)[1]
+    assert "in busy_elsewhere" in stacks.split("instance 1 (host localhost):", 1)[1]
