@@ -278,3 +278,33 @@ def test_sigusr2_is_forwarded_and_the_job_goes_on():
         signal.signal(signal.SIGUSR2, previous)
     assert result.state is JobState.SUCCEEDED, stdout
     assert stdout.count(b"got USR2") == 2
+
+
+def test_a_wrapper_runs_nothing_for_a_peer_that_does_not_know_the_secret(tmp_path):
+    # Someone listening where the wrapper connects (but without the job's secret) cannot make
+    # it run a command.
+    import socket
+    import subprocess
+
+    path, marker = str(tmp_path / "fake.sock"), tmp_path / "ran"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(1)
+    wrapper = subprocess.Popen(
+        [sys.executable, "-m", "popdist_launcher.launcher.spawned.instance", "--connect",
+         f"unix:{path}", "--index", "0", "--timeout", "30"], stderr=subprocess.PIPE,
+        env={**os.environ, p.SECRET_ENV: "the-real-secret"})
+    conn, _ = server.accept()
+    conn.sendall(p.frame(p.CHALLENGE, b"c" * 16))
+    reader = p.FrameReader()
+    hello = None
+    while hello is None:
+        hello = reader.take(conn.recv(4096))
+    theirs = bytes.fromhex(hello[1].decode().split()[4])
+    forged = p.mac(b"a-guess", p.LAUNCHER_PROOF + theirs, 0).encode()
+    conn.sendall(p.frame(p.SPEC, forged + p.encode_spec(["touch", str(marker)], {}, "/", False)))
+    _, err = wrapper.communicate(timeout=30)
+    conn.close()
+    server.close()
+    assert wrapper.returncode != 0 and not marker.exists()
+    assert b"does not know the job's secret" in err

@@ -579,8 +579,8 @@ class Supervisor:
 
     def _hello(self, conn: Conn, payload: bytes) -> bool:
         try:
-            index_text, mac = payload.decode("ascii").split()[:2]
-            index = int(index_text)
+            index_text, mac, _, _, theirs = payload.decode("ascii").split()[:5]
+            index, their_challenge = int(index_text), bytes.fromhex(theirs)
             good = 0 <= index < len(self.instances) and \
                 p.mac_ok(self._secret.encode(), conn.challenge, index, mac)
         except (ValueError, UnicodeDecodeError):
@@ -598,8 +598,9 @@ class Supervisor:
         inst.conn, inst.state = conn, InstanceState.CONNECTED
         run = self.state in (JobState.STARTING, JobState.RUNNING)
         spec = self._spec(index)
-        self._send(conn, p.SPEC, p.encode_spec(spec["argv"], spec["env"], spec["cwd"],
-                                               spec["stdin"], run))
+        proof = p.mac(self._secret.encode(), p.LAUNCHER_PROOF + their_challenge, index).encode()
+        self._send(conn, p.SPEC, proof + p.encode_spec(spec["argv"], spec["env"], spec["cwd"],
+                                                       spec["stdin"], run))
         if not run:
             inst.state = InstanceState.EXITED  # never started: nothing to wait for
         if index == 0:

@@ -551,9 +551,16 @@ def main(args: "list[str] | None" = None) -> int:
     sock = connect(addresses, timeout)
     reader = p.FrameReader()
     challenge = _recv_frame(sock, reader, p.CHALLENGE)
-    hello = f"{index} {p.mac(secret, challenge, index)} {os.uname().nodename} {os.getpid()}"
+    own = os.urandom(16)
+    hello = f"{index} {p.mac(secret, challenge, index)} {os.uname().nodename} {os.getpid()} " \
+            f"{own.hex()}"
     sock.sendall(p.frame(p.HELLO, hello.encode()))
-    spec = p.decode_spec(_recv_frame(sock, reader, p.SPEC))
+    payload = _recv_frame(sock, reader, p.SPEC)
+    if not p.mac_ok(secret, p.LAUNCHER_PROOF + own, index, payload[:p.MAC_SIZE].decode("ascii",
+                                                                                      "replace")):
+        _fail("the peer at the launcher's address does not know the job's secret; refusing to "
+              "run what it sends.")
+    spec = p.decode_spec(payload[p.MAC_SIZE:])
     sock.settimeout(None)
     if spec.get("cwd"):
         try:

@@ -1,9 +1,10 @@
 """The wire format between the launcher and each instance's wrapper: typed, length-prefixed frames.
 
 Standard library only, no json or typing (the wrapper imports it once per instance: every
-millisecond counts). A frame is one kind byte, a
-4-byte big-endian length and the payload. Over TCP the wrapper proves it belongs to the job by
-answering the launcher's random challenge with HMAC-SHA256(job secret, challenge + index).
+millisecond counts). A frame is one kind byte, a 4-byte big-endian length and the payload. The
+wrapper proves it belongs to the job by answering the launcher's random challenge with
+HMAC-SHA256(job secret, challenge + index); the launcher proves it is the job's launcher by
+answering the wrapper's own challenge the same way, in front of what it says to run.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import struct
 HEADER = struct.Struct("!BI")
 
 # wrapper -> launcher
-HELLO = 1      # "INDEX MAC HOST WRAPPER_PID"
+HELLO = 1      # "INDEX MAC HOST WRAPPER_PID CHALLENGE": CHALLENGE is the wrapper's, in hex
 STARTED = 2    # "PID": the program runs
 STDOUT = 3     # bytes the program wrote to stdout
 STDERR = 4     # bytes the program wrote to stderr
@@ -21,7 +22,7 @@ STACKS = 6     # text: the program's Python stacks (faulthandler), after a DUMP
 STALL = 7      # text: the program's collectives watchdog reports a stall
 # launcher -> wrapper
 CHALLENGE = 20  # 16 random bytes, sent on accept (TCP and Unix sockets)
-SPEC = 21       # encode_spec(): what to run
+SPEC = 21       # mac(secret, b"launcher" + wrapper's challenge, index) + encode_spec()
 SIGNAL = 22     # one byte: deliver this signal to the program's process group
 STDIN = 23      # bytes for the program's stdin (instance 0 only)
 STDIN_EOF = 24  # the launcher's stdin ended
@@ -71,8 +72,12 @@ def mac(secret: bytes, challenge: bytes, index: int) -> str:
 
 
 def mac_ok(secret: bytes, challenge: bytes, index: int, offered: str) -> bool:
-    import hmac
-    return hmac.compare_digest(mac(secret, challenge, index), str(offered))
+    from _operator import _compare_digest  # hmac.compare_digest, without importing hmac
+    return _compare_digest(mac(secret, challenge, index), str(offered))
+
+
+LAUNCHER_PROOF = b"launcher"  # what the launcher's answer to a wrapper's challenge starts with
+MAC_SIZE = 64  # hex digits
 
 
 class FrameReader:
