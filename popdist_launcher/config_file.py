@@ -63,8 +63,12 @@ def load(name: str, kinds: Mapping[str, str]) -> Dict[str, Any]:
                 f"config file {path!r} has an unknown format; use a .toml, .yaml or .yml file.")
     except ConfigFileError:
         raise
-    except Exception as exc:  # the parsers' own errors name line and column
-        raise ConfigFileError(f"config file {path!r} could not be parsed: {exc}.") from None
+    except UnicodeDecodeError:
+        raise ConfigFileError(f"config file {path!r} is not a text file; give a TOML or YAML "
+                              f"file of option = value lines.") from None
+    except Exception as exc:  # the parsers' own errors name line and column: kept on one line
+        raise ConfigFileError(f"config file {path!r} could not be parsed: "
+                              f"{' '.join(str(exc).split())}.") from None
     if not isinstance(data, dict):
         raise ConfigFileError(
             f"config file {path!r} must hold a table of option = value pairs, got "

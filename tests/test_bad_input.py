@@ -115,3 +115,16 @@ def test_valid_values_still_run(tmp_path):
     assert result.returncode == 0, result.stderr
     again = poprun("--config", str(exported), "true", timeout=60)
     assert again.returncode == 0, again.stderr
+
+
+@pytest.mark.parametrize("name, content, words", [
+    ("job.toml", b"\x81\x00num-instances = 2\n", "is not a text file"),
+    ("job.yaml", b"\xff\xfe\x00\x01", "is not a text file"),
+    ("job.yaml", b"num-instances: !!python/object:os.system [ls]\n",
+     "could not be parsed: could not determine a constructor for the tag"),
+    ("job.toml", b"num-instances = \n", "could not be parsed: Invalid value (at line 1"),
+])
+def test_unreadable_config_files(tmp_path, name, content, words):
+    config = tmp_path / name
+    config.write_bytes(content)
+    refused("--config", str(config), "true", words=f"config file '{config}' {words}")

@@ -294,6 +294,10 @@ def test_stall_timeout_resolution(monkeypatch) -> None:
         _state.resolve_stall_timeout(None)
     with pytest.raises(ValueError, match="must be 0"):
         _state.resolve_stall_timeout(-1)
+    for value in ("inf", "nan", "-inf"):
+        monkeypatch.setenv(_state.STALL_TIMEOUT_ENV, value)
+        with pytest.raises(ValueError, match=f"positive, finite number of seconds, got {value}"):
+            _state.resolve_stall_timeout(None)
 
 
 class Clock:

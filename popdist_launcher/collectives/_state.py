@@ -65,9 +65,9 @@ def resolve_stall_timeout(stall_timeout: Optional[float]) -> float:
         value = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{source} must be a number of seconds, got {value!r}.") from None
-    if value < 0 or value != value:
-        raise ValueError(f"{source} must be 0 (no stall check) or a positive number of seconds, "
-                         f"got {value!r}.")
+    if not 0 <= value < float("inf"):
+        raise ValueError(f"{source} must be 0 (no stall check) or a positive, finite number of "
+                         f"seconds, got {value!r}.")
     return value
 
 
