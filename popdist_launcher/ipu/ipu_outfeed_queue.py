@@ -3,14 +3,17 @@
 ``enqueue`` inside a loop body appends the values to a host-side FIFO queue (created on the
 first enqueue, outside any loop or function); ``dequeue`` returns everything enqueued since the
 last dequeue, stacked on a new first axis (``IPUOutfeedMode.ALL``), or only the last element
-(``IPUOutfeedMode.LAST``), as Graphcore's does with one replica.
+(``IPUOutfeedMode.LAST``). Enqueued from ``strategy.run`` of a strategy with several local
+replicas (a replicated IPUStrategy, PopDistStrategy with --num-replicas), each replica has its
+own queue and the result has a replica axis, as Graphcore's with a replication factor above 1:
+``[enqueues, replicas, ...]`` (ALL) or ``[replicas, ...]`` (LAST).
 """
 from __future__ import annotations
 
 import enum
 import itertools
 import logging
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import tensorflow as tf
 
@@ -43,81 +46,106 @@ class IPUOutfeedQueue:
         self._device_ordinal = device_ordinal or 0
         self._feed_name = f"outfeed_{next(_ids)}"
         self._structure = None
-        self._queue = None
+        self._queues = None  # one per local replica
+        self._replicated = False
 
     @property
     def enqueued(self) -> bool:
         """Whether a loop body has enqueued into this queue."""
-        return self._queue is not None
+        return self._queues is not None
 
     def enqueue(self, tensors: Any):
-        """Append ``tensors`` (a tensor, or a list, tuple or dict of them); returns the op."""
-        context = tf.distribute.get_replica_context() if tf.distribute.has_strategy() else None
-        if context is not None and len(context.strategy.extended.worker_devices) > 1:
-            raise NotImplementedError(
-                "IPUOutfeedQueue.enqueue from a strategy with several local replicas is not "
-                "supported here (Graphcore's would add a replica axis); enqueue from one replica, "
-                "or return the values from strategy.run instead.")
+        """Append ``tensors`` (a tensor, or a list, tuple or dict of them) to this replica's
+        queue; returns the op."""
+        replica, replicas = _local_replica()
         flat = [tf.convert_to_tensor(t) for t in tf.nest.flatten(tensors)]
-        if self._queue is None:
+        if self._queues is None:
             self._structure = tensors
+            self._replicated = replicas > 1
             with tf.init_scope(), tf.device("/device:CPU:0"):
-                self._queue = tf.queue.FIFOQueue(
+                self._queues = [tf.queue.FIFOQueue(
                     _CAPACITY, [t.dtype for t in flat], shapes=[t.shape for t in flat],
-                    name=self._feed_name)
+                    name=f"{self._feed_name}_{r}") for r in range(replicas)]
         else:
             try:
                 tf.nest.assert_same_structure(self._structure, tensors)
             except (ValueError, TypeError) as exc:
                 raise ValueError(f"every enqueue into an IPUOutfeedQueue must have the structure "
                                  f"of the first ({exc}).") from None
+            if replicas != len(self._queues):
+                raise ValueError(f"this IPUOutfeedQueue was first enqueued from "
+                                 f"{len(self._queues)} replica(s), now from {replicas}; use one "
+                                 f"queue per strategy.")
         with tf.device("/device:CPU:0"):
-            return self._queue.enqueue(flat)
+            return self._queues[replica].enqueue(flat)
 
     def dequeue(self, wait_for_completion: bool = False):
         """Everything enqueued since the last dequeue: each tensor stacked on a new first axis
         (ALL; empty arrays when nothing was enqueued), or the last element enqueued (LAST; again
-        on the next dequeue until a newer one arrives; an error when nothing was enqueued)."""
-        if self._queue is None:
+        on the next dequeue until a newer one arrives; an error when nothing was enqueued).
+        With several replicas, a replica axis follows the first (ALL) or comes first (LAST)."""
+        if self._queues is None:
             raise ValueError("Trying to dequeue an outfeed which has not been enqueued.")
         with tf.device("/device:CPU:0"):
-            flat = self._queue.dequeue_many(self._queue.size())
-            flat = flat if isinstance(flat, (list, tuple)) else [flat]
-            if self._outfeed_mode == IPUOutfeedMode.LAST:
-                last = [t[-1] for t in flat]
-                with tf.control_dependencies([self._queue.enqueue(last)]):  # it stays the last
-                    flat = [tf.identity(t) for t in last]
+            per_replica = [self._dequeue_one(queue) for queue in self._queues]
+            if not self._replicated:
+                flat = per_replica[0]
+            else:
+                axis = 0 if self._outfeed_mode == IPUOutfeedMode.LAST else 1
+                flat = [tf.stack(parts, axis=axis) for parts in zip(*per_replica)]
         return tf.nest.pack_sequence_as(self._structure, list(flat))
+
+    def _dequeue_one(self, queue) -> list:
+        flat = queue.dequeue_many(queue.size())
+        flat = list(flat) if isinstance(flat, (list, tuple)) else [flat]
+        if self._outfeed_mode == IPUOutfeedMode.LAST:
+            last = [t[-1] for t in flat]
+            with tf.control_dependencies([queue.enqueue(last)]):  # it stays the last
+                flat = [tf.identity(t) for t in last]
+        return flat
 
     @property
     def deleter(self):
         """Eager: forget this queue's values and structure now (a new enqueue starts a new
         queue). Graph mode: an op that drops the values enqueued so far."""
-        if tf.executing_eagerly() or self._queue is None:
+        if tf.executing_eagerly() or self._queues is None:
             self._delete()
             return None if tf.executing_eagerly() else tf.no_op(name=f"{self._feed_name}_deleter")
         with tf.device("/device:CPU:0"):
-            drained = self._queue.dequeue_many(self._queue.size())
+            drained = [queue.dequeue_many(queue.size()) for queue in self._queues]
         return tf.group(*tf.nest.flatten(drained), name=f"{self._feed_name}_deleter")
 
     def _delete(self) -> None:
-        self._queue = None
+        self._queues = None
         self._structure = None
 
     def __iter__(self):
-        """Eager, mode ALL: the dequeued elements one by one."""
+        """Eager, mode ALL: the dequeued elements one by one (each with its replica axis when
+        several replicas enqueued)."""
         if not tf.executing_eagerly():
             raise RuntimeError("IPUOutfeedQueue can only be iterated over in eager mode.")
         if self._outfeed_mode != IPUOutfeedMode.ALL:
             raise RuntimeError("IPUOutfeedQueue can only be iterated over if the `outfeed_mode` "
                                "is set to 'IPUOutfeedMode.ALL'.")
-        if self._queue is None:
+        if self._queues is None:
             return iter(())
         values = self.dequeue()
         flat = tf.nest.flatten(values)
         count = int(flat[0].shape[0]) if flat else 0
         return (tf.nest.pack_sequence_as(self._structure, [t[i] for t in flat])
                 for i in range(count))
+
+
+def _local_replica() -> Tuple[int, int]:
+    """(this replica's index among the instance's replicas, how many there are); (0, 1) outside
+    ``strategy.run`` of a strategy with several local replicas."""
+    context = tf.distribute.get_replica_context() if tf.distribute.has_strategy() else None
+    if context is None:
+        return 0, 1
+    replicas = len(context.strategy.extended.worker_devices)
+    if replicas == 1:
+        return 0, 1
+    return int(context._replica_id), replicas  # noqa: SLF001 (the local id, a Python int)
 
 
 class ScopedIPUOutfeedQueue(IPUOutfeedQueue):

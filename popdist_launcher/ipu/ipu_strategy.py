@@ -1,10 +1,18 @@
 """``ipu.ipu_strategy``: IPUStrategyV1 (and its alias IPUStrategy), the single-process strategy
 of Graphcore's TF2 API.
 
-As on an IPU system, the strategy has one replica in sync (``num_replicas_in_sync == 1``):
-variables live on, and ``run`` executes on, the local device that stands for
-``/device:IPU:N`` (a logical CPU device or a GPU, see ``ipu.config``). Under poprun-lite each instance runs it independently. Creating one installs
-the Keras extensions (``model.set_gradient_accumulation_options`` ...), see ``keras_extensions``.
+With one local IPU device (``auto_select_ipus = 1``, or ``ipu_device`` other than IPU:0) the
+strategy runs one replica on the local device that stands for ``/device:IPU:N`` (a logical CPU
+device or a GPU, see ``ipu.config``). When IPUConfig selects several local IPUs (one TF device
+per replica), it replicates as Graphcore's does: ``run`` executes the function on every local
+replica, each replica reads its own dataset elements (consecutive elements go to replicas
+0, 1, ...; the batch a replica sees is the dataset's batch), gradients are summed over the
+replicas, ``ipu.cross_replica_ops`` reduce over them and outfeeds gain a replica axis.
+``num_replicas_in_sync`` stays 1, as on an IPU system, where replication happens inside the
+device program (so Keras does not scale losses by the replica count). Replicas are local to
+the instance: under poprun-lite each instance trains its own (PopDistStrategy trains across
+instances). Creating one installs the Keras extensions (``model.set_gradient_accumulation_options``
+...), see ``keras_extensions``.
 """
 from __future__ import annotations
 
@@ -13,6 +21,7 @@ import logging
 import tensorflow as tf
 
 from popdist_launcher.ipu import config as ipu_config
+from popdist_launcher.strategies._tf_internal import distribute_lib
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +34,8 @@ def _device_ordinal(ipu_device: str) -> int:
 
 
 class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
-    """One replica on the local device standing for ``ipu_device``.
+    """Graphcore's IPUStrategy: one replica on the device standing for ``ipu_device``, or, when
+    IPUConfig selects several local IPUs and ``ipu_device`` is IPU:0, one replica on each.
 
     ``enable_dataset_iterators`` is accepted for Graphcore's signature (datasets are always
     iterated on the host here); ``enable_keras_extensions`` adds the IPU Keras methods to Keras
@@ -36,18 +46,40 @@ class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
                  enable_dataset_iterators: bool = True, enable_keras_extensions: bool = True) -> None:
         ordinal = _device_ordinal(ipu_device)
         device = ipu_config.replica_device(ordinal)
-        selected = ipu_config.get_configured_system().num_ipus
-        if selected > 1:
-            log.info("IPUStrategy: IPUConfig selects %d IPUs; the strategy runs one replica, "
-                     "on %s (Keras fit refuses a model Graphcore would replicate; use "
-                     "PopDistStrategy for replicas).", selected, ipu_device)
-        super().__init__(device)
+        system = ipu_config.get_configured_system()
+        devices = system.devices if system is not None and ordinal == 0 else (device,)
+        if len(devices) > 1 and not system.missing_devices:
+            from popdist_launcher.ipu._replicated import ReplicatedIPUExtended
+            distribute_lib.Strategy.__init__(self, ReplicatedIPUExtended(self, devices))
+            log.info("IPUStrategy: %d local replicas on %s (gradients summed over them, as "
+                     "Graphcore's replicated IPUStrategy).", len(devices), ", ".join(devices))
+        else:
+            if system is not None and system.num_ipus > 1:
+                log.info("IPUStrategy: IPUConfig selects %d IPUs; one replica on %s%s.",
+                         system.num_ipus, device,
+                         f" ({system.missing_devices})" if system.missing_devices else "")
+            super().__init__(device)
         self._ipu_device = ipu_device
         self._cpu_device = cpu_device
         self._device_ordinal = ordinal
         if enable_keras_extensions:
             from popdist_launcher.ipu import keras_extensions
             keras_extensions.install()
+
+    @property
+    def _collective_key_base(self) -> int:
+        # MirroredExtended reads it from its container while being built; unused here.
+        return id(self)
+
+    @property
+    def num_replicas_in_sync(self) -> int:
+        """1, as Graphcore's: replication is inside the device program (see the module)."""
+        return 1
+
+    @property
+    def num_local_replicas(self) -> int:
+        """The replicas this strategy runs: 1, or one per local IPU device IPUConfig made."""
+        return len(self.extended.worker_devices)
 
     def experimental_run_v2(self, fn, args=(), kwargs=None, options=None):
         """The TF 2.0/2.1 name of ``run``, still used by IPU-era code."""
@@ -59,3 +91,11 @@ class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
 
 
 IPUStrategy = IPUStrategyV1
+
+
+def replicas_of(strategy) -> int:
+    """How many replicas ``ipu.cross_replica_ops`` reduce over in ``strategy``: every replica
+    in sync, or an IPUStrategy's local replicas."""
+    if isinstance(strategy, IPUStrategyV1):
+        return strategy.num_local_replicas
+    return strategy.num_replicas_in_sync

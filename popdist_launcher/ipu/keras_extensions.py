@@ -9,6 +9,13 @@ epoch. A pipelined model (``set_pipelining_options`` with stages from
 device, so it computes the same numbers as the unpipelined model. Options that only tune IPU data
 streams or hardware are accepted and logged once.
 
+Under an IPUStrategy with several local replicas, ``fit`` / ``evaluate`` / ``predict`` follow
+Graphcore's replicated Keras: each replica reads its own batches (consecutive batches go to
+replicas 0, 1, ...), the steps of an epoch (and a given ``steps_per_epoch`` / ``steps``) are
+divided by the replication factor (the remainder dropped with a warning),
+``steps_per_execution`` and the accumulation count count per-replica steps, gradients are summed
+over the replicas, and ``predict`` returns outputs in the input's order.
+
 ``install()`` adds the methods to ``tf.keras.Model``; IPUStrategy calls it. Models without these
 options train exactly as before.
 """
@@ -18,7 +25,7 @@ import enum
 import importlib
 import logging
 import math
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 from keras.src.engine import data_adapter, training  # the one place this package reaches into Keras
@@ -31,7 +38,9 @@ _original: Dict[str, Any] = {}
 
 
 class ReplicatedMetricReductionMethod(enum.Enum):
-    """How metrics of several replicas are returned (one replica per IPUStrategy here)."""
+    """How Graphcore's Keras returns metrics of several replicas. Here Keras metrics of a
+    replicated IPUStrategy always cover every replica's batches (what MEAN gives for mean
+    metrics on an IPU system)."""
     NONE = 1
     LIST = 2
     SUM = 3
@@ -193,9 +202,12 @@ def set_asynchronous_callbacks(self, asynchronous: bool = False) -> None:
 
 
 def set_replication_options(self, replicated_metric_reduction_method="NONE") -> None:
-    """How metrics of several replicas are reduced; one replica per model here, so every method
-    returns that replica's metrics."""
-    ReplicatedMetricReductionMethod.parse(replicated_metric_reduction_method)
+    """How metrics of several replicas are reduced. Here metrics always cover every replica's
+    batches (as MEAN does for mean metrics on an IPU system); other methods are logged once."""
+    method = ReplicatedMetricReductionMethod.parse(replicated_metric_reduction_method)
+    if method != ReplicatedMetricReductionMethod.MEAN:
+        _log_once("metric_reduction", "replicated_metric_reduction_method=%s: Keras metrics here "
+                  "cover every replica's batches, as MEAN does.", method.name)
 
 
 # ---- training with accumulation --------------------------------------------------------------
@@ -219,32 +231,105 @@ def accumulation_steps(model) -> int:
     return opts["ga_steps"] or 1
 
 
-def _check_replication(model) -> None:
-    """IPUStrategy runs one replica; Graphcore's would replicate a model over the IPUs its
-    shards leave free (gradients summed over replicas). Refuse that rather than train otherwise."""
+def replication_factor(model) -> int:
+    """The replicas Graphcore's IPUStrategy trains ``model`` on: the selected IPUs over the
+    model's shards (a power of two); 1 outside a replicated IPUStrategy. A ValueError when this
+    IPUStrategy's local replicas cannot be those replicas."""
     from popdist_launcher.ipu import config, ipu_strategy
 
     system = config.get_configured_system()
-    if system is None or not isinstance(model.distribute_strategy, ipu_strategy.IPUStrategyV1):
-        return
+    strategy = model.distribute_strategy
+    if system is None or not isinstance(strategy, ipu_strategy.IPUStrategyV1):
+        return 1
     opts = _options(model) if "_ipu_options" in model.__dict__ else None
     if opts is not None and _is_pipelined(model):
         known = opts["device_mapping"] or opts["stages"]
-        if not known:
-            return  # stages set with PipelineStage: take every selected IPU as a shard
+        if not known:  # stages set with PipelineStage: take every selected IPU as a shard
+            return strategy.num_local_replicas
         shards = 2 ** math.ceil(math.log2(max(known) + 1))
     else:
         shards = 1
+    if shards > system.num_ipus:
+        raise ValueError(f"Current device has {system.num_ipus} IPUs attached, however the "
+                         f"current model requires a multiple of {shards} IPUs.")
     replication = system.num_ipus // shards
-    if replication > 1:
+    local = strategy.num_local_replicas
+    if replication == local:
+        return local
+    if local == 1:
+        why = system.missing_devices or "IPUStrategy was given an ipu_device other than IPU:0"
         raise ValueError(
             f"IPUConfig selects {system.num_ipus} IPU(s) for a model of {shards} shard(s), so "
-            f"Graphcore's IPUStrategy would train {replication} replicas; IPUStrategy here runs "
-            f"one. Select {shards} IPU(s) (auto_select_ipus), or train replicas with "
-            f"PopDistStrategy (poprun-lite --num-replicas) instead.")
+            f"Graphcore's IPUStrategy would train {replication} replicas; this one has a single "
+            f"replica ({why}). Configure the IPU system before TensorFlow starts and use "
+            f"/device:IPU:0, or select {shards} IPU(s) (auto_select_ipus).")
+    raise ValueError(
+        f"This IPUStrategy has {local} local replicas (one per selected IPU, "
+        f"{system.ipus_per_replica} IPU(s) per replica), but the model is pipelined over "
+        f"{shards} IPUs, so Graphcore's would train {replication}. Give each replica {shards} "
+        f"IPUs: poprun-lite --ipus-per-replica {shards} (or POPDIST_NUM_IPUS_PER_REPLICA={shards}), "
+        f"or popdist.tensorflow.set_ipu_config(config, ipus_per_replica={shards}).")
 
 
-def _check_steps(model, x, steps_per_epoch, batch_size) -> None:
+def _num_batches(x, batch_size, steps) -> Optional[int]:
+    """The batches ``x`` gives per epoch (``steps`` when given); None when unknown."""
+    if steps is not None:
+        return steps
+    if isinstance(x, tf.data.Dataset):
+        cardinality = int(x.cardinality())
+        return cardinality if cardinality >= 0 else None
+    if x is not None and not isinstance(x, dict) and hasattr(x, "__len__"):
+        first = tf.nest.flatten(x)[0]
+        if hasattr(first, "shape"):
+            return -(-int(first.shape[0]) // (batch_size or 32))
+    return None
+
+
+def _replica_input(model, x, batch_size, steps, what: str) -> Tuple[Any, Optional[int], bool]:
+    """``(x, steps, grouped)`` for Keras under a replicated IPUStrategy, with Graphcore's steps
+    per replica: the dataset's batches (or ``steps``) over the replicas, the remainder dropped
+    with a warning. A dataset is grouped here (R elements per step, so Keras counts steps per
+    replica); arrays are grouped by the strategy and get ``steps``. Unchanged without
+    replication."""
+    replicas = replication_factor(model)
+    if replicas == 1:
+        return x, steps, False
+    total = _num_batches(x, batch_size, steps)
+    if total is None:
+        raise ValueError(f"Could not infer the size of the data for {what}() over {replicas} "
+                         f"replicas. You must specify the number of steps to run.")
+    first = None if isinstance(x, tf.data.Dataset) or x is None else tf.nest.flatten(x)[0]
+    if first is not None and hasattr(first, "shape") and int(first.shape[0]) % (batch_size or 32):
+        raise ValueError(
+            f"The provided set of data has a partial batch, which could result in data being "
+            f"dropped. Either adjust the `batch_size` of your model (currently set to "
+            f"{batch_size or 32}) or pad your dataset to ensure there are no partial batches.")
+    if total < replicas:
+        raise ValueError(f"The provided dataset contains {total} batches, but all {replicas} "
+                         f"replicas need at least one each.")
+    if total % replicas:
+        log.warning("Dataset of %d batches is being evenly distributed between %d replicas. The "
+                    "remaining %d batch(es) will be dropped.", total, replicas, total % replicas)
+    _log_once("replicated_metrics", "IPUStrategy with %d replicas: each replica reads its own "
+              "batches (the effective batch size is the dataset's batch x %d); Keras metrics "
+              "and losses are over every replica's batches.", replicas, replicas)
+    if isinstance(x, tf.data.Dataset):
+        grouped = model.distribute_strategy.extended.replica_elements(x)
+        return grouped, None if steps is None else steps // replicas, True
+    return x, total // replicas, False
+
+
+def _run_replicated(model, grouped: bool, call: Callable[[], Any]) -> Any:
+    extended = model.distribute_strategy.extended
+    if not hasattr(extended, "input_grouped"):
+        return call()
+    with extended.input_grouped(grouped):
+        return call()
+
+
+def _check_steps(model, steps: Optional[int]) -> None:
+    """Graphcore's rules: ``steps_per_execution`` a multiple of the accumulation count and a
+    divisor of the steps per epoch (per replica), which the count divides too."""
     n = accumulation_steps(model)
     spe = int(model._steps_per_execution.numpy()) if model._steps_per_execution is not None else 1  # noqa: SLF001
     if spe % n:
@@ -253,14 +338,6 @@ def _check_steps(model, x, steps_per_epoch, batch_size) -> None:
             f"gradient accumulation for training, however the current `steps_per_execution` value "
             f"(set to {spe}) is not divisible by `gradient_accumulation_steps_per_replica` ({n}). "
             f"Adjust either so that `steps_per_execution` is divisible by it.")
-    steps = steps_per_epoch
-    if steps is None and isinstance(x, tf.data.Dataset):
-        cardinality = int(x.cardinality())
-        steps = cardinality if cardinality >= 0 else None
-    if steps is None and x is not None and hasattr(x, "__len__") and not isinstance(x, dict):
-        first = tf.nest.flatten(x)[0]
-        if hasattr(first, "shape"):
-            steps = -(-int(first.shape[0]) // (batch_size or 32))
     if steps is not None and steps % min(spe, steps):
         raise ValueError(f"`steps_per_execution` ({spe}) must be a divisor of the number of "
                          f"batches ({steps}) in the dataset provided.")
@@ -364,14 +441,30 @@ def _make_train_function(self, force: bool = False):
 def _fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None,
          validation_split=0.0, validation_data=None, shuffle=True, class_weight=None,
          sample_weight=None, initial_epoch=0, steps_per_epoch=None, **kwargs):
-    _check_replication(self)
+    original_x = x
+    x, steps, grouped = _replica_input(self, x, batch_size, steps_per_epoch, "fit")
     if "_ipu_options" in self.__dict__ and accumulation_steps(self) > 1:
-        _check_steps(self, x, steps_per_epoch, batch_size)
+        _check_steps(self, _num_batches(x, batch_size, steps))  # per replica
         if not self.built:
-            _build_from_data(self, x)
-    return _original["fit"](self, x, y, batch_size, epochs, verbose, callbacks, validation_split,
-                            validation_data, shuffle, class_weight, sample_weight, initial_epoch,
-                            steps_per_epoch, **kwargs)
+            _build_from_data(self, original_x)
+    return _run_replicated(self, grouped, lambda: _original["fit"](
+        self, x, y, batch_size, epochs, verbose, callbacks, validation_split, validation_data,
+        shuffle, class_weight, sample_weight, initial_epoch, steps, **kwargs))
+
+
+def _evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None,
+              steps=None, **kwargs):
+    x, steps, grouped = _replica_input(self, x, batch_size, steps, "evaluate")
+    return _run_replicated(self, grouped, lambda: _original["evaluate"](
+        self, x, y, batch_size=batch_size, verbose=verbose, sample_weight=sample_weight,
+        steps=steps, **kwargs))
+
+
+def _predict(self, x, batch_size=None, verbose="auto", steps=None, **kwargs):
+    """Replicas' outputs come back in the order of the input, as Graphcore's."""
+    x, steps, grouped = _replica_input(self, x, batch_size, steps, "predict")
+    return _run_replicated(self, grouped, lambda: _original["predict"](
+        self, x, batch_size=batch_size, verbose=verbose, steps=steps, **kwargs))
 
 
 _METHODS = (set_gradient_accumulation_options, set_pipelining_options, set_pipeline_stage_assignment,
@@ -387,10 +480,14 @@ def install() -> None:
     model_class = tf.keras.Model
     _original["make_train_function"] = model_class.make_train_function
     _original["fit"] = model_class.fit
+    _original["evaluate"] = model_class.evaluate
+    _original["predict"] = model_class.predict
     for method in _METHODS:
         setattr(model_class, method.__name__, method)
     model_class.make_train_function = _make_train_function
     model_class.fit = _fit
+    model_class.evaluate = _evaluate
+    model_class.predict = _predict
     # Graphcore's Keras has an ``ipu`` module (keras.ipu.PipelineStage ...): give Keras ours.
     import keras
 

@@ -322,7 +322,8 @@ def test_distributed_cross_replica_ops_and_accumulation(tmp_path):
     # test_all_reduce (cross_replica_sum/mean over every replica of every instance); Keras
     # gradient accumulation under PopDistStrategy and a TF1 loop with
     # CrossReplicaGradientAccumulationOptimizerV2, each instance on its own shard, end with the
-    # weights of one process on the global batch.
+    # weights of one process on the global batch; IPUStrategy replicated over each instance's
+    # local IPUs.
     run_program("distributed.py", tmp_path, np_=2, replicas=4)
     results = [json.loads((tmp_path / f"dist-{i}.json").read_text()) for i in range(2)]
     keras_w, _ = train_linear(X64, Y64, W64, 8, 4, 2, 0.05, momentum=0.9, method="mean", epochs=2)
@@ -334,7 +335,31 @@ def test_distributed_cross_replica_ops_and_accumulation(tmp_path):
         close(got["keras_ga_w"], keras_w.ravel())
         assert got["keras_ga_iterations"] == 4
         close(got["tf1_ga_w"], tf1_w.ravel())
-        assert "would train 2 replicas" in got["ipu_strategy_replication"]
+    # A replicated IPUStrategy (2 local IPUs per instance): each replica reads its own batches
+    # of 4, gradients are summed (model_replication_test, gradient_accumulation_test with
+    # replication): one device with a batch of 8 and twice the learning rate, 8 updates per
+    # epoch; steps per epoch divided by the replicas; predict in the input's order.
+    rep_w, rep_losses = train_linear(X64, Y64, W64, 4, 2, 8, 0.05, momentum=0.9, epochs=2)
+    one_device_w, _ = train_linear(X64, Y64, W64, 8, 1, 8, 0.1, momentum=0.9, epochs=2)
+    close(rep_w, one_device_w)
+    ga_w, _ = train_linear(X64, Y64, W64, 4, 4, 4, 0.1, momentum=0.9, method="mean", epochs=2)
+    for got in results:
+        assert got["ipu_num_replicas_in_sync"] == 1  # as Graphcore's IPUStrategy
+        fit = got["ipu_fit"]
+        close(fit["w"], rep_w.ravel())
+        close(got["ipu_fit_arrays_w"], rep_w.ravel())
+        assert fit["iterations"] == 16
+        close(fit["loss"][0], np.mean(rep_losses[:16]))
+        close(fit["evaluate"], float(((X64 @ rep_w - Y64) ** 2).mean()))
+        close(fit["predict"], (X64[:8] @ rep_w).ravel())
+        close(got["ipu_ga"]["w"], ga_w.ravel())
+        assert got["ipu_ga"]["iterations"] == 8
+        assert "--ipus-per-replica 2" in got["ipu_pipelined_over_replicas"]
+        # ipu_outfeed_queue docs: ALL gives [enqueues, replicas, ...], LAST [replicas, ...].
+        assert got["ipu_cross_replica_sum"] == [3.0, 3.0]
+        assert got["outfeed_all"] == [[0.0, 10.0], [1.0, 11.0], [2.0, 12.0]]
+        assert got["outfeed_all_row_shape"] == [3, 2, 2]
+        assert got["outfeed_last"] == [2.0, 3.0]
     assert results[0]["keras_ga_w"] == results[1]["keras_ga_w"]
     assert results[0]["tf1_ga_w"] == results[1]["tf1_ga_w"]
 

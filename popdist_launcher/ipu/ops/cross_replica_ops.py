@@ -1,9 +1,9 @@
 """``ipu.cross_replica_ops``: sums and means over the replicas of the current strategy.
 
-Inside ``strategy.run`` of a strategy with several replicas in sync (PopDistStrategy,
-IPUHorovodStrategy, IPUMultiWorkerStrategy: every replica of every instance) the value is
-all-reduced over them; with one replica in sync (IPUStrategy, or no strategy) it is that replica's
-own value.
+Inside ``strategy.run`` of a strategy with several replicas (PopDistStrategy,
+IPUHorovodStrategy, IPUMultiWorkerStrategy: every replica of every instance; a replicated
+IPUStrategy: its local replicas) the value is all-reduced over them; with one replica (or no
+strategy) it is that replica's own value.
 """
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ import tensorflow as tf
 
 
 def _replicas() -> int:
+    from popdist_launcher.ipu.ipu_strategy import replicas_of
+
     context = tf.distribute.get_replica_context()
-    return context.num_replicas_in_sync if context is not None else 1
+    return replicas_of(context.strategy) if context is not None else 1
 
 
 def _check_group(replica_group_size: Optional[int]) -> None:

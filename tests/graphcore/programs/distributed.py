@@ -67,15 +67,77 @@ with strategy.scope():
 out["keras_ga_w"] = model.get_weights()[0].ravel().tolist()
 out["keras_ga_iterations"] = int(model.optimizer.iterations.numpy())
 
-# IPUStrategy with 2 local IPUs would replicate on Graphcore's machines: refused, not mistrained.
-with ipu.ipu_strategy.IPUStrategyV1().scope():
-    single = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(3,))])
-    single.compile(optimizer="sgd", loss="mse")
+# IPUStrategy over this instance's 2 local IPUs replicates, as Graphcore's: each replica reads
+# its own batches, gradients are summed over the replicas; each instance trains on its own.
+replicated = ipu.ipu_strategy.IPUStrategyV1()
+out["ipu_num_replicas_in_sync"] = replicated.num_replicas_in_sync
+
+
+def dense():
+    return tf.keras.Sequential([tf.keras.layers.Dense(
+        1, use_bias=False, kernel_initializer=tf.constant_initializer(W0), input_shape=(3,))])
+
+
+def batches():
+    return tf.data.Dataset.from_tensor_slices((X, Y)).batch(4, drop_remainder=True)
+
+
+with replicated.scope():
+    model = dense()
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.05, momentum=0.9), loss="mse",
+                  steps_per_execution=4)
+    history = model.fit(batches(), epochs=2, verbose=0)
+    out["ipu_fit"] = {"w": model.get_weights()[0].ravel().tolist(),
+                      "iterations": int(model.optimizer.iterations.numpy()),
+                      "loss": history.history["loss"],
+                      "evaluate": model.evaluate(batches(), verbose=0),
+                      "predict": model.predict(X[:8], batch_size=2, verbose=0).ravel().tolist()}
+    arrays = dense()
+    arrays.compile(optimizer=tf.keras.optimizers.SGD(0.05, momentum=0.9), loss="mse",
+                   steps_per_execution=4)
+    arrays.fit(X, Y, batch_size=4, epochs=2, verbose=0, shuffle=False)
+    out["ipu_fit_arrays_w"] = arrays.get_weights()[0].ravel().tolist()
+    accumulated = dense()
+    accumulated.compile(optimizer=tf.keras.optimizers.SGD(0.05, momentum=0.9), loss="mse",
+                        steps_per_execution=4)
+    accumulated.set_gradient_accumulation_options(gradient_accumulation_steps_per_replica=2,
+                                                  gradient_accumulation_reduction_method="mean")
+    accumulated.fit(batches(), epochs=2, verbose=0)
+    out["ipu_ga"] = {"w": accumulated.get_weights()[0].ravel().tolist(),
+                     "iterations": int(accumulated.optimizer.iterations.numpy())}
+    pipelined = dense()
+    pipelined.compile(optimizer="sgd", loss="mse", steps_per_execution=4)
+    pipelined.set_pipelining_options(gradient_accumulation_steps_per_replica=2, device_mapping=[1])
     try:
-        single.fit(X, Y, batch_size=4, epochs=1, verbose=0)
-        out["ipu_strategy_replication"] = None
+        pipelined.fit(batches(), epochs=1, verbose=0)
+        out["ipu_pipelined_over_replicas"] = None
     except ValueError as exc:
-        out["ipu_strategy_replication"] = str(exc)
+        out["ipu_pipelined_over_replicas"] = str(exc)
+
+# Outfeeds enqueued by several local replicas gain a replica axis; cross-replica ops reduce over
+# the IPUStrategy's local replicas.
+all_feed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
+last_feed = ipu.ipu_outfeed_queue.IPUOutfeedQueue(
+    outfeed_mode=ipu.ipu_outfeed_queue.IPUOutfeedMode.LAST)
+
+
+@tf.function
+def replicated_loop():
+    def fn():
+        rid = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.float32)
+        for i in tf.range(3):
+            all_feed.enqueue({"value": rid * 10.0 + tf.cast(i, tf.float32), "row": tf.fill([2], rid)})
+            last_feed.enqueue(rid + tf.cast(i, tf.float32))
+        return ipu.cross_replica_ops.cross_replica_sum(rid + 1.0)
+    return replicated.run(fn)
+
+
+sums_local = replicated_loop()
+out["ipu_cross_replica_sum"] = [float(t) for t in replicated.experimental_local_results(sums_local)]
+fed = all_feed.dequeue()
+out["outfeed_all"] = fed["value"].numpy().tolist()
+out["outfeed_all_row_shape"] = list(fed["row"].shape)
+out["outfeed_last"] = last_feed.dequeue().numpy().tolist()
 # TF1: a graph, a loops.repeat training loop and a Session
 with tf.Graph().as_default():
     data = shard(tf.data.Dataset.from_tensor_slices((X, Y))).batch(8 // N, drop_remainder=True)
