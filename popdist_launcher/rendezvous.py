@@ -17,7 +17,7 @@ root) and, between hosts, in the HTTP requests (plain text on the network, like 
 sends). Requests are also accepted only from the job's hosts' addresses and loopback.
 
 Usage (by the launcher only), with the secret in $POPRUN_RENDEZVOUS_SECRET (never in argv, which
-every local user can read; without it the store is open to the allowed addresses):
+every local user can read; without it the server refuses to start):
 python -m popdist_launcher.rendezvous FD SLOTS_JSON [ALLOWED_JSON]
 """
 from __future__ import annotations
@@ -41,7 +41,14 @@ def client_address(address: str, port: int, secret: str) -> str:
     return f"{address}:{port}/{secret}"
 
 
-def serve(fd: int, slots: list, allowed: list = (), secret: str = "") -> None:
+MIN_SECRET_CHARS = 32
+
+
+def serve(fd: int, slots: list, allowed: list, secret: str) -> None:
+    """Serve Horovod's rendezvous on the listening socket ``fd`` until stdin closes."""
+    if len(secret) < MIN_SECRET_CHARS:
+        raise SystemExit(f"poprun-lite rendezvous: ${SECRET_ENV} must hold the job's secret (at "
+                         f"least {MIN_SECRET_CHARS} characters); the launcher sets it.")
     import hmac
     import socket
     import threading
@@ -83,8 +90,7 @@ def serve(fd: int, slots: list, allowed: list = (), secret: str = "") -> None:
             self.path = "/" + self.path[len(prefix):]
             return True
 
-    if secret:
-        server.RequestHandlerClass = SecretRendezvousHandler
+    server.RequestHandlerClass = SecretRendezvousHandler
     server.daemon_threads = True
     server.init([types.SimpleNamespace(**slot) for slot in slots])
     thread = threading.Thread(target=server.serve_forever, name="rendezvous", daemon=True)

@@ -2,8 +2,8 @@
 without it can neither read nor write (nor poison the rank addresses), and real Horovod
 instances that have it in HOROVOD_GLOO_RENDEZVOUS_ADDR still rendezvous and allreduce.
 
-The server runs exactly as the launcher starts it (python -m popdist_launcher.rendezvous on an
-inherited listening socket, the secret in its environment)."""
+The server runs as the launcher starts it (python -m popdist_launcher.rendezvous on an inherited
+listening socket, the secret in its environment), and inside a real poprun-lite job."""
 import http.client
 import json
 import os
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import poprun
 from popdist_launcher import ports, rendezvous
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,3 +112,49 @@ def test_horovod_instances_with_the_secret_rendezvous_and_allreduce(server):
         assert worker.returncode == 0, err[-3000:]
         results.append(json.loads(out.strip().splitlines()[-1]))
     assert results == [{"rank": r, "size": SIZE, "sum": [3.0]} for r in range(SIZE)]
+
+
+def test_the_server_refuses_to_start_without_a_secret():
+    sock = ports.listen_socket("127.0.0.1")
+    env = {k: v for k, v in os.environ.items() if k != rendezvous.SECRET_ENV}
+    proc = subprocess.run(
+        [sys.executable, "-m", "popdist_launcher.rendezvous", str(sock.fileno()), "[]", "[]"],
+        cwd=ROOT, env=env, stdin=subprocess.DEVNULL, pass_fds=(sock.fileno(),),
+        capture_output=True, text=True, timeout=120)
+    sock.close()
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
+        "poprun-lite rendezvous: $POPRUN_RENDEZVOUS_SECRET must hold the job's secret (at least "
+        "32 characters); the launcher sets it.")
+
+
+OUTSIDER_THEN_TRAIN = """
+import http.client, json, os, sys
+port = int(os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"])
+def put(path):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("PUT", path, body=b"127.0.0.1:1")
+    return conn.getresponse().status
+# What any local process could try: write the rank addresses without the secret.
+refused = [put(f"/global_/rank_{r}") for r in range(2)]
+import horovod.tensorflow as hvd
+import tensorflow as tf
+hvd.init()
+total = hvd.allreduce(tf.constant([float(hvd.rank() + 1)]), op=hvd.Sum)
+secret = os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"].split("/", 1)[1]
+with open(os.path.join(sys.argv[1], f"instance-{hvd.rank()}.json"), "w") as f:
+    json.dump({"refused": refused, "sum": total.numpy().tolist(), "secret": secret}, f)
+"""
+
+
+def test_a_poprun_job_refuses_outsiders_and_still_trains(tmp_path):
+    script = tmp_path / "outsider_then_train.py"
+    script.write_text(OUTSIDER_THEN_TRAIN)
+    result = poprun("-np", "2", "--backend", "local", str(script), str(tmp_path), timeout=300,
+                    env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = [json.loads((tmp_path / f"instance-{r}.json").read_text()) for r in range(2)]
+    for record in records:
+        assert record["refused"] == [403, 403] and record["sum"] == [3.0]
+        assert len(record["secret"]) == 32 and int(record["secret"], 16) >= 0
+    assert records[0]["secret"] == records[1]["secret"]  # one secret per attempt of the job
