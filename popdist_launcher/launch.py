@@ -85,7 +85,8 @@ MAX_INSTANCES = 65536
 
 def _seconds(zero_ok: bool):
     """Callback: a finite number of seconds, above 0 (or 0 allowed), at most MAX_SECONDS."""
-    def check(ctx: click.Context, param: click.Parameter, value: Optional[float]) -> Optional[float]:
+    def check(ctx: click.Context, param: click.Parameter,
+              value: Optional[float]) -> Optional[float]:
         if value is None:
             return None
         low = "0 or more" if zero_ok else "more than 0"

@@ -97,7 +97,8 @@ def test_horovod_instances_with_the_secret_rendezvous_and_allreduce(server):
                    HOROVOD_CROSS_RANK="0", HOROVOD_CROSS_SIZE="1", HOROVOD_HOSTNAME="localhost",
                    HOROVOD_CONTROLLER="gloo", HOROVOD_CPU_OPERATIONS="gloo",
                    HOROVOD_GLOO_IFACE="lo", HOROVOD_GLOO_TIMEOUT_SECONDS="120",
-                   HOROVOD_GLOO_RENDEZVOUS_ADDR=rendezvous.client_address("127.0.0.1", port, secret),
+                   HOROVOD_GLOO_RENDEZVOUS_ADDR=rendezvous.client_address("127.0.0.1", port,
+                                                                          secret),
                    HOROVOD_GLOO_RENDEZVOUS_PORT=str(port))
         workers.append(subprocess.Popen([sys.executable, "-c", WORKER], env=env, cwd=ROOT,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))

@@ -93,8 +93,8 @@ class StallWatchdog:
     """Tracks pending collectives; fires once when the instance stops making collective progress.
 
     The rule: some collective is pending and for ``timeout`` seconds none has completed (and the
-    oldest pending one submitted since the last completion, if any, has waited that long). A completion, successful or not, is progress.
-    ``on_stall`` receives the message and must make the pending collectives fail (the library
+    oldest pending one submitted since the last completion, if any, has waited that long). A
+    completion, successful or not, is progress. ``on_stall`` receives the message and must make the pending collectives fail (the library
     shuts Horovod down).
 
     Three kinds of marks: eager calls call begin()/end() directly; Session graphs call them from
