@@ -94,8 +94,8 @@ class StallWatchdog:
 
     The rule: some collective is pending and for ``timeout`` seconds none has completed (and the
     oldest pending one submitted since the last completion, if any, has waited that long). A
-    completion, successful or not, is progress. ``on_stall`` receives the message and must make the pending collectives fail (the library
-    shuts Horovod down).
+    completion, successful or not, is progress. ``on_stall`` receives the message and must make
+    the pending collectives fail (the library shuts Horovod down).
 
     Three kinds of marks: eager calls call begin()/end() directly; Session graphs call them from
     two small Python callbacks in the graph (``key``: the op, so a re-run replaces its mark);
