@@ -41,6 +41,9 @@ class IPUAliasFinder:
         import importlib.util
         try:
             real_spec = importlib.util.find_spec(real)
+            if real_spec is None and real.count(".") == 2:  # ipu.nn_ops is ipu.ops.nn_ops
+                real = TARGET + ".ops" + real[len(TARGET):]
+                real_spec = importlib.util.find_spec(real)
         except ModuleNotFoundError:
             return None
         if real_spec is None:

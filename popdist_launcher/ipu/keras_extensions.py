@@ -244,9 +244,8 @@ def replication_factor(model) -> int:
     opts = _options(model) if "_ipu_options" in model.__dict__ else None
     if opts is not None and _is_pipelined(model):
         known = opts["device_mapping"] or opts["stages"]
-        if not known:  # stages set with PipelineStage: take every selected IPU as a shard
-            return strategy.num_local_replicas
-        shards = 2 ** math.ceil(math.log2(max(known) + 1))
+        # Stages set with PipelineStage only: take every selected IPU as a shard.
+        shards = 2 ** math.ceil(math.log2(max(known) + 1)) if known else system.num_ipus
     else:
         shards = 1
     if shards > system.num_ipus:

@@ -272,6 +272,38 @@ def test_ipu_strategy_basics(tf2):
     close(tf2["gelu"], [-0.158808, 0.345714, 1.954598])
 
 
+def test_op_modules(tf2):
+    # Module paths of the flat op aliases; embedding_ops_test / math_ops (serialized_matmul_test:
+    # the product of the unserialized matmul), image_ops_test.testNormaliseImage (normalised
+    # channels, a fourth channel of zeros; uint8 gives float16; 2 channels refused).
+    assert tf2["flat_modules"] == [True, True]
+    assert tf2["embedding_lookup"] == [[[9.0, 10.0, 11.0], [0.0, 1.0, 2.0]],
+                                       [[3.0, 4.0, 5.0], [3.0, 4.0, 5.0]]]
+    assert tf2["embedding_bad_factor"][0] == "ValueError"
+    close(tf2["serialized_matmul"], (X32[:4] @ W32).ravel())
+    assert tf2["serialized_matmul_bad_dim"][0] == "ValueError"
+    assert tf2["segment_sum"] == [3.0, 3.0, 4.0]
+    expected = np.stack([np.full([2, 2, 3], float(i)) for i in range(3)])
+    expected = (expected * 2 - np.array([1, 2, 3])) * np.array([4, 5, 6])
+    expected = np.concatenate([expected, np.zeros([3, 2, 2, 1])], axis=-1)
+    close(tf2["normalise_image"], expected)
+    assert tf2["normalise_image_uint8_dtype"] == "float16"
+    assert tf2["normalise_image_two_channels"][1] == "The image has 2 channels, expected 3."
+
+
+def test_dataset_benchmark(tf2):
+    # dataset_benchmark_test.testWithDataset: one JSON object per epoch, every field above 0;
+    # a dataset repeated to fill every epoch; elements of 4x4 float32 (64 bytes).
+    epochs = tf2["dataset_benchmark"]["epochs"]
+    assert len(epochs) == 3
+    for epoch in epochs:
+        assert set(epoch) == {"elements_processed", "total_bytes_processed", "time_elapsed",
+                              "elements_per_second", "bandwidth"}
+        assert epoch["elements_processed"] == 100 and epoch["total_bytes_processed"] == 6400
+        assert all(value > 0 for value in epoch.values())
+    assert tf2["dataset_benchmark_no_epochs"][0] == "ValueError"
+
+
 def test_keras_fit_evaluate_predict_under_ipu_strategy(tf2):
     # test_keras_mnist_model_compile_fit: IPUStrategy trains exactly as Keras without a strategy;
     # Sequential and functional models alike.

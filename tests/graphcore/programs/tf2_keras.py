@@ -201,5 +201,34 @@ with strategy.scope():
     out["cross_replica_sum_one_replica"] = float(reduce_fn().numpy())
     out["gelu"] = ipu.nn_ops.gelu(tf.constant([-1.0, 0.5, 2.0])).numpy().tolist()
 
+# Op modules at their flat module paths (tensorflow.python.ipu.nn_ops is ipu.ops.nn_ops)
+import tensorflow.python.ipu.embedding_ops as flat_embedding_ops  # noqa: E402
+import tensorflow.python.ipu.nn_ops as flat_nn_ops  # noqa: E402
+
+out["flat_modules"] = [flat_nn_ops is ipu.ops.nn_ops, flat_embedding_ops is ipu.embedding_ops]
+table = tf.reshape(tf.range(12.0), [4, 3])
+out["embedding_lookup"] = ipu.embedding_ops.embedding_lookup(
+    table, tf.constant([[3, 0], [1, 1]]), serialization_factor=2).numpy().tolist()
+out["embedding_bad_factor"] = error(lambda: ipu.embedding_ops.embedding_lookup(
+    table, tf.constant([0]), serialization_factor=3))
+a = tf.constant(X[:4])
+out["serialized_matmul"] = ipu.math_ops.serialized_matmul(
+    a, tf.constant(W0.T), 3, "a_rows_b_columns", transpose_b=True).numpy().ravel().tolist()
+out["serialized_matmul_bad_dim"] = error(lambda: ipu.math_ops.serialized_matmul(a, a, 2, "rows"))
+out["segment_sum"] = ipu.math_ops.segment_sum(tf.constant([1.0, 2.0, 3.0, 4.0]),
+                                              tf.constant([0, 0, 1, 2]), 3).numpy().tolist()
+images = tf.stack([tf.fill([2, 2, 3], float(i)) for i in range(3)])
+out["normalise_image"] = ipu.image_ops.normalise_image(
+    images, np.array([1, 2, 3], np.float32), np.array([4, 5, 6], np.float32), scale=2).numpy().tolist()
+out["normalise_image_uint8_dtype"] = ipu.image_ops.normalise_image(
+    tf.zeros([1, 1, 3], tf.uint8), [0, 0, 0], [1, 1, 1]).dtype.name
+out["normalise_image_two_channels"] = error(lambda: ipu.image_ops.normalise_image(
+    tf.zeros([2, 2]), [1, 2, 3], [4, 5, 6]))
+benchmark = ipu.dataset_benchmark.dataset_benchmark(
+    tf.data.Dataset.from_tensors(tf.ones([4, 4])).repeat(10), 3, 100)
+out["dataset_benchmark"] = json.loads(benchmark.numpy()[0])
+out["dataset_benchmark_no_epochs"] = error(lambda: ipu.dataset_benchmark.dataset_benchmark(
+    tf.data.Dataset.range(3), 0, 10))
+
 with open(os.path.join(sys.argv[1], f"tf2-{out['instance']}.json"), "w") as f:
     json.dump(out, f)
