@@ -10,12 +10,14 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import click
 
-from popdist_launcher import __version__, ports, topology
-from popdist_launcher import _say as verbosity
+from popdist_launcher import __version__
+from popdist_launcher.launcher import ports
+from popdist_launcher.launcher import topology
+from popdist_launcher.launcher import _say as verbosity
 from popdist_launcher.launcher import job
 from popdist_launcher.launcher.output import OutputDirError, OutputOptions
-from popdist_launcher.plan import PlanError, check_counts, parse_exports, resolve_program
-from popdist_launcher.remote import SshOptions
+from popdist_launcher.launcher.plan import PlanError, check_counts, parse_exports, resolve_program
+from popdist_launcher.launcher.remote import SshOptions
 
 PROG = "poprun-lite"
 ENV_PREFIX = "POPRUN"
@@ -27,7 +29,7 @@ NOT_CONFIGURABLE = {"config", "export_config", "print_topology", "check_build", 
 def _load_config(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
     if value is None:
         return None
-    from popdist_launcher import config_file
+    from popdist_launcher.launcher import config_file
 
     kinds = {p.name: _config_kind(p) for p in ctx.command.params
              if p.name not in NOT_CONFIGURABLE}
@@ -55,7 +57,7 @@ def _config_kind(param: click.Parameter) -> str:
 def _check_build(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from popdist_launcher import check_build
+    from popdist_launcher.launcher import check_build
     lines, problems = check_build.report()
     click.echo("\n".join(lines))
     if problems:
@@ -125,7 +127,7 @@ def _text_hostfile(ctx: click.Context, param: click.Parameter,
     with -H, is reported later, with the host options)."""
     if value is None or not os.access(value, os.R_OK):
         return value
-    from popdist_launcher import hosts
+    from popdist_launcher.launcher import hosts
     try:
         hosts.read_hostfile(value)
     except hosts.HostError as exc:
@@ -268,7 +270,7 @@ def cli(ctx: click.Context, num_instances: int, num_replicas: Optional[int], ipu
         raise click.UsageError(str(exc), ctx) from None
 
     if export_config:
-        from popdist_launcher import config_file
+        from popdist_launcher.launcher import config_file
 
         try:
             config_file.dump(export_config, _configurable_values(ctx))

@@ -2,7 +2,7 @@
 import pytest
 
 from conftest import poprun
-from popdist_launcher import hosts as h
+from popdist_launcher.launcher import hosts as h
 
 
 def test_host_list_with_slots_ranges_and_defaults():

@@ -6,7 +6,7 @@ import stat
 import pytest
 
 from conftest import poprun
-from popdist_launcher import ports
+from popdist_launcher.launcher import ports
 
 
 def lock_folder(tmp: str) -> str:

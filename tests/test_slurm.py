@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCHER, program
-from popdist_launcher import runtime, topology
+from popdist_launcher import runtime
+from popdist_launcher.launcher import topology
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,8 +16,8 @@ from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.backends.ssh import SshBackend
 from popdist_launcher.launcher.spawned import protocol as p
 from popdist_launcher.launcher.supervisor import JobState, Supervisor
-from popdist_launcher.plan import Host, build_plan
-from popdist_launcher.remote import SshOptions
+from popdist_launcher.launcher.plan import Host, build_plan
+from popdist_launcher.launcher.remote import SshOptions
 
 
 # ---- the wire format -------------------------------------------------------------------------
@@ -178,7 +178,7 @@ def test_ssh_command_is_quoted_and_carries_no_secret():
 
 
 def test_mpirun_command_carries_the_secret_only_in_its_environment():
-    from popdist_launcher.hosts import HostSlots
+    from popdist_launcher.launcher.hosts import HostSlots
     from popdist_launcher.launcher.backends.mpi import MpiBackend
 
     backend = MpiBackend([HostSlots("localhost", 4)], [4])

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
-from popdist_launcher import rendezvous
+from popdist_launcher.launcher.spawned import rendezvous
 from popdist_launcher.launcher.backends.base import Wiring
 from popdist_launcher.launcher.output import LogFiles, OutputOptions, Router, open_output_dir
 from popdist_launcher.launcher.supervisor import JobState, Supervisor
-from popdist_launcher.plan import build_plan, format_topology, horovod_tuning
-from popdist_launcher.topology import Layout
+from popdist_launcher.launcher.plan import build_plan, format_topology, horovod_tuning
+from popdist_launcher.launcher.topology import Layout
 
 
 class JobOptions(NamedTuple):

@@ -24,14 +24,14 @@ import sys
 import time
 from typing import Deque, Dict, List, NamedTuple, Optional
 
-from popdist_launcher import rendezvous
-from popdist_launcher._say import debug
+from popdist_launcher.launcher.spawned import rendezvous
+from popdist_launcher.launcher._say import debug
 from popdist_launcher.launcher import processes, report
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.output import STDERR, STDOUT, Router
 from popdist_launcher.launcher.spawned import instance as wrapper
 from popdist_launcher.launcher.spawned import protocol as p
-from popdist_launcher.plan import LaunchPlan
+from popdist_launcher.launcher.plan import LaunchPlan
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -918,7 +918,8 @@ class Supervisor:
         allowed = json.dumps(sorted({h.address for h in self.plan.hosts}))
         debug("first rendezvous connection: starting Horovod's rendezvous server")
         self._rendezvous_proc = subprocess.Popen(
-            [sys.executable, "-m", "popdist_launcher.rendezvous", str(sock.fileno()), slots,
+            [sys.executable, "-m", "popdist_launcher.launcher.spawned.rendezvous",
+             str(sock.fileno()), slots,
              allowed],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, pass_fds=(sock.fileno(),),
             process_group=0, close_fds=True,

@@ -11,7 +11,7 @@ import abc
 import sys
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from popdist_launcher.plan import LaunchPlan
+from popdist_launcher.launcher.plan import LaunchPlan
 
 WRAPPER_MODULE = "popdist_launcher.launcher.spawned.instance"
 

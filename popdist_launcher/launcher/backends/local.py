@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import List
 
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
-from popdist_launcher.plan import LaunchPlan
+from popdist_launcher.launcher.plan import LaunchPlan
 
 
 class LocalBackend(Backend):

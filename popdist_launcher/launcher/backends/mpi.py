@@ -13,11 +13,11 @@ import shlex
 import sys
 from typing import List, Optional, Sequence
 
-from popdist_launcher import hosts as hostlib
+from popdist_launcher.launcher import hosts as hostlib
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.spawned.protocol import SECRET_ENV
-from popdist_launcher.plan import LaunchPlan, _which
-from popdist_launcher.remote import SshOptions
+from popdist_launcher.launcher.plan import LaunchPlan, _which
+from popdist_launcher.launcher.remote import SshOptions
 
 
 class EngineError(ValueError):

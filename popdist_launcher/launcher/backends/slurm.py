@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 from typing import List, Sequence
 
-from popdist_launcher import hosts as hostlib
+from popdist_launcher.launcher import hosts as hostlib
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.backends.mpi import EngineError
 from popdist_launcher.launcher.spawned.protocol import SECRET_ENV
-from popdist_launcher.plan import LaunchPlan, _which
+from popdist_launcher.launcher.plan import LaunchPlan, _which
 
 
 class SlurmBackend(Backend):

@@ -12,8 +12,8 @@ import shlex
 from typing import List, Optional
 
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
-from popdist_launcher.plan import LaunchPlan
-from popdist_launcher.remote import SshOptions
+from popdist_launcher.launcher.plan import LaunchPlan
+from popdist_launcher.launcher.remote import SshOptions
 
 
 class SshBackend(Backend):

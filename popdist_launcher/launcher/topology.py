@@ -12,11 +12,11 @@ import shlex
 import socket
 from typing import List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from popdist_launcher import hosts as hostlib
-from popdist_launcher import ports
+from popdist_launcher.launcher import hosts as hostlib
+from popdist_launcher.launcher import ports
 from popdist_launcher.launcher.backends.base import Backend
-from popdist_launcher.plan import Host
-from popdist_launcher.remote import RemoteError, SshOptions, probe_hosts
+from popdist_launcher.launcher.plan import Host
+from popdist_launcher.launcher.remote import RemoteError, SshOptions, probe_hosts
 
 LOOPBACK = "127.0.0.1"
 
@@ -131,7 +131,7 @@ def _warn(message: str) -> None:
 
 
 def _local_choice(subnet: Optional[str], iface: Optional[str], peer: Optional[str]) -> Tuple[str, str]:
-    from popdist_launcher import netinfo
+    from popdist_launcher.launcher.spawned import netinfo
 
     try:
         return netinfo.choose(subnet, iface, peer)

@@ -2,7 +2,7 @@
 
 Run on each remote host over ssh before a multi-host job starts (one round trip per host):
 
-    python -m popdist_launcher.netinfo --ports K [--subnet CIDR | --iface NAME] [--peer ADDR]
+    python -m popdist_launcher.launcher.spawned.netinfo --ports K [--subnet CIDR | --iface NAME] [--peer ADDR]
 
 prints one JSON line {"address", "iface", "ports", "hostname"}. The launcher calls the same
 functions in-process for its own host. Standard library only.
@@ -88,7 +88,7 @@ def hostname_address() -> str:
 
 
 def free_ports(count: int, port_range: Optional[Tuple[int, int]] = None) -> List[int]:
-    from popdist_launcher import ports
+    from popdist_launcher.launcher import ports
 
     with ports.reserve(count, port_range=port_range) as reservation:
         return list(reservation.ports)
@@ -97,7 +97,7 @@ def free_ports(count: int, port_range: Optional[Tuple[int, int]] = None) -> List
 def main(argv: Optional[List[str]] = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m popdist_launcher.netinfo")
+    parser = argparse.ArgumentParser(prog="python -m popdist_launcher.launcher.spawned.netinfo")
     parser.add_argument("--ports", type=int, default=0)
     parser.add_argument("--subnet")
     parser.add_argument("--iface")

@@ -11,7 +11,8 @@ import sys
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher import _contract as c
-from popdist_launcher import rendezvous, tf_config
+from popdist_launcher import tf_config
+from popdist_launcher.launcher.spawned import rendezvous
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from popdist_launcher._say import debug
+from popdist_launcher.launcher._say import debug
 
 
 class RemoteError(RuntimeError):
@@ -88,7 +88,8 @@ def probe_hosts(hosts: Sequence[str], ports_per_host: Sequence[int], options: Ss
     procs = {}
     for host, count in zip(hosts, ports_per_host):
         peer = resolve(host, options)
-        words = [sys.executable, "-m", "popdist_launcher.netinfo", "--ports", str(count),
+        words = [sys.executable, "-m", "popdist_launcher.launcher.spawned.netinfo",
+                 "--ports", str(count),
                  "--peer", peer]
         if subnet:
             words += ["--subnet", subnet]
