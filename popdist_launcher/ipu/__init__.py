@@ -9,7 +9,8 @@ from popdist_launcher.ipu import config
 _SUBMODULES = {"distributed", "horovod", "ipu_estimator", "ipu_run_config", "ipu_multi_worker_strategy",
                "optimizers", "scopes", "ipu_strategy", "ipu_infeed_queue", "ipu_outfeed_queue",
                "loops", "ipu_compiler", "utils", "gradient_accumulation", "keras_extensions",
-               "ipu_session_run_hooks", "sharding", "ops", "keras", "dataset_benchmark"}
+               "ipu_session_run_hooks", "sharding", "ops", "keras",
+               "dataset_benchmark"}
 # Graphcore's ipu package also exposes its ops modules at the top (ipu.nn_ops is ipu.ops.nn_ops).
 _OPS = {"cross_replica_ops", "embedding_ops", "image_ops", "math_ops", "nn_ops", "pipelining_ops"}
 

@@ -2,7 +2,8 @@
 nn ops, pipelining ...). Each module loads on first use."""
 import importlib
 
-_MODULES = {"cross_replica_ops", "embedding_ops", "image_ops", "math_ops", "nn_ops", "pipelining_ops"}
+_MODULES = {"cross_replica_ops", "embedding_ops", "image_ops", "math_ops", "nn_ops",
+            "pipelining_ops"}
 
 
 def __getattr__(name):

@@ -1,8 +1,10 @@
-"""Checks of the IPU API across instances (run under poprun-lite): cross-replica ops under
-PopDistStrategy, Keras gradient accumulation under PopDistStrategy, and a TF1 loop with
-CrossReplicaGradientAccumulationOptimizerV2, each instance on its own shard of the data
-(``dataset.shard(popdist.getNumInstances(), popdist.getInstanceIndex())``, as Graphcore's
-documentation tells programs to). Writes OUT/dist-<instance>.json.
+"""Checks of the IPU API across instances (run under poprun-lite with 2 replicas per instance):
+cross-replica ops under PopDistStrategy, Keras gradient accumulation under PopDistStrategy, and
+a TF1 loop with CrossReplicaGradientAccumulationOptimizerV2, each instance on its own shard of
+the data (``dataset.shard(popdist.getNumInstances(), popdist.getInstanceIndex())``, as
+Graphcore's documentation tells programs to); and IPUStrategy replicated over each instance's 2
+local IPUs (Keras fit / evaluate / predict, gradient accumulation, outfeeds with a replica axis,
+cross-replica ops), each instance on its own. Writes OUT/dist-<instance>.json.
 
 usage: distributed.py OUT_DIR
 """
@@ -126,7 +128,8 @@ def replicated_loop():
     def fn():
         rid = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.float32)
         for i in tf.range(3):
-            all_feed.enqueue({"value": rid * 10.0 + tf.cast(i, tf.float32), "row": tf.fill([2], rid)})
+            all_feed.enqueue({"value": rid * 10.0 + tf.cast(i, tf.float32),
+                              "row": tf.fill([2], rid)})
             last_feed.enqueue(rid + tf.cast(i, tf.float32))
         return ipu.cross_replica_ops.cross_replica_sum(rid + 1.0)
     return replicated.run(fn)

@@ -1,6 +1,7 @@
 """TF2 checks of IPUStrategy, Keras fit/evaluate/predict and the IPU Keras extensions (gradient
-accumulation, pipelining), infeeds/outfeeds in tf.function and the config API, written as
-Graphcore's programs write them. Writes OUT/tf2-<instance>.json; under poprun-lite every
+accumulation, pipelining), infeeds/outfeeds in tf.function, the config API and the op modules
+(embedding_ops, math_ops, image_ops, dataset_benchmark), written as Graphcore's programs write
+them. Writes OUT/tf2-<instance>.json; under poprun-lite every
 instance runs it on its own (IPUStrategy is a single-process strategy).
 
 usage: tf2_keras.py OUT_DIR [quick]   (quick: the training checks only)
