@@ -9,7 +9,8 @@ def test_host_list_with_slots_ranges_and_defaults():
     assert h.parse_host_list("a:2,b:2") == [h.HostSlots("a", 2), h.HostSlots("b", 2)]
     assert h.parse_host_list("node[0-2]:4") == [h.HostSlots(f"node{i}", 4) for i in range(3)]
     assert [x.name for x in h.parse_host_list("n[08-10,3]")] == ["n08", "n09", "n10", "n3"]
-    assert h.parse_host_list("a,b") == [h.HostSlots("a", 1), h.HostSlots("b", 1)]
+    assert h.parse_host_list("a,b") == [h.HostSlots("a", 1, False), h.HostSlots("b", 1, False)]
+    assert h.parse_host_list("a,b:2") == [h.HostSlots("a", 1, False), h.HostSlots("b", 2)]
     assert h.parse_host_list("a:1,a:2") == [h.HostSlots("a", 3)]  # named twice: slots add up
     assert [x.name for x in h.parse_host_list("r[1-2]c[1-2]")] == ["r1c1", "r1c2", "r2c1", "r2c2"]
 
@@ -27,7 +28,8 @@ def test_host_list_errors_say_what_to_write(spec, words):
 def test_hostfile_format():
     text = "# cluster\nnodeA slots=2\n\nnodeB slots=4 max_slots=8  # big one\nnode[1-2]\n"
     assert h.parse_hostfile(text) == [h.HostSlots("nodeA", 2), h.HostSlots("nodeB", 4),
-                                      h.HostSlots("node1", 1), h.HostSlots("node2", 1)]
+                                      h.HostSlots("node1", 1, False),
+                                      h.HostSlots("node2", 1, False)]
     with pytest.raises(h.HostError, match="line 2: 'cpus=4' is not understood"):
         h.parse_hostfile("a slots=1\nb cpus=4\n", "hostfile")
     with pytest.raises(h.HostError, match="lists no host"):
@@ -44,6 +46,22 @@ def test_allocation_spreads_evenly_within_slots():
     with pytest.raises(h.HostError, match="5 instances need 5 slots but -H gives 4"):
         h.allocate(5, two_two)
     assert h.allocate(6, two_two, oversubscribe=True) == [3, 3]
+
+
+def test_hosts_without_slots_divide_the_instances_evenly_as_poprun():
+    assert h.allocate(4, h.parse_host_list("nodeA,nodeB")) == [2, 2]
+    assert h.allocate(5, h.parse_host_list("n[1-3]")) == [2, 2, 1]
+    assert h.allocate(1, h.parse_host_list("a,b")) == [1, 0]
+    assert h.allocate(4, h.parse_hostfile("nodeA\nnodeB\n")) == [2, 2]
+    # one host given slots: mpirun's rules for all (a host without slots has one)
+    with pytest.raises(h.HostError, match="4 instances need 4 slots but -H gives 3"):
+        h.allocate(4, h.parse_host_list("a,b:2"))
+
+
+def test_default_instance_count_is_one_per_slot():
+    assert h.default_instances(h.parse_host_list("a:2,b:2")) == 4
+    assert h.default_instances(h.parse_host_list("a,b,c")) == 3
+    assert h.default_instances(h.parse_hostfile("a slots=3\nb\n")) == 4
 
 
 def test_slurm_allocation_from_its_variables():

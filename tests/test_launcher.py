@@ -190,7 +190,8 @@ def test_config_file_env_and_command_line_precedence(tmp_path):
     config = tmp_path / "job.yaml"
     config.write_text("num-instances: 3\nnum_replicas: 6\ntag-output: false\n")
     exported = tmp_path / "exported.toml"
-    args = ["--config", str(config), "--print-topology", "--export-config", str(exported), "true"]
+    args = ["--config", str(config), "--print-topology", "--export-config", str(exported),
+            "--overwrite-config", "true"]
     from_file = poprun(*args, timeout=30)
     assert from_file.returncode == 0, from_file.stderr
     assert "3 instance(s), 6 replica(s)" in from_file.stdout

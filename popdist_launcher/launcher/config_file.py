@@ -27,7 +27,14 @@ KINDS = {
     "string": (lambda v: isinstance(v, str), "a string in quotes", '"VALUE"'),
     "strings": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
                 "a list of strings", '["A=1", "B"]'),
+    "instances": (lambda v: _is_index(v) or isinstance(v, str)
+                  or isinstance(v, list) and bool(v) and all(_is_index(x) for x in v),
+                  "an instance index or a list of them", "[0, 1]"),
 }
+
+
+def _is_index(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def find(name: str) -> str:
@@ -88,30 +95,26 @@ def load(name: str, kinds: Mapping[str, str]) -> Dict[str, Any]:
             raise ConfigFileError(
                 f"config file {path!r}: {key} = {value!r} is not {expected}; write it as e.g. "
                 f"{shown} = {example}.")
+        if kinds[name_] == "instances" and not isinstance(value, str):
+            value = ",".join(str(v) for v in (value if isinstance(value, list) else [value]))
         values[name_] = value
     return values
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{text}"'
-
-
-def dump(path: str, values: Mapping[str, Any]) -> None:
-    """Write option values (None left out) as TOML, or YAML for .yaml/.yml; atomically."""
+def dump(path: str, values: Mapping[str, Any], overwrite: bool = True) -> None:
+    """Write option values (None left out) as TOML, or YAML for .yaml/.yml; atomically. An
+    existing file is replaced only with ``overwrite`` (PopRun's --overwrite-config)."""
+    if not overwrite and os.path.lexists(path):
+        raise ConfigFileError(f"--export-config {path!r} already exists; pass --overwrite-config "
+                              f"to replace it, or give another FILE.")
     items = {k.replace("_", "-"): v for k, v in values.items() if v is not None}
     if path.endswith((".yaml", ".yml")):
         import yaml
         text = yaml.safe_dump({k: list(v) if isinstance(v, tuple) else v for k, v in items.items()},
                               sort_keys=False)
     else:
-        text = "".join(f"{k} = {_toml_value(v)}\n" for k, v in items.items())
+        import tomli_w  # only when exporting: it escapes newlines, quotes and control characters
+        text = tomli_w.dumps({k: list(v) if isinstance(v, tuple) else v for k, v in items.items()})
     tmp = f"{path}.tmp.{os.getpid()}"
     try:
         with open(tmp, "w") as f:

@@ -21,6 +21,7 @@ class HostError(ValueError):
 class HostSlots(NamedTuple):
     name: str
     slots: int
+    explicit: bool = True  # False: the host was named without slots (``-H a,b``, a plain line)
 
 
 def expand_names(pattern: str) -> List[str]:
@@ -86,14 +87,14 @@ def parse_host_list(spec: str) -> List[HostSlots]:
     """``-H``'s value: comma-separated ``NAME[:SLOTS]``; NAME may hold ranges. No slots means 1."""
     hosts = []
     for item in _split_top_level(spec):
-        name, slots = item, 1
+        name, slots, explicit = item, 1, False
         # The last colon separates slots, unless the name is an IPv6 address in brackets.
         if ":" in item and not item.endswith("]"):
             head, _, tail = item.rpartition(":")
             if tail.isdigit() or not _looks_ipv6(item):
-                name, slots = head, _parse_slots(tail, f"-H {item!r}")
+                name, slots, explicit = head, _parse_slots(tail, f"-H {item!r}"), True
         for expanded in expand_names(name):
-            hosts.append(HostSlots(_check_name(expanded, f"-H {spec!r}"), slots))
+            hosts.append(HostSlots(_check_name(expanded, f"-H {spec!r}"), slots, explicit))
         _check_count(hosts, f"-H {spec[:60]!r}")
     if not hosts:
         raise HostError(f"-H {spec!r} names no host; expected e.g. -H hostA:2,hostB:2.")
@@ -122,25 +123,27 @@ def read_hostfile(path: str) -> str:
 
 
 def parse_hostfile(text: str, path: str = "hostfile") -> List[HostSlots]:
-    """Open MPI's hostfile format: ``NAME [slots=N] [max_slots=M]`` per line, ``#`` comments."""
+    """Open MPI's hostfile format: ``NAME [slots=N] [max_slots=M]`` per line, ``#`` comments; a
+    plain list of names (PopRun's hostfile) is the same format without slots."""
     hosts = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
         fields = line.split()
-        slots = 1
+        slots, explicit = 1, False
         for field in fields[1:]:
             key, sep, value = field.partition("=")
             if key == "slots" and sep:
-                slots = _parse_slots(value, f"{path} line {number}")
+                slots, explicit = _parse_slots(value, f"{path} line {number}"), True
             elif key == "max_slots" and sep:
                 _parse_slots(value, f"{path} line {number}")
             else:
                 raise HostError(f"{path} line {number}: {field!r} is not understood; expected "
                                 f"'HOSTNAME slots=N' (and optionally max_slots=M).")
         for expanded in expand_names(fields[0]):
-            hosts.append(HostSlots(_check_name(expanded, f"{path} line {number}"), slots))
+            hosts.append(HostSlots(_check_name(expanded, f"{path} line {number}"), slots,
+                                   explicit))
         _check_count(hosts, path)
     if not hosts:
         raise HostError(f"{path} lists no host; write one 'HOSTNAME slots=N' line per host.")
@@ -164,11 +167,25 @@ def _check_name(name: str, where: str) -> str:
 
 
 def _merge(hosts: Iterable[HostSlots]) -> List[HostSlots]:
-    """A host named twice gets the sum of its slots, at its first position."""
+    """A host named twice gets the sum of its slots, at its first position (slots count as given
+    if any mention gave them)."""
     merged: Dict[str, int] = {}
+    explicit: Dict[str, bool] = {}
     for host in hosts:
         merged[host.name] = merged.get(host.name, 0) + host.slots
-    return [HostSlots(name, slots) for name, slots in merged.items()]
+        explicit[host.name] = explicit.get(host.name, False) or host.explicit
+    return [HostSlots(name, slots, explicit[name]) for name, slots in merged.items()]
+
+
+def default_instances(hosts: Sequence[HostSlots]) -> int:
+    """Instances when -np is not given: one per slot (mpirun), one per host named without slots."""
+    return sum(h.slots for h in hosts)
+
+
+def spread_evenly(hosts: Sequence[HostSlots]) -> bool:
+    """Whether no host was given slots: then instances are divided evenly among the hosts, as
+    PopRun does (``-np 4 -H a,b`` runs 2 on each), instead of one slot per host as mpirun."""
+    return not any(h.explicit for h in hosts)
 
 
 def allocate(num_instances: int, hosts: Sequence[HostSlots], oversubscribe: bool = False,
@@ -176,8 +193,12 @@ def allocate(num_instances: int, hosts: Sequence[HostSlots], oversubscribe: bool
     """How many instances each host runs: as even as the slots allow, earlier hosts first.
 
     More instances than slots is an error unless ``oversubscribe``, when the excess is spread
-    evenly too. Hosts that get no instance get 0 (e.g. -np 2 on three hosts).
+    evenly too. Hosts that get no instance get 0 (e.g. -np 2 on three hosts). Hosts all named
+    without slots take any number of instances, divided evenly (earlier hosts get the extra).
     """
+    if spread_evenly(hosts):
+        per_host, extra = divmod(num_instances, len(hosts))
+        return [per_host + (1 if i < extra else 0) for i in range(len(hosts))]
     total = sum(h.slots for h in hosts)
     if num_instances > total and not oversubscribe:
         listed = ",".join(f"{h.name}:{h.slots}" for h in hosts)
@@ -213,8 +234,9 @@ def is_local(name: str) -> bool:
 
 def describe(hosts: Sequence[HostSlots], counts: Optional[Sequence[int]] = None) -> str:
     if counts is None:
-        return ",".join(f"{h.name}:{h.slots}" for h in hosts)
-    return ", ".join(f"{h.name} ({n} of {h.slots} slots)" for h, n in zip(hosts, counts))
+        return ",".join(f"{h.name}:{h.slots}" if h.explicit else h.name for h in hosts)
+    return ", ".join(f"{h.name} ({n} of {h.slots} slots)" if h.explicit else f"{h.name} ({n})"
+                     for h, n in zip(hosts, counts))
 
 
 def parse_tasks_per_node(value: str) -> List[int]:
