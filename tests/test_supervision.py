@@ -2,7 +2,9 @@
 periods, output, stdin and hang diagnosis through the real CLI on the local backend (the
 launcher forks each wrapper) and under mpirun (the default for a one-host job here)."""
 import os
+import pty
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -100,6 +102,59 @@ def test_progress_bar_stays_with_its_instance_and_its_log(backend, pid_dir, tmp_
         log = (logs / "attempt-0" / f"instance-{i}.stdout.log").read_bytes()
         assert log == expected + b"\n"  # the program's bytes, no tag, no escape codes
     assert result.stderr == b""  # nothing of it went to stderr (as [mpirun]: lines did)
+
+
+def on_terminal(args, when=None, then=None, timeout=120):
+    """Run poprun-lite with stdout and stderr on a pseudo-terminal: its exit code and what the
+    terminal got (newlines as \\n); once the terminal shows WHEN, call THEN()."""
+    leader, follower = pty.openpty()
+    job = subprocess.Popen([*LAUNCHER, *args], stdin=subprocess.DEVNULL, stdout=follower,
+                           stderr=follower)
+    os.close(follower)
+    shown = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if not select.select([leader], [], [], deadline - time.monotonic())[0]:
+                break
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # EIO: the launcher closed the terminal
+                break
+            if not data:
+                break
+            shown += data
+            if when is not None and when in shown.replace(b"\r\n", b"\n"):
+                then()
+                when = None
+    finally:
+        os.close(leader)
+        if job.poll() is None:
+            job.kill()
+    return job.wait(timeout=30), shown.replace(b"\r\n", b"\n")
+
+
+def test_on_a_terminal_lines_printed_in_pieces_are_never_split(backend, pid_dir):
+    # print(a, b) with unbuffered output writes a, b and the newline apart; on a terminal the
+    # other instance's lines must not land between the pieces.
+    code, shown = on_terminal(["-np", "2", *backend, program("behave.py"), str(pid_dir),
+                               "words:300"])
+    assert code == 0, shown[-2000:]
+    lines = [line for line in shown.split(b"\n") if line]
+    broken = [line for line in lines
+              if not re.fullmatch(rb"\[(\d)\]<stdout>:instance \1 line \d+ end", line)]
+    assert broken == []
+    assert len(lines) == 600
+
+
+def test_on_a_terminal_a_prompt_without_newline_still_shows(backend, pid_dir):
+    code, shown = on_terminal(["-np", "2", *backend, program("behave.py"), str(pid_dir),
+                               "prompt@0", "waitfor:go"],
+                              when=b"[0]<stdout>:Name? ",
+                              then=lambda: (pid_dir / "go").write_text("go"))
+    assert code == 0, shown[-2000:]
+    assert (pid_dir / "go").exists(), shown  # the prompt showed while instance 0 waited
+    assert shown.count(b"Name? ") == 1
 
 
 def test_big_lines_without_newline_are_never_merged(backend, pid_dir, tmp_path):

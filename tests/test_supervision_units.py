@@ -126,8 +126,36 @@ def test_on_a_terminal_a_progress_bar_redraws_in_place():
         shown += data
     os.close(leader)
     shown = shown.replace(b"\r\n", b"\n")  # the terminal's own newline translation
+    # instance 1's unfinished line (no \r: no progress bar) waits for its end, or for the close
     assert shown == (b"[0]<stdout>:\r[0]<stdout>: 10%\r[0]<stdout>: 50%\r[0]<stdout>:100%\n"
-                     b"[1]<stdout>:partial\npoprun-lite: a message\n")
+                     b"poprun-lite: a message\n[1]<stdout>:partial\n")
+
+
+def test_on_a_terminal_a_line_written_in_pieces_is_never_split():
+    leader, follower = pty.openpty()
+    router = out.Router(2, out.OutputOptions(), console=(follower, follower))
+    router.feed(0, "stdout", b"instance")
+    router.feed(1, "stdout", b"other\n")
+    router.feed(0, "stdout", b" 0")
+    router.feed(0, "stdout", b" end\nnext")
+    assert router.held_deadline is not None
+    router.show_held(router.held_deadline)  # instance 0 went quiet: "next" may be a prompt
+    assert router.held_deadline is None
+    router.feed(1, "stdout", b"more\n")
+    router.close_all()
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            data = os.read(leader, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        shown += data
+    os.close(leader)
+    assert shown.replace(b"\r\n", b"\n") == (
+        b"[1]<stdout>:other\n[0]<stdout>:instance 0 end\n[0]<stdout>:next\n[1]<stdout>:more\n")
 
 
 def test_log_files_replace_planted_links_and_never_follow_them(tmp_path):

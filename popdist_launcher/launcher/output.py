@@ -1,45 +1,51 @@
 """Where instance output goes: the console (tagged per line), per-attempt log files, and the
 tails the root-cause report quotes. The only writer to the launcher's stdout and stderr.
 
-Lines end at ``\\n`` only. Log files get the program's bytes unchanged (with --timestamp-output,
-each line starts with its arrival time). On the console every line gets its ``[i]<stream>:`` tag
-once (``[i@host]`` with --tag-output-host, after the time with --timestamp-output); a ``\\r`` inside a line (a progress bar) redraws in place
+Lines end at ``\\n`` only. Log files get the program's bytes unchanged. On the console every
+line gets its ``[i]<stream>:`` tag once; a ``\\r`` inside a line (a progress bar) redraws in place
 on a terminal (the tag is repeated after each ``\\r``), and elsewhere the line is written whole
-when its ``\\n`` arrives. Partial lines are kept per instance and stream, never merged.
+when its ``\\n`` arrives. Partial lines are kept per instance and stream, never merged. On a
+terminal, an unfinished line without ``\\r`` waits for its end instead of being split by another
+instance's output, but is shown once its instance is quiet for ``HOLD_SECONDS`` (a prompt) or
+after ``HOLD_MAX_SECONDS``.
 """
 from __future__ import annotations
 
 import collections
+import dataclasses
 import errno
 import os
 import select
 import stat
 import time
-from typing import AbstractSet, Deque, Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import Deque, Dict, List, NamedTuple, Optional, Tuple
 
 STDOUT, STDERR = "stdout", "stderr"
 TAIL_LINE_CHARS = 2000
+HOLD_SECONDS = 0.25  # on a terminal, an unfinished line is shown after this long without output
+HOLD_MAX_SECONDS = 2.0  # ... or after this long in all (dots printed one by one still show)
 
 
 class OutputDirError(ValueError):
     """--output-dir cannot be used; one sentence for the user."""
 
 
+@dataclasses.dataclass
+class _Held:
+    """An unfinished line held back on the terminal: when it began and last grew, its bytes."""
+    first: float
+    last: float
+    chunks: List[bytes]
+
+    def deadline(self) -> float:
+        return min(self.last + HOLD_SECONDS, self.first + HOLD_MAX_SECONDS)
+
+
 class OutputOptions(NamedTuple):
     tag_output: bool = True
-    only_instance: Union[None, int, AbstractSet[int]] = None  # the instances shown on the console
+    only_instance: Optional[int] = None
     output_dir: Optional[str] = None
     tail_lines: int = 20
-    tag_host: bool = False  # the tag names the instance's host: [i@host]
-    timestamp: bool = False  # every line starts with [YYYY-MM-DDTHH:MM:SS.mmm] (local time)
-    instance_hosts: Tuple[str, ...] = ()  # host of each instance, for tag_host
-
-
-def timestamp() -> bytes:
-    """The prefix --timestamp-output gives a line: local time to the millisecond."""
-    now = time.time()
-    return (time.strftime("[%Y-%m-%dT%H:%M:%S", time.localtime(now))
-            + f".{int(now % 1 * 1000):03d}]").encode()
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -150,38 +156,22 @@ class Router:
             (i, s): collections.deque(maxlen=options.tail_lines)
             for i in range(num_instances) for s in (STDOUT, STDERR)}
         self._open: Optional[Tuple[int, str]] = None  # whose line the terminal's cursor ends
+        self._held: Dict[Tuple[int, str], _Held] = {}  # terminal: unfinished lines waiting
         self.stacks: Dict[int, str] = {}
-        only = options.only_instance
-        self._only = None if only is None else {only} if isinstance(only, int) else set(only)
-        self._log_at_line_start: Dict[Tuple[int, str], bool] = {}
         if logs is not None:
             for i in range(num_instances):
                 for stream in (STDOUT, STDERR):
                     logs.fd(f"instance-{i}.{stream}.log")
 
     def _prefix(self, index: int, stream: str) -> bytes:
-        stamp = timestamp() if self.options.timestamp else b""
-        if not self.options.tag_output:
-            return stamp
-        hosts = self.options.instance_hosts
-        where = f"@{hosts[index]}" if self.options.tag_host and index < len(hosts) else ""
-        return stamp + f"[{index}{where}]<{stream}>:".encode()
-
-    def _stamped(self, index: int, stream: str, data: bytes) -> bytes:
-        """``data`` for the log file with the time at the start of every line."""
-        key, stamp = (index, stream), timestamp()
-        body = data[:-1].replace(b"\n", b"\n" + stamp) + data[-1:]
-        if self._log_at_line_start.get(key, True):
-            body = stamp + body
-        self._log_at_line_start[key] = data.endswith(b"\n")
-        return body
+        return f"[{index}]<{stream}>:".encode() if self.options.tag_output else b""
 
     def feed(self, index: int, stream: str, data: bytes) -> None:
-        if self.logs is not None and data:
-            self.logs.write(f"instance-{index}.{stream}.log",
-                            self._stamped(index, stream, data) if self.options.timestamp else data)
+        if self.logs is not None:
+            self.logs.write(f"instance-{index}.{stream}.log", data)
         self._tail(index, stream, data)
-        if self._only is not None and index not in self._only:
+        only = self.options.only_instance
+        if only is not None and only != index:
             return
         if self._tty:
             self._console_tty(index, stream, data)
@@ -205,7 +195,28 @@ class Router:
 
     def _console_tty(self, index: int, stream: str, data: bytes) -> None:
         key = (index, stream)
-        prefix = self._prefix(index, stream)
+        held = self._held.get(key)
+        now = time.monotonic()
+        if held is not None and b"\n" not in data and b"\r" not in data:
+            held.chunks.append(data)
+            held.last = now
+            return
+        if held is not None:
+            del self._held[key]
+            data = b"".join(held.chunks) + data
+        cut = data.rfind(b"\n") + 1
+        rest = data[cut:]
+        if rest and self._open != key and b"\r" not in rest:
+            # an unfinished line that is no progress bar waits for its end, so that another
+            # instance's output cannot split it (print(a, b) writes a, b and the \n apart)
+            self._held[key] = _Held(held.first if held is not None else now, now, [rest])
+            data = data[:cut]
+            if not data:
+                return
+        self._show_tty(key, data)
+
+    def _show_tty(self, key: Tuple[int, str], data: bytes) -> None:
+        prefix = self._prefix(*key)
         out = []
         if self._open is not None and self._open != key:
             out.append(b"\n")  # leave the other instance's unfinished line as it is
@@ -222,7 +233,19 @@ class Router:
                 body = body.replace(b"\n", b"\n" + prefix)
         out.append(body)
         self._open = None if data.endswith(b"\n") else key
-        write_all(self._console[stream], b"".join(out))
+        write_all(self._console[key[1]], b"".join(out))
+
+    @property
+    def held_deadline(self) -> Optional[float]:
+        """When the next unfinished line held back on the terminal must be shown (or None)."""
+        return min(h.deadline() for h in self._held.values()) if self._held else None
+
+    def show_held(self, now: float) -> None:
+        """Show the unfinished lines whose instance went quiet (a prompt) or that waited long."""
+        for key, held in list(self._held.items()):
+            if now >= held.deadline():
+                del self._held[key]
+                self._show_tty(key, b"".join(held.chunks))
 
     def _tail(self, index: int, stream: str, data: bytes) -> None:
         key = (index, stream)
@@ -245,7 +268,10 @@ class Router:
         if rest:
             self._tails[key].append(_readable(rest))
         if self._tty:
-            if self._open == key:
+            held = self._held.pop(key, None)
+            if held is not None:
+                self._show_tty(key, b"".join(held.chunks) + b"\n")
+            elif self._open == key:
                 write_all(self._console[stream], b"\n")
                 self._open = None
             return

@@ -424,7 +424,7 @@ class Supervisor:
                 break
             deadlines = [d for d in (self._start_deadline, self._job_deadline,
                                      self._kill_deadline, self._unresponsive_deadline,
-                                     self._drain_deadline,
+                                     self._drain_deadline, self.router.held_deadline,
                                      self._dump.deadline if self._dump else None) if d is not None]
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             for key, mask in self._sel.select(timeout):
@@ -451,6 +451,7 @@ class Supervisor:
                     self._start_rendezvous()
 
     def _on_deadlines(self, now: float) -> None:
+        self.router.show_held(now)
         if self._start_deadline is not None and now >= self._start_deadline:
             self._start_deadline = None
             self._on_start_timeout()

@@ -9,6 +9,8 @@ Actions for the instance whose index matches (or every instance without @INDEX):
   usr1          on SIGUSR1 write PID_DIR/usr1-<i> and carry on
   lines:N       print N long lines to stdout as fast as possible
   stdout:N      print N lines to stdout (nothing to stderr)
+  words:N       print N lines as print("instance", i, "line", n, "end") writes them: in pieces
+  prompt        write "Name? " to stdout without a newline
   closeout      close stdout and stderr (they go to /dev/null)
   onstop:S      on SIGINT/SIGTERM/SIGHUP: write PID_DIR/signal-<i> (its name), take S seconds to
                 "save", write PID_DIR/saved-<i>, exit 0
@@ -66,6 +68,12 @@ for spec in sys.argv[2:]:
     elif name == "stdout":
         for n in range(int(arg)):
             print(f"instance {index} stdout line {n}", flush=True)
+    elif name == "words":  # unbuffered (as the launcher runs Python), each piece is a write
+        for n in range(int(arg)):
+            print("instance", index, "line", n, "end")
+    elif name == "prompt":
+        sys.stdout.write("Name? ")
+        sys.stdout.flush()
     elif name == "closeout":  # its pipes close; what it writes later goes nowhere
         sys.stdout.flush()
         null = os.open(os.devnull, os.O_WRONLY)
