@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import click
 
@@ -22,8 +22,73 @@ from popdist_launcher.launcher.remote import SshOptions
 PROG = "poprun-lite"
 ENV_PREFIX = "POPRUN"
 # Options that are actions, not launch settings: never read from or written to config files.
-NOT_CONFIGURABLE = {"config", "export_config", "print_topology", "check_build", "version",
-                    "program", "args", "verbose"}
+NOT_CONFIGURABLE = {"config", "export_config", "overwrite_config", "print_topology",
+                    "check_build", "version", "program", "args", "verbose"}
+# PopRun's options for Graphcore IPU hardware (V-IPU partitions, IPU-Link domains, Poplar's
+# executable cache): accepted so that PopRun's commands run, with one line saying they do nothing.
+IPU_ONLY = {
+    "num_ilds": int, "vipu_server_host": str, "vipu_server_port": int,
+    "vipu_server_timeout": float, "vipu_partition": str, "vipu_partition_attempts": int,
+    "vipu_cluster": str, "vipu_allocation": str, "executable_cache_path": str,
+    "update_partition": bool, "reset_partition": bool, "remove_partition": bool,
+    "offline_mode": bool,
+}
+TRUE_WORDS, FALSE_WORDS = ("yes", "true", "1", "on"), ("no", "false", "0", "off")
+
+
+def _ipu_only(function):
+    """Declare IPU_ONLY's options (hidden from --help; the epilog names them)."""
+    for name, kind in reversed(list(IPU_ONLY.items())):
+        flag = "--" + name.replace("_", "-")
+        if kind is bool:
+            function = click.option(f"{flag}/--no-{flag[2:]}", name, default=False,
+                                    hidden=True)(function)
+        else:
+            function = click.option(flag, name, type=kind, default=None, hidden=True)(function)
+    return function
+
+
+def _boolean_values(argv: Sequence[str]) -> List[str]:
+    """PopRun's ``--flag=yes|no`` (and true/false, 1/0, on/off) for every on/off option, as the
+    bare ``--flag`` or ``--no-flag``; the program and its arguments are left alone."""
+    on_off: Dict[str, Tuple[str, Optional[str]]] = {}
+    takes_value = set()
+    for param in cli.params:
+        if not isinstance(param, click.Option):
+            continue
+        if param.is_flag and not param.count:
+            off = param.secondary_opts[0] if param.secondary_opts else None
+            for name in param.opts:
+                on_off[name] = (name, off)
+            for name in param.secondary_opts:
+                on_off[name] = (name, param.opts[0])
+        elif not param.count:
+            takes_value.update(param.opts)
+    out: List[str] = []
+    words = list(argv)
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "--" or not word.startswith("-") or word == "-":
+            return out + words[i:]
+        name, eq, value = word.partition("=")
+        if eq and name in on_off:
+            truth = value.strip().lower()
+            if truth not in TRUE_WORDS + FALSE_WORDS:
+                raise click.UsageError(
+                    f"{word!r}: {name} takes yes or no (also true/false, 1/0, on/off), got "
+                    f"{value!r}; write e.g. {name}=yes, or {name} alone.")
+            same, opposite = on_off[name]
+            chosen = same if truth in TRUE_WORDS else opposite
+            if chosen is not None:
+                out.append(chosen)
+        elif word in takes_value and i + 1 < len(words):
+            out += [word, words[i + 1]]
+            i += 1
+        else:
+            out.append(word)
+        i += 1
+    return out
 
 
 def _load_config(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
@@ -43,6 +108,8 @@ def _load_config(ctx: click.Context, param: click.Parameter, value: Optional[str
 
 def _config_kind(param: click.Parameter) -> str:
     """What a config file must give for this option (a key of config_file.KINDS)."""
+    if param.name == "only_output_from_instance":
+        return "instances"
     if param.multiple:
         return "strings"
     if getattr(param, "is_flag", False):
@@ -101,12 +168,18 @@ def _seconds(zero_ok: bool):
     return check
 
 
-def _instance_count(ctx: click.Context, param: click.Parameter, value: int) -> int:
-    if not 1 <= value <= MAX_INSTANCES:
+def _instance_count(ctx: click.Context, param: click.Parameter,
+                    value: Optional[int]) -> Optional[int]:
+    if value is not None and not 1 <= value <= MAX_INSTANCES:
         bound = "at least 1" if value < 1 else f"at most {MAX_INSTANCES}"
         raise click.UsageError(f"--num-instances must be {bound}, got {value}; pass how many "
                                f"processes to start, e.g. -np 4.", ctx)
     return value
+
+
+def _flag(param: click.Parameter) -> str:
+    """The option's first long name (its own, before peers' aliases)."""
+    return next(o for o in param.opts if o.startswith("--"))
 
 
 def _shell_words(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -116,7 +189,7 @@ def _shell_words(ctx: click.Context, param: click.Parameter, value: str) -> str:
         shlex.split(value or "")
     except ValueError as exc:
         raise click.UsageError(
-            f"{param.opts[-1]} {value!r} cannot be split into arguments ({exc}); balance its "
+            f"{_flag(param)} {value!r} cannot be split into arguments ({exc}); balance its "
             f"quotes as on a shell command line, e.g. \"--mca btl tcp,self\".", ctx) from None
     return value
 
@@ -133,6 +206,41 @@ def _text_hostfile(ctx: click.Context, param: click.Parameter,
     except hosts.HostError as exc:
         raise click.UsageError(f"--hostfile {exc}", ctx) from None
     return value
+
+
+def _instance_list(ctx: click.Context, param: click.Parameter,
+                   value: Optional[str]) -> Optional[Tuple[int, ...]]:
+    """Callback: ``N`` or ``N,M,...`` (instance indices); checked against -np later."""
+    if value is None:
+        return None
+    parts = [p.strip() for p in str(value).split(",")]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise click.UsageError(f"{_flag(param)} {value!r} is not a list of instance indices; "
+                               f"expected N or N,M,... such as 0 or 0,1.", ctx)
+    return tuple(sorted({int(p) for p in parts}))
+
+
+def _instance_args(ctx: click.Context, param: click.Parameter,
+                   value: Sequence[str]) -> Tuple[Tuple[int, str], ...]:
+    """Callback: PopRun's ``I:"ARGS"`` items (instance index, mpirun arguments)."""
+    import shlex
+    items = []
+    for item in value:
+        index, sep, words = item.partition(":")
+        problem = None
+        if not sep or not index.strip().isdigit():
+            problem = "has no instance index"
+        else:
+            try:
+                shlex.split(words)
+            except ValueError as exc:
+                problem = f"cannot be split into arguments ({exc})"
+        if problem:
+            raise click.UsageError(
+                f"--instance-mpi-local-args {item!r} {problem}; expected INDEX:\"ARGS\", e.g. "
+                f"--instance-mpi-local-args 0:\"-x FOO=1\".", ctx)
+        items.append((int(index), words))
+    return tuple(items)
 
 
 def _export_path(ctx: click.Context, param: click.Parameter,
@@ -154,11 +262,15 @@ def _export_path(ctx: click.Context, param: click.Parameter,
     context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"],
                       "show_default": True},
     epilog="Every option can also be set with a POPRUN_<OPTION> environment variable "
-           "(e.g. POPRUN_NUM_INSTANCES=4) or a --config file; the command line wins.",
+           "(e.g. POPRUN_NUM_INSTANCES=4) or a --config file; the command line wins. On/off "
+           "options also take PopRun's --OPTION=yes|no (true/false, 1/0, on/off).\n\n"
+           "PopRun's IPU options are accepted and have no effect (one line says so): "
+           + ", ".join("--" + n.replace("_", "-") for n in IPU_ONLY) + ".",
 )
-@click.option("-np", "--num-instances", type=int, default=1, callback=_instance_count,
+@click.option("-np", "--num-instances", type=int, default=None, callback=_instance_count,
               show_envvar=True,
-              help="Number of instances (processes) to start.")
+              help="Number of instances (processes) to start.  [default: one per slot of -H or "
+                   "--hostfile (one per host named without slots), else 1]")
 @click.option("--num-replicas", type=int, default=None, show_envvar=True,
               help="Total model replicas across all instances (default: one per instance); must "
                    "be a multiple of --num-instances.")
@@ -167,14 +279,22 @@ def _export_path(ctx: click.Context, param: click.Parameter,
 @click.option("-x", "--env", "env", multiple=True, metavar="NAME[=VALUE]", show_envvar=True,
               help="Export a variable to every instance; NAME alone passes the current value. "
                    "Repeatable.")
-@click.option("--only-output-from-instance", type=int, default=None, metavar="N",
-              show_envvar=True, help="Show only instance N's output on the console "
-                                     "(--output-dir still gets every instance's).")
-@click.option("--output-dir", type=click.Path(file_okay=False), default=None, show_envvar=True,
+@click.option("--only-output-from-instance", "--local-ranks-filter", "only_output_from_instance",
+              default=None, metavar="N[,N...]", callback=_instance_list, show_envvar=True,
+              help="Show only these instances' output on the console (--output-dir still gets "
+                   "every instance's). Instance indices count across hosts (torchrun's "
+                   "--local-ranks-filter counts per host: the same on one host).")
+@click.option("--output-dir", "--output-filename", "output_dir",
+              type=click.Path(file_okay=False), default=None, show_envvar=True,
               help="Also write attempt-<n>/instance-<i>.stdout.log and .stderr.log here (one "
                    "folder per attempt; .stacks.log when stacks were collected).")
 @click.option("--tag-output/--no-tag-output", default=True, show_envvar=True,
               help="Prefix each line with [instance]<stream>:.")
+@click.option("--tag-output-host/--no-tag-output-host", default=False, show_envvar=True,
+              help="Put the instance's host in the tag: [instance@host]<stream>:.")
+@click.option("--timestamp-output/--no-timestamp-output", default=False, show_envvar=True,
+              help="Start each line, on the console and in --output-dir's logs, with its time "
+                   "of arrival: [YYYY-MM-DDTHH:MM:SS.mmm] (local time), as mpirun's option.")
 @click.option("--start-timeout", type=float, default=120.0, callback=_seconds(False),
               show_envvar=True,
               help="Seconds allowed for every instance to start and for Horovod's rendezvous.")
@@ -190,12 +310,15 @@ def _export_path(ctx: click.Context, param: click.Parameter,
               show_envvar=True, help="Where to look for free TF_CONFIG ports "
                                      "[default: below the kernel's ephemeral range].")
 @click.option("-H", "--host", "host", default=None, metavar="HOST[:SLOTS],...", show_envvar=True,
-              help="Hosts to run on, with slots (instances each may run; 1 when omitted); "
-                   "ranges such as node[0-3]:2 work. Default: this host only.")
+              help="Hosts to run on. With slots (NAME:SLOTS, mpirun's rule) each runs at most "
+                   "SLOTS instances (1 for a host named without); with no slots at all "
+                   "(-H nodeA,nodeB, PopRun's rule) the instances are divided evenly. Ranges "
+                   "such as node[0-3]:2 work. Default: this host only.")
 @click.option("--hostfile", type=click.Path(dir_okay=False), default=None,
               callback=_text_hostfile, show_envvar=True,
-              help="File of 'HOSTNAME slots=N' lines (# comments), instead of -H.")
-@click.option("--oversubscribe", is_flag=True, show_envvar=True,
+              help="File of 'HOSTNAME [slots=N]' lines (# comments), instead of -H; a plain list "
+                   "of host names (PopRun's hostfile) divides the instances evenly.")
+@click.option("--oversubscribe/--no-oversubscribe", default=False, show_envvar=True,
               help="Allow more instances than slots on the hosts.")
 @click.option("--backend", type=click.Choice(["auto", "local", "ssh", "mpi", "slurm"]),
               default="auto", show_envvar=True,
@@ -204,9 +327,10 @@ def _export_path(ctx: click.Context, param: click.Parameter,
                    "-np 1); slurm inside a Slurm allocation; ssh for other hosts. mpi = Open "
                    "MPI's mpirun (Horovod's MPI controller); local = the launcher starts each "
                    "instance itself (Horovod over Gloo).")
-@click.option("--ssh-port", type=click.IntRange(1, 65535), default=None, show_envvar=True,
+@click.option("-p", "--ssh-port", type=click.IntRange(1, 65535), default=None, show_envvar=True,
               help="Port of the hosts' ssh servers [default: ssh's own].")
-@click.option("--ssh-identity", type=click.Path(dir_okay=False), default=None, show_envvar=True,
+@click.option("-i", "--ssh-identity", "--ssh-identity-file", "ssh_identity",
+              type=click.Path(dir_okay=False), default=None, show_envvar=True,
               help="Private key file for ssh (-i).")
 @click.option("--ssh-config", type=click.Path(dir_okay=False), default=None, show_envvar=True,
               help="ssh_config file for ssh (-F); its host aliases are honoured.")
@@ -215,40 +339,66 @@ def _export_path(ctx: click.Context, param: click.Parameter,
                    "Horovod's Gloo and the rendezvous.")
 @click.option("--host-subnet", default=None, metavar="CIDR", show_envvar=True,
               help="Use each host's address in this subnet, e.g. 10.1.0.0/16.")
-@click.option("--mpi-global-args", default="", metavar="ARGS", callback=_shell_words,
+@click.option("--mpi-global-args", "--mpi-args", "mpi_global_args", default="", metavar="ARGS",
+              callback=_shell_words,
               show_envvar=True,
               help="Extra arguments for mpirun (mpi backend), e.g. \"--mca btl tcp,self\".")
 @click.option("--mpi-local-args", default="", metavar="ARGS", callback=_shell_words,
               show_envvar=True,
               help="Extra arguments for each instance's part of the mpirun command line.")
+@click.option("--instance-mpi-local-args", multiple=True, metavar='I:"ARGS"',
+              callback=_instance_args, show_envvar=True,
+              help="PopRun's per-instance mpirun arguments; accepted and checked, not applied "
+                   "(the mpi backend starts all instances from one mpirun app context; "
+                   "--mpi-local-args applies to all).")
+@click.option("--numa-aware/--no-numa-aware", default=False, show_envvar=True,
+              help="PopRun's NUMA binding of instances; accepted, not applied yet.")
+@click.option("--timeline-filename", type=click.Path(dir_okay=False), default=None,
+              metavar="FILE", show_envvar=True,
+              help="Record a Horovod timeline in FILE (HOROVOD_TIMELINE), as horovodrun's option.")
+@click.option("--autotune/--no-autotune", default=False, show_envvar=True,
+              help="Let Horovod tune its fusion and cycle parameters (HOROVOD_AUTOTUNE=1).")
+@click.option("--autotune-log-file", type=click.Path(dir_okay=False), default=None,
+              metavar="FILE", show_envvar=True,
+              help="Where --autotune logs what it tried (HOROVOD_AUTOTUNE_LOG).")
 @click.option("--max-restarts", type=click.IntRange(0), default=0, show_envvar=True,
               help="When an instance fails, stop the job everywhere and start it again, up to "
                    "this many times (POPRUN_RESTART_COUNT tells the program the attempt).")
-@click.option("--print-topology", is_flag=True, show_envvar=True,
+@click.option("--print-topology/--no-print-topology", default=False, show_envvar=True,
               help="Print instances, replicas, ports and each instance's environment; start "
                    "nothing.")
-@click.option("--config", type=str, default=None, is_eager=True, expose_value=False,
-              callback=_load_config, show_envvar=True, metavar="FILE",
-              help="Read option values from a TOML or YAML file (a name under configs/ works).")
+@click.option("--config", "--import-config", "config", type=str, default=None, is_eager=True,
+              expose_value=False, callback=_load_config, show_envvar=True, metavar="FILE",
+              help="Read option values from a TOML or YAML file (a name under configs/ works); "
+                   "the command line overrides them.")
 @click.option("--export-config", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               callback=_export_path, show_envvar=True,
-              help="Write the effective options to FILE (TOML, or YAML for .yaml), then run.")
+              help="Write the effective options to FILE (TOML, or YAML for .yaml), then run. "
+                   "An existing FILE is kept (an error) unless --overwrite-config.")
+@click.option("--overwrite-config/--no-overwrite-config", default=False, show_envvar=True,
+              help="Let --export-config replace an existing file.")
 @click.option("--check-build", is_flag=True, is_eager=True, expose_value=False,
               callback=_check_build, help="Show the versions and build options of TensorFlow, "
                                          "Horovod, MPI, mpi4py and gRPC, then exit.")
 @click.option("-v", "--verbose", count=True, help="Log what the launcher does (-vv for more).")
 @click.version_option(__version__, "--version", prog_name=PROG)
+@_ipu_only
 @click.argument("program")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def cli(ctx: click.Context, num_instances: int, num_replicas: Optional[int], ipus_per_replica: int,
-        env: Sequence[str], only_output_from_instance: Optional[int], output_dir: Optional[str],
-        tag_output: bool, start_timeout: float, grace_period: float, timeout: Optional[float],
-        port_range: Optional[Tuple[int, int]], host: Optional[str], hostfile: Optional[str],
-        oversubscribe: bool, backend: str, ssh_port: Optional[int], ssh_identity: Optional[str],
-        ssh_config: Optional[str], network_interface: Optional[str], host_subnet: Optional[str],
-        mpi_global_args: str, mpi_local_args: str, max_restarts: int, print_topology: bool,
-        export_config: Optional[str], verbose: int, program: str, args: Sequence[str]) -> int:
+def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional[int],
+        ipus_per_replica: int, env: Sequence[str],
+        only_output_from_instance: Optional[Tuple[int, ...]], output_dir: Optional[str],
+        tag_output: bool, tag_output_host: bool, timestamp_output: bool, start_timeout: float,
+        grace_period: float, timeout: Optional[float], port_range: Optional[Tuple[int, int]],
+        host: Optional[str], hostfile: Optional[str], oversubscribe: bool, backend: str,
+        ssh_port: Optional[int], ssh_identity: Optional[str], ssh_config: Optional[str],
+        network_interface: Optional[str], host_subnet: Optional[str], mpi_global_args: str,
+        mpi_local_args: str, instance_mpi_local_args: Tuple[Tuple[int, str], ...],
+        numa_aware: bool, timeline_filename: Optional[str], autotune: bool,
+        autotune_log_file: Optional[str], max_restarts: int, print_topology: bool,
+        export_config: Optional[str], overwrite_config: bool, verbose: int, program: str,
+        args: Sequence[str], **ipu_only: Any) -> int:
     """Run PROGRAM [ARGS]... as NUM_INSTANCES cooperating instances.
 
     Each instance gets its PopDist variables, a TF_CONFIG and what a plain hvd.init() needs.
@@ -256,15 +406,24 @@ def cli(ctx: click.Context, num_instances: int, num_replicas: Optional[int], ipu
     """
     _configure_logging(verbose)
     try:
+        if num_instances is None:
+            num_instances = ctx.params["num_instances"] = _default_instances(host, hostfile)
         check_counts(num_instances, num_replicas, ipus_per_replica)
         if grace_period < 0:
             raise PlanError(f"--grace-period must be 0 or more seconds, got {grace_period:g}.")
-        if only_output_from_instance is not None and not 0 <= only_output_from_instance < num_instances:
+        outside = [i for i in only_output_from_instance or () if i >= num_instances]
+        if outside:
             raise PlanError(
-                f"--only-output-from-instance {only_output_from_instance} is not an instance of "
-                f"this job; expected 0..{num_instances - 1}.")
+                f"--only-output-from-instance {outside[0]} is not an instance of this job; "
+                f"expected 0..{num_instances - 1}.")
+        outside = [i for i, _ in instance_mpi_local_args if i >= num_instances]
+        if outside:
+            raise PlanError(
+                f"--instance-mpi-local-args {outside[0]}:... is not an instance of this job; "
+                f"expected an index in 0..{num_instances - 1}.")
         argv = resolve_program(program, args)
-        exported = parse_exports(env, os.environ)
+        exported = _horovod_settings(timeline_filename, autotune, autotune_log_file) \
+            + parse_exports(env, os.environ)
         layout = topology.choose(
             num_instances, host=host, hostfile=hostfile, oversubscribe=oversubscribe,
             backend=backend, environ=os.environ, subnet=host_subnet, iface=network_interface,
@@ -277,12 +436,15 @@ def cli(ctx: click.Context, num_instances: int, num_replicas: Optional[int], ipu
         from popdist_launcher.launcher import config_file
 
         try:
-            config_file.dump(export_config, _configurable_values(ctx))
+            config_file.dump(export_config, _configurable_values(ctx), overwrite=overwrite_config)
         except config_file.ConfigFileError as exc:
             raise click.UsageError(str(exc), ctx) from None
 
+    for line in _inert_notes(ipu_only, numa_aware, instance_mpi_local_args):
+        _say(f"{PROG}: note: {line}")
     output = OutputOptions(tag_output=tag_output, only_instance=only_output_from_instance,
-                           output_dir=output_dir)
+                           output_dir=output_dir, tag_host=tag_output_host,
+                           timestamp=timestamp_output, instance_hosts=_instance_hosts(layout))
     options = job.JobOptions(argv, num_instances, num_replicas, ipus_per_replica, exported,
                              start_timeout, grace_period, port_range, max_restarts, timeout, output)
     try:
@@ -293,14 +455,78 @@ def cli(ctx: click.Context, num_instances: int, num_replicas: Optional[int], ipu
         raise click.ClickException(str(exc)) from None
 
 
+def _default_instances(host: Optional[str], hostfile: Optional[str]) -> int:
+    """-np when not given: one per slot of -H or --hostfile (mpirun), else 1. A host list that
+    cannot be read counts 1 here; laying out the hosts reports what is wrong with it."""
+    from popdist_launcher.launcher import hosts as hostlib
+    try:
+        if host:
+            return hostlib.default_instances(hostlib.parse_host_list(host))
+        if hostfile:
+            return hostlib.default_instances(
+                hostlib.parse_hostfile(hostlib.read_hostfile(hostfile), hostfile))
+    except hostlib.HostError:
+        pass
+    return 1
+
+
+def _horovod_settings(timeline: Optional[str], autotune: bool,
+                      autotune_log: Optional[str]) -> Tuple[Tuple[str, str], ...]:
+    """horovodrun's --timeline-filename, --autotune and --autotune-log-file as Horovod's variables
+    (a -x of the same name, later in the list, wins)."""
+    settings = []
+    if timeline:
+        settings.append(("HOROVOD_TIMELINE", os.path.abspath(timeline)))
+    if autotune:
+        settings.append(("HOROVOD_AUTOTUNE", "1"))
+    if autotune_log:
+        settings.append(("HOROVOD_AUTOTUNE_LOG", os.path.abspath(autotune_log)))
+    return tuple(settings)
+
+
+def _inert_notes(ipu_only: Dict[str, Any], numa_aware: bool,
+                 instance_args: Sequence[Tuple[int, str]]) -> List[str]:
+    """One line for each kind of accepted option that does nothing here."""
+    notes = []
+    given = ["--" + name.replace("_", "-") for name, value in ipu_only.items()
+             if value not in (None, False)]
+    if given:
+        notes.append(f"{', '.join(given)} {'has' if len(given) == 1 else 'have'} no effect here: "
+                     f"PopRun's IPU options configure Graphcore IPU hardware (V-IPU partitions, "
+                     f"IPU-Link domains, Poplar's executable cache), which {PROG} does not use.")
+    if numa_aware:
+        notes.append("--numa-aware is accepted but not applied yet: instances are not bound to "
+                     "NUMA nodes.")
+    if instance_args:
+        notes.append("--instance-mpi-local-args is checked but not applied: every instance "
+                     "starts from one mpirun app context, so per-instance mpirun arguments have "
+                     "no place; --mpi-local-args applies to all instances.")
+    return notes
+
+
+def _instance_hosts(layout: topology.Layout) -> Tuple[str, ...]:
+    """Each instance's host name for --tag-output-host (this machine's name for localhost)."""
+    import socket
+    from popdist_launcher.launcher import hosts as hostlib
+    names = []
+    for slot, count in layout.used:
+        name = socket.gethostname() if slot.name in hostlib.LOCAL_NAMES else slot.name
+        names.extend([name] * count)
+    return tuple(names)
+
+
 def _configurable_values(ctx: click.Context) -> Dict[str, Any]:
     values = {}
     for param in ctx.command.params:
         if param.name in NOT_CONFIGURABLE or param.name not in ctx.params:
             continue
         value = ctx.params[param.name]
+        if param.name in IPU_ONLY and value in (None, False):
+            continue  # PopRun's IPU options: written only when given
         if param.name == "port_range" and value is not None:
             value = f"{value[0]}-{value[1]}"
+        if param.name == "instance_mpi_local_args":
+            value = [f"{index}:{words}" for index, words in value]
         values[param.name] = list(value) if isinstance(value, tuple) else value
     return values
 
@@ -316,7 +542,8 @@ def _configure_logging(verbose: int) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point: click's errors become one line on stderr and exit code 2, never a traceback."""
     try:
-        code = cli.main(args=list(argv) if argv is not None else None, prog_name=PROG,
+        words = _boolean_values(sys.argv[1:] if argv is None else argv)
+        code = cli.main(args=words, prog_name=PROG,
                         standalone_mode=False, auto_envvar_prefix=ENV_PREFIX)
     except click.UsageError as exc:
         click.echo(f"{PROG}: error: {exc.format_message()} (see {PROG} --help)", err=True)

@@ -1,8 +1,9 @@
 """Where instance output goes: the console (tagged per line), per-attempt log files, and the
 tails the root-cause report quotes. The only writer to the launcher's stdout and stderr.
 
-Lines end at ``\\n`` only. Log files get the program's bytes unchanged. On the console every
-line gets its ``[i]<stream>:`` tag once; a ``\\r`` inside a line (a progress bar) redraws in place
+Lines end at ``\\n`` only. Log files get the program's bytes unchanged (with --timestamp-output,
+each line starts with its arrival time). On the console every line gets its ``[i]<stream>:`` tag
+once (``[i@host]`` with --tag-output-host, after the time with --timestamp-output); a ``\\r`` inside a line (a progress bar) redraws in place
 on a terminal (the tag is repeated after each ``\\r``), and elsewhere the line is written whole
 when its ``\\n`` arrives. Partial lines are kept per instance and stream, never merged. On a
 terminal, an unfinished line without ``\\r`` waits for its end instead of being split by another
@@ -18,7 +19,7 @@ import os
 import select
 import stat
 import time
-from typing import Deque, Dict, List, NamedTuple, Optional, Tuple
+from typing import AbstractSet, Deque, Dict, List, NamedTuple, Optional, Tuple, Union
 
 STDOUT, STDERR = "stdout", "stderr"
 TAIL_LINE_CHARS = 2000
@@ -43,9 +44,19 @@ class _Held:
 
 class OutputOptions(NamedTuple):
     tag_output: bool = True
-    only_instance: Optional[int] = None
+    only_instance: Union[None, int, AbstractSet[int]] = None  # the instances shown on the console
     output_dir: Optional[str] = None
     tail_lines: int = 20
+    tag_host: bool = False  # the tag names the instance's host: [i@host]
+    timestamp: bool = False  # every line starts with [YYYY-MM-DDTHH:MM:SS.mmm] (local time)
+    instance_hosts: Tuple[str, ...] = ()  # host of each instance, for tag_host
+
+
+def timestamp() -> bytes:
+    """The prefix --timestamp-output gives a line: local time to the millisecond."""
+    now = time.time()
+    return (time.strftime("[%Y-%m-%dT%H:%M:%S", time.localtime(now))
+            + f".{int(now % 1 * 1000):03d}]").encode()
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -158,20 +169,37 @@ class Router:
         self._open: Optional[Tuple[int, str]] = None  # whose line the terminal's cursor ends
         self._held: Dict[Tuple[int, str], _Held] = {}  # terminal: unfinished lines waiting
         self.stacks: Dict[int, str] = {}
+        only = options.only_instance
+        self._only = None if only is None else {only} if isinstance(only, int) else set(only)
+        self._log_at_line_start: Dict[Tuple[int, str], bool] = {}
         if logs is not None:
             for i in range(num_instances):
                 for stream in (STDOUT, STDERR):
                     logs.fd(f"instance-{i}.{stream}.log")
 
     def _prefix(self, index: int, stream: str) -> bytes:
-        return f"[{index}]<{stream}>:".encode() if self.options.tag_output else b""
+        stamp = timestamp() if self.options.timestamp else b""
+        if not self.options.tag_output:
+            return stamp
+        hosts = self.options.instance_hosts
+        where = f"@{hosts[index]}" if self.options.tag_host and index < len(hosts) else ""
+        return stamp + f"[{index}{where}]<{stream}>:".encode()
+
+    def _stamped(self, index: int, stream: str, data: bytes) -> bytes:
+        """``data`` for the log file with the time at the start of every line."""
+        key, stamp = (index, stream), timestamp()
+        body = data[:-1].replace(b"\n", b"\n" + stamp) + data[-1:]
+        if self._log_at_line_start.get(key, True):
+            body = stamp + body
+        self._log_at_line_start[key] = data.endswith(b"\n")
+        return body
 
     def feed(self, index: int, stream: str, data: bytes) -> None:
-        if self.logs is not None:
-            self.logs.write(f"instance-{index}.{stream}.log", data)
+        if self.logs is not None and data:
+            self.logs.write(f"instance-{index}.{stream}.log",
+                            self._stamped(index, stream, data) if self.options.timestamp else data)
         self._tail(index, stream, data)
-        only = self.options.only_instance
-        if only is not None and only != index:
+        if self._only is not None and index not in self._only:
             return
         if self._tty:
             self._console_tty(index, stream, data)
