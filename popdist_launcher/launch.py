@@ -348,9 +348,9 @@ def _export_path(ctx: click.Context, param: click.Parameter,
               help="Extra arguments for each instance's part of the mpirun command line.")
 @click.option("--instance-mpi-local-args", multiple=True, metavar='I:"ARGS"',
               callback=_instance_args, show_envvar=True,
-              help="PopRun's per-instance mpirun arguments; accepted and checked, not applied "
-                   "(the mpi backend starts all instances from one mpirun app context; "
-                   "--mpi-local-args applies to all).")
+              help="More mpirun arguments for instance I only (mpi backend; each run of "
+                   "instances with the same arguments becomes one mpirun app context), e.g. "
+                   "0:\"-x DEBUG=1\". Repeatable. Other backends ignore it and say so.")
 @click.option("--numa-aware/--no-numa-aware", default=False, show_envvar=True,
               help="PopRun's NUMA binding of instances; accepted, not applied yet.")
 @click.option("--timeline-filename", type=click.Path(dir_okay=False), default=None,
@@ -428,7 +428,8 @@ def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional
             num_instances, host=host, hostfile=hostfile, oversubscribe=oversubscribe,
             backend=backend, environ=os.environ, subnet=host_subnet, iface=network_interface,
             mpi_global_args=mpi_global_args, mpi_local_args=mpi_local_args,
-            ssh=SshOptions(ssh_port, ssh_identity, ssh_config, start_timeout))
+            ssh=SshOptions(ssh_port, ssh_identity, ssh_config, start_timeout),
+            instance_mpi_local_args=instance_mpi_local_args)
     except (PlanError, topology.TopologyError) as exc:
         raise click.UsageError(str(exc), ctx) from None
 
@@ -440,7 +441,8 @@ def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional
         except config_file.ConfigFileError as exc:
             raise click.UsageError(str(exc), ctx) from None
 
-    for line in _inert_notes(ipu_only, numa_aware, instance_mpi_local_args):
+    for line in _inert_notes(ipu_only, numa_aware,
+                             instance_mpi_local_args and layout.controller != "mpi"):
         _say(f"{PROG}: note: {line}")
     output = OutputOptions(tag_output=tag_output, only_instance=only_output_from_instance,
                            output_dir=output_dir, tag_host=tag_output_host,
@@ -485,7 +487,7 @@ def _horovod_settings(timeline: Optional[str], autotune: bool,
 
 
 def _inert_notes(ipu_only: Dict[str, Any], numa_aware: bool,
-                 instance_args: Sequence[Tuple[int, str]]) -> List[str]:
+                 instance_args_unused: bool) -> List[str]:
     """One line for each kind of accepted option that does nothing here."""
     notes = []
     given = ["--" + name.replace("_", "-") for name, value in ipu_only.items()
@@ -497,10 +499,9 @@ def _inert_notes(ipu_only: Dict[str, Any], numa_aware: bool,
     if numa_aware:
         notes.append("--numa-aware is accepted but not applied yet: instances are not bound to "
                      "NUMA nodes.")
-    if instance_args:
-        notes.append("--instance-mpi-local-args is checked but not applied: every instance "
-                     "starts from one mpirun app context, so per-instance mpirun arguments have "
-                     "no place; --mpi-local-args applies to all instances.")
+    if instance_args_unused:
+        notes.append("--instance-mpi-local-args has no effect on this backend: it adds mpirun "
+                     "arguments for single instances; use --backend mpi to apply them.")
     return notes
 
 

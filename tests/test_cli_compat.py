@@ -2,6 +2,7 @@
 
 Most checks use --print-topology (nothing starts) or short programs on the local backend.
 """
+import json
 import os
 import re
 import socket
@@ -9,7 +10,7 @@ import tomllib
 
 import pytest
 
-from conftest import poprun
+from conftest import poprun, program
 
 STAMP = r"\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\]"
 SHOW_INDEX = "import os; print('from', os.environ['POPDIST_INSTANCE_INDEX'])"
@@ -38,13 +39,14 @@ def test_poprun_guide_command_runs_with_one_line_for_the_ipu_options():
 
 
 def test_numa_aware_and_instance_mpi_local_args_are_accepted_and_say_what_they_do():
-    result = poprun("-np", "2", "--numa-aware=yes", "--instance-mpi-local-args", '1:-x FOO="a b"',
-                    "--print-topology", "true", timeout=60)
+    result = poprun("-np", "2", "--backend", "local", "--numa-aware=yes",
+                    "--instance-mpi-local-args", '1:-x FOO="a b"', "--print-topology", "true",
+                    timeout=60)
     assert result.returncode == 0, result.stderr
     notes = result.stderr.splitlines()
     assert len(notes) == 2, notes
     assert "--numa-aware is accepted but not applied yet" in notes[0]
-    assert "--instance-mpi-local-args is checked but not applied" in notes[1]
+    assert "--instance-mpi-local-args has no effect on this backend" in notes[1]
     quiet = poprun("-np", "2", "--numa-aware=no", "--print-topology", "true", timeout=60)
     assert quiet.returncode == 0 and quiet.stderr == ""
 
@@ -178,3 +180,25 @@ def test_boolean_values_only_apply_to_poprun_lite_options():
     assert result.stdout == "['--print-topology=yes']\n"
     from_env = poprun("true", env=dict(os.environ, POPRUN_PRINT_TOPOLOGY="yes"), timeout=60)
     assert "1 instance(s)" in from_env.stdout
+
+
+def test_instance_mpi_local_args_reach_only_their_instance_under_mpirun():
+    show = ("import os; print(os.environ['POPDIST_INSTANCE_INDEX'], os.environ.get('CHECK'), "
+            "os.environ['OMPI_COMM_WORLD_RANK'])")
+    result = poprun("-np", "3", "--backend", "mpi", "--instance-mpi-local-args", "1:-x CHECK=one",
+                    "--instance-mpi-local-args", '2:-x "CHECK=two words"', "python", "-c", show,
+                    timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert sorted(result.stdout.splitlines()) == [
+        "[0]<stdout>:0 None 0", "[1]<stdout>:1 one 1", "[2]<stdout>:2 two words 2"]
+
+
+def test_horovod_over_mpi_works_with_one_app_context_per_instance(tmp_path):
+    result = poprun("-np", "2", "--backend", "mpi", "--instance-mpi-local-args", "1:-x CHECK=1",
+                    program("hvd_allreduce.py"), str(tmp_path), timeout=300)
+    assert result.returncode == 0, result.stderr
+    for rank in (0, 1):
+        seen = json.loads((tmp_path / f"hvd-{rank}.json").read_text())
+        assert seen["rank"] == rank and seen["size"] == 2 and seen["sum"] == 3.0
+        assert seen["gathered"] == [0, 1]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shlex
 import socket
-from typing import List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher.launcher import hosts as hostlib
 from popdist_launcher.launcher import ports
@@ -184,7 +184,8 @@ def choose(num_instances: int, host: Optional[str] = None, hostfile: Optional[st
            oversubscribe: bool = False, backend: str = "auto",
            environ: Mapping[str, str] = os.environ, subnet: Optional[str] = None,
            iface: Optional[str] = None, mpi_global_args: str = "", mpi_local_args: str = "",
-           ssh: SshOptions = SshOptions()) -> Layout:
+           ssh: SshOptions = SshOptions(),
+           instance_mpi_local_args: Sequence[Tuple[int, str]] = ()) -> Layout:
     """Check the host options against each other and lay the instances out."""
     if host and hostfile:
         raise TopologyError("-H and --hostfile both name hosts; give one of them.")
@@ -228,9 +229,12 @@ def choose(num_instances: int, host: Optional[str] = None, hostfile: Optional[st
         from popdist_launcher.launcher.backends.mpi import EngineError, MpiBackend
         from popdist_launcher.launcher.backends.slurm import SlurmBackend
         global_args, local_args = shlex.split(mpi_global_args), shlex.split(mpi_local_args)
+        per_instance: Dict[int, List[str]] = {}
+        for index, words in instance_mpi_local_args:
+            per_instance.setdefault(index, []).extend(shlex.split(words))
         try:
             engine = MpiBackend(slots, counts, ssh, global_args, local_args, oversubscribe,
-                                subnet or iface) if backend == "mpi" else \
+                                subnet or iface, per_instance) if backend == "mpi" else \
                 SlurmBackend(slots, counts, global_args, local_args)
         except EngineError as exc:
             raise TopologyError(str(exc)) from None

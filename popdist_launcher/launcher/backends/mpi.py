@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from typing import List, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from popdist_launcher.launcher import hosts as hostlib
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
@@ -44,7 +44,8 @@ class MpiBackend(Backend):
     def __init__(self, slots: Sequence[hostlib.HostSlots], counts: Sequence[int],
                  ssh: SshOptions = SshOptions(), global_args: Sequence[str] = (),
                  local_args: Sequence[str] = (), oversubscribe: bool = False,
-                 network: Optional[str] = None) -> None:
+                 network: Optional[str] = None,
+                 instance_args: Mapping[int, Sequence[str]] = {}) -> None:
         self.slots = list(slots)
         self.counts = list(counts)
         self.network = network  # --host-subnet or --network-interface: MPI's traffic stays there
@@ -55,13 +56,17 @@ class MpiBackend(Backend):
         self.ssh = ssh
         self.global_args = list(global_args)
         self.local_args = list(local_args)
+        self.instance_args: Dict[int, List[str]] = {i: list(a) for i, a in instance_args.items()}
         self.oversubscribe = oversubscribe
 
     def command(self, plan: LaunchPlan, wiring: Wiring) -> List[str]:
         used = [(h, n) for h, n in zip(self.slots, self.counts) if n]
-        argv = [self.mpirun, "-np", str(plan.num_instances),
-                "--host", ",".join(f"{h.name}:{n}" for h, n in used),
-                "--map-by", "slot", "--bind-to", "none"]
+        hosts = ",".join(f"{h.name}:{n}" for h, n in used)
+        contexts = self._contexts(plan.num_instances)
+        argv = [self.mpirun]
+        if len(contexts) == 1:
+            argv += ["-np", str(plan.num_instances), "--host", hosts]
+        argv += ["--map-by", "slot", "--bind-to", "none"]
         if os.geteuid() == 0:
             argv.append("--allow-run-as-root")
         if self.oversubscribe or any(n > (os.cpu_count() or 1) for n in self.counts):
@@ -80,9 +85,31 @@ class MpiBackend(Backend):
             if self.network:
                 argv += ["--prtemca", "prte_if_include", self.network,
                          "--mca", "btl_tcp_if_include", self.network]
-        argv += ["-x", "PATH", "-x", SECRET_ENV]
-        return argv + self.global_args + self.local_args + wiring.wrapper_argv(
-            "--rank-from", "OMPI_COMM_WORLD_RANK")
+        wrapper = wiring.wrapper_argv("--rank-from", "OMPI_COMM_WORLD_RANK")
+        if len(contexts) == 1:
+            return argv + ["-x", "PATH", "-x", SECRET_ENV] + self.global_args + self.local_args \
+                + wrapper
+        # --instance-mpi-local-args: one app context per run of instances with the same extra
+        # arguments, in instance order; mpirun fills the hosts' slots context after context, so
+        # ranks keep the plan's contiguous blocks per host. -x is per context: repeated in each.
+        argv += self.global_args
+        for number, (count, extra) in enumerate(contexts):
+            if number:
+                argv.append(":")
+            argv += ["-np", str(count), "--host", hosts, "-x", "PATH", "-x", SECRET_ENV]
+            argv += self.local_args + extra + wrapper
+        return argv
+
+    def _contexts(self, num_instances: int) -> List[Tuple[int, List[str]]]:
+        """(instances, extra arguments) of each app context: runs of equal per-instance args."""
+        contexts: List[Tuple[int, List[str]]] = []
+        for index in range(num_instances):
+            extra = self.instance_args.get(index, [])
+            if contexts and contexts[-1][1] == extra:
+                contexts[-1] = (contexts[-1][0] + 1, extra)
+            else:
+                contexts.append((1, extra))
+        return contexts
 
     def launches(self, plan: LaunchPlan, wiring: Wiring, secret: str) -> List[Launch]:
         env = dict(os.environ)
