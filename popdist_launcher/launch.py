@@ -290,9 +290,11 @@ def _export_path(ctx: click.Context, param: click.Parameter,
                    "folder per attempt; .stacks.log when stacks were collected).")
 @click.option("--tag-output/--no-tag-output", default=True, show_envvar=True,
               help="Prefix each line with [instance]<stream>:.")
-@click.option("--tag-output-host/--no-tag-output-host", default=False, show_envvar=True,
+@click.option("--tag-output-host/--no-tag-output-host", default=False, show_default=False,
+              show_envvar=True,
               help="Put the instance's host in the tag: [instance@host]<stream>:.")
-@click.option("--timestamp-output/--no-timestamp-output", default=False, show_envvar=True,
+@click.option("--timestamp-output/--no-timestamp-output", default=False, show_default=False,
+              show_envvar=True,
               help="Start each line, on the console and in --output-dir's logs, with its time "
                    "of arrival: [YYYY-MM-DDTHH:MM:SS.mmm] (local time), as mpirun's option.")
 @click.option("--start-timeout", type=float, default=120.0, callback=_seconds(False),
@@ -318,7 +320,8 @@ def _export_path(ctx: click.Context, param: click.Parameter,
               callback=_text_hostfile, show_envvar=True,
               help="File of 'HOSTNAME [slots=N]' lines (# comments), instead of -H; a plain list "
                    "of host names (PopRun's hostfile) divides the instances evenly.")
-@click.option("--oversubscribe/--no-oversubscribe", default=False, show_envvar=True,
+@click.option("--oversubscribe/--no-oversubscribe", default=False, show_default=False,
+              show_envvar=True,
               help="Allow more instances than slots on the hosts.")
 @click.option("--backend", type=click.Choice(["auto", "local", "ssh", "mpi", "slurm"]),
               default="auto", show_envvar=True,
@@ -351,12 +354,14 @@ def _export_path(ctx: click.Context, param: click.Parameter,
               help="More mpirun arguments for instance I only (mpi backend; each run of "
                    "instances with the same arguments becomes one mpirun app context), e.g. "
                    "0:\"-x DEBUG=1\". Repeatable. Other backends ignore it and say so.")
-@click.option("--numa-aware/--no-numa-aware", default=False, show_envvar=True,
+@click.option("--numa-aware/--no-numa-aware", default=False, show_default=False,
+              show_envvar=True,
               help="PopRun's NUMA binding of instances; accepted, not applied yet.")
 @click.option("--timeline-filename", type=click.Path(dir_okay=False), default=None,
               metavar="FILE", show_envvar=True,
               help="Record a Horovod timeline in FILE (HOROVOD_TIMELINE), as horovodrun's option.")
-@click.option("--autotune/--no-autotune", default=False, show_envvar=True,
+@click.option("--autotune/--no-autotune", default=False, show_default=False,
+              show_envvar=True,
               help="Let Horovod tune its fusion and cycle parameters (HOROVOD_AUTOTUNE=1).")
 @click.option("--autotune-log-file", type=click.Path(dir_okay=False), default=None,
               metavar="FILE", show_envvar=True,
@@ -364,7 +369,8 @@ def _export_path(ctx: click.Context, param: click.Parameter,
 @click.option("--max-restarts", type=click.IntRange(0), default=0, show_envvar=True,
               help="When an instance fails, stop the job everywhere and start it again, up to "
                    "this many times (POPRUN_RESTART_COUNT tells the program the attempt).")
-@click.option("--print-topology/--no-print-topology", default=False, show_envvar=True,
+@click.option("--print-topology/--no-print-topology", default=False, show_default=False,
+              show_envvar=True,
               help="Print instances, replicas, ports and each instance's environment; start "
                    "nothing.")
 @click.option("--config", "--import-config", "config", type=str, default=None, is_eager=True,
@@ -375,7 +381,8 @@ def _export_path(ctx: click.Context, param: click.Parameter,
               callback=_export_path, show_envvar=True,
               help="Write the effective options to FILE (TOML, or YAML for .yaml), then run. "
                    "An existing FILE is kept (an error) unless --overwrite-config.")
-@click.option("--overwrite-config/--no-overwrite-config", default=False, show_envvar=True,
+@click.option("--overwrite-config/--no-overwrite-config", default=False, show_default=False,
+              show_envvar=True,
               help="Let --export-config replace an existing file.")
 @click.option("--check-build", is_flag=True, is_eager=True, expose_value=False,
               callback=_check_build, help="Show the versions and build options of TensorFlow, "

@@ -3,9 +3,10 @@ tails the root-cause report quotes. The only writer to the launcher's stdout and
 
 Lines end at ``\\n`` only. Log files get the program's bytes unchanged (with --timestamp-output,
 each line starts with its arrival time). On the console every line gets its ``[i]<stream>:`` tag
-once (``[i@host]`` with --tag-output-host, after the time with --timestamp-output); a ``\\r`` inside a line (a progress bar) redraws in place
-on a terminal (the tag is repeated after each ``\\r``), and elsewhere the line is written whole
-when its ``\\n`` arrives. Partial lines are kept per instance and stream, never merged. On a
+once (``[i@host]`` with --tag-output-host, after the time with --timestamp-output); a ``\\r``
+inside a line (a progress bar) redraws in place on a terminal (the tag is repeated after each
+``\\r``), and elsewhere the line is written whole when its
+``\\n`` arrives. Partial lines are kept per instance and stream, never merged. On a
 terminal, an unfinished line without ``\\r`` waits for its end instead of being split by another
 instance's output, but is shown once its instance is quiet for ``HOLD_SECONDS`` (a prompt) or
 after ``HOLD_MAX_SECONDS``.
