@@ -202,3 +202,21 @@ def test_horovod_over_mpi_works_with_one_app_context_per_instance(tmp_path):
         seen = json.loads((tmp_path / f"hvd-{rank}.json").read_text())
         assert seen["rank"] == rank and seen["size"] == 2 and seen["sum"] == 3.0
         assert seen["gathered"] == [0, 1]
+
+
+@pytest.mark.slow
+def test_poprun_hosts_without_slots_across_two_hosts_with_the_host_in_the_tag(tmp_path):
+    from netns_hosts import TestHosts, require_test_hosts
+    require_test_hosts()
+    with TestHosts(names=("hostA", "hostB"), workdir=tmp_path) as hosts:
+        where = ["--ssh-config", hosts.ssh_config, "--host-subnet", hosts.subnet]
+        layout = poprun("-np", "4", "-H", "hostA,hostB", *where, "--print-topology=yes", "true",
+                        timeout=120)
+        assert layout.returncode == 0, layout.stderr
+        assert instance_hosts(layout.stdout) == ["hostA", "hostA", "hostB", "hostB"]
+        show = "import socket; print(socket.gethostname())"
+        result = poprun("-H", "hostA:2,hostB:1", *where, "--backend", "ssh", "--tag-output-host",
+                        "python", "-c", show, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert sorted(result.stdout.splitlines()) == [
+            "[0@hostA]<stdout>:hostA", "[1@hostA]<stdout>:hostA", "[2@hostB]<stdout>:hostB"]
