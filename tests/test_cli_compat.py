@@ -220,3 +220,12 @@ def test_poprun_hosts_without_slots_across_two_hosts_with_the_host_in_the_tag(tm
         assert result.returncode == 0, result.stderr[-3000:]
         assert sorted(result.stdout.splitlines()) == [
             "[0@hostA]<stdout>:hostA", "[1@hostA]<stdout>:hostA", "[2@hostB]<stdout>:hostB"]
+
+
+def test_timeline_filename_records_horovods_timeline(tmp_path):
+    timeline = tmp_path / "timeline.json"
+    result = poprun("-np", "2", "--timeline-filename", str(timeline), program("hvd_allreduce.py"),
+                    str(tmp_path), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    text = timeline.read_text()
+    assert text.startswith("[") and "ALLREDUCE" in text and "ALLGATHER" in text
