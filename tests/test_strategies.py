@@ -50,10 +50,12 @@ def reference(tmp_path_factory):
 @pytest.mark.parametrize("mode, strategy, replicas", [
     ("tf2", "popdist", 4),
     ("tf2", "horovod", None),
+    ("tf2", "horovod", 4),
     ("tf2", "multi-worker", 4),
     ("tf1", "popdist", 4),
     ("tf1", "horovod", None),
     ("keras", "popdist", None),
+    ("keras", "popdist", 4),
 ])
 def test_equivalence_with_one_process(tmp_path, reference, mode, strategy, replicas):
     run_worker("train_equivalence.py", mode, strategy, str(tmp_path), replicas=replicas)

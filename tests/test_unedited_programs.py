@@ -1,7 +1,8 @@
 """Programs written for Graphcore's IPU API (``from tensorflow.python import ipu``, ``import
 popdist``, ``tensorflow.python.ipu.horovod``) run unedited: under poprun-lite and as one plain
 process. A program that shards its dataset by instance index sees every sample exactly once per
-epoch, and ends with the weights of one process on the same global batches."""
+epoch, and ends with the weights of one process on the same global batches (each replica reads
+its own batches, so a global batch is the per-replica batch x every replica of every instance)."""
 import json
 import os
 import subprocess
@@ -124,8 +125,10 @@ def test_keras_fit(tmp_path, single_process, np_, replicas):
     launch("popdist_keras_fit.py", tmp_path, np_=np_, replicas=replicas)
     runs = outputs(tmp_path, "keras", np_)
     (reference,) = outputs(single_process, "keras", 1)
-    assert_each_sample_once([r["seen"] for r in runs])
+    for epoch in range(2):  # each replica reads its own batches; Keras counts steps by replica
+        assert_each_sample_once([[i for e, i in r["seen"] if e == epoch] for r in runs])
     assert_same_weights(runs, reference)
+    assert len(runs[0]["loss"]) == 2
 
 
 @pytest.mark.slow

@@ -233,13 +233,16 @@ def accumulation_steps(model) -> int:
 
 def replication_factor(model) -> int:
     """The replicas Graphcore's IPUStrategy trains ``model`` on: the selected IPUs over the
-    model's shards (a power of two); 1 outside a replicated IPUStrategy. A ValueError when this
-    IPUStrategy's local replicas cannot be those replicas."""
+    model's shards (a power of two); the local replicas of PopDistStrategy / IPUHorovodStrategy;
+    1 otherwise. A ValueError when this IPUStrategy's local replicas cannot be those replicas."""
     from popdist_launcher.ipu import config, ipu_strategy
 
     system = config.get_configured_system()
     strategy = model.distribute_strategy
-    if system is None or not isinstance(strategy, ipu_strategy.IPUStrategyV1):
+    if not isinstance(strategy, ipu_strategy.IPUStrategyV1):
+        # PopDistStrategy / IPUHorovodStrategy: each local replica reads its own batches.
+        return getattr(strategy.extended, "num_local_replicas", 1)
+    if system is None:
         return 1
     opts = _options(model) if "_ipu_options" in model.__dict__ else None
     if opts is not None and _is_pipelined(model):
@@ -309,7 +312,7 @@ def _replica_input(model, x, batch_size, steps, what: str) -> Tuple[Any, Optiona
     if total % replicas:
         log.warning("Dataset of %d batches is being evenly distributed between %d replicas. The "
                     "remaining %d batch(es) will be dropped.", total, replicas, total % replicas)
-    _log_once("replicated_metrics", "IPUStrategy with %d replicas: each replica reads its own "
+    _log_once("replicated_metrics", "%d local replicas: each replica reads its own "
               "batches (the effective batch size is the dataset's batch x %d); Keras metrics "
               "and losses are over every replica's batches.", replicas, replicas)
     if isinstance(x, tf.data.Dataset):

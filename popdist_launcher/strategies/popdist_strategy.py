@@ -5,13 +5,17 @@ Built by overriding the documented hooks of TensorFlow's MirroredExtended: local
 devices of this instance, reductions go through HorovodAllReduce (within the instance, then
 across instances), and initial values are broadcast from instance 0. As Graphcore's (a collective
 strategy with an empty cluster), a dataset is never sharded across instances: each instance
-reads the dataset it is given (the program shards it by instance index) and splits every
-element over its local replicas.
+reads the dataset it is given (the program shards it by instance index). As on Graphcore's
+systems, where the local replicas are one replicated device program fed by one infeed, each
+local replica reads its own elements of that dataset: at a step, local replica r of L takes the
+step's r-th of L consecutive elements, so a dataset batched with B per replica trains on
+B x getNumTotalReplicas() samples per step.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import Optional
+from typing import Iterator
 
 import tensorflow as tf
 
@@ -42,6 +46,7 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
         self._num_local = len(devices)
         self._variables_on_host = variables_on_host
         self._warned_not_sharded = False
+        self._input_grouped = False
         self._host_device = "/device:CPU:0"
         ops = HorovodAllReduce(self._num_instances, self._num_local * self._num_instances,
                                self._host_device)
@@ -151,10 +156,46 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
                                            input_pipeline_id=self._instance_index,
                                            num_replicas_in_sync=self._num_replicas_in_sync)
 
+    @property
+    def num_local_replicas(self) -> int:
+        """The replicas of this instance; each reads its own dataset elements."""
+        return self._num_local
+
+    @contextlib.contextmanager
+    def input_grouped(self, grouped: bool) -> Iterator[None]:
+        """While it lasts, datasets handed to the strategy are already grouped by
+        ``replica_elements`` (Keras fit on a dataset counts steps per replica that way)."""
+        previous, self._input_grouped = self._input_grouped, grouped
+        try:
+            yield
+        finally:
+            self._input_grouped = previous
+
+    def replica_elements(self, dataset):
+        """Each element of the result holds the next L elements (L local replicas) concatenated
+        on the batch axis, so that splitting it over the local replicas gives each one whole
+        element; a last group of fewer than L elements is dropped. Unchanged when L is 1."""
+        replicas = self._num_local
+        if replicas == 1:
+            return dataset
+
+        def concat(t):
+            if t.shape[1:].is_fully_defined():  # static shapes let TensorFlow split it evenly
+                return tf.reshape(t, [replicas * t.shape[1], *t.shape[2:]])
+            return tf.reshape(t, tf.concat([[-1], tf.shape(t)[2:]], 0))
+
+        def merge(*element):
+            merged = tf.nest.map_structure(concat, element)
+            return merged if len(element) > 1 else merged[0]
+
+        return dataset.batch(replicas, drop_remainder=True).map(merge)
+
     def _experimental_distribute_dataset(self, dataset, options):
         _check_replication_mode(options)
         self._warn_if_not_sharded(dataset)
-        # This instance's dataset, split over its local replicas: no input context, so
+        if not self._input_grouped:
+            dataset = self.replica_elements(dataset)
+        # This instance's dataset, one element per local replica: no input context, so
         # TensorFlow shards nothing across instances.
         return input_util.get_distributed_dataset(
             dataset, self._input_workers_with_options(options), self._container_strategy(),
@@ -184,7 +225,7 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
     def _make_dataset_iterator(self, dataset):
         self._warn_if_not_sharded(dataset)
         return input_lib_v1.DatasetIterator(
-            dataset, self._input_workers, self._container_strategy(),
+            self.replica_elements(dataset), self._input_workers, self._container_strategy(),
             num_replicas_in_sync=self._num_local)
 
     def _make_input_fn_iterator(self, input_fn,

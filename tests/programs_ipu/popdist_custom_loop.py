@@ -36,7 +36,10 @@ dataset = tf.data.Dataset.from_tensor_slices((np.arange(NUM_SAMPLES), features, 
 if shard:
     # As Graphcore's documentation says: each instance takes its share of the samples.
     dataset = dataset.shard(num_shards=popdist.getNumInstances(), index=popdist.getInstanceIndex())
-dataset = dataset.batch(GLOBAL_BATCH // popdist.getNumInstances(), drop_remainder=True)
+# The batch size is per replica (each replica reads its own batches, as on Graphcore's systems):
+# every step trains on MICRO_BATCH x getNumTotalReplicas() = GLOBAL_BATCH samples.
+MICRO_BATCH = GLOBAL_BATCH // popdist.getNumTotalReplicas()
+dataset = dataset.batch(MICRO_BATCH, drop_remainder=True)
 
 seen = []
 

@@ -1,8 +1,8 @@
 """Keras fit under PopDistStrategy, written for Graphcore's IPU API, run unedited.
 usage: popdist_keras_fit.py OUT_DIR
 
-A first layer records the sample ids each replica trains on; OUT_DIR/keras-<instance>.json gets
-them with the final weights.
+A first layer records the sample ids each replica trains on, by epoch; OUT_DIR/keras-<instance>.json
+gets them with the final weights.
 """
 import json
 import os
@@ -16,7 +16,7 @@ from tensorflow.python import ipu
 from tensorflow.python.ipu.horovod.popdist_strategy import PopDistStrategy
 
 out_dir = sys.argv[1]
-GLOBAL_BATCH, NUM_SAMPLES, LEARNING_RATE = 16, 128, 0.05
+GLOBAL_BATCH, NUM_SAMPLES, EPOCHS, LEARNING_RATE = 16, 128, 2, 0.05
 
 config = ipu.config.IPUConfig()
 popdist.tensorflow.set_ipu_config(config, ipus_per_replica=1)
@@ -31,14 +31,22 @@ with_ids = np.concatenate([np.arange(NUM_SAMPLES, dtype=np.float32)[:, None], fe
 
 dataset = tf.data.Dataset.from_tensor_slices((with_ids, targets))
 dataset = dataset.shard(num_shards=popdist.getNumInstances(), index=popdist.getInstanceIndex())
-dataset = dataset.batch(GLOBAL_BATCH // popdist.getNumInstances(), drop_remainder=True)
+# Per-replica batches (each replica reads its own, as on Graphcore's systems): every step
+# trains on GLOBAL_BATCH samples and an epoch has len(dataset) // getNumLocalReplicas() steps.
+dataset = dataset.batch(GLOBAL_BATCH // popdist.getNumTotalReplicas(), drop_remainder=True)
 
-seen = []
+seen = []  # [epoch, sample id] pairs
+epoch_now = [0]
 
 
 def record(ids):
-    seen.extend(int(i) for i in ids.numpy())
+    seen.extend([epoch_now[0], int(i)] for i in ids.numpy())
     return 0
+
+
+class Epoch(tf.keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        epoch_now[0] = epoch
 
 
 class RecordIds(tf.keras.layers.Layer):
@@ -56,7 +64,7 @@ with strategy.scope():
         tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(initial_kernel))])
     model.compile(optimizer=tf.keras.optimizers.SGD(LEARNING_RATE), loss="mse",
                   steps_per_execution=2)
-    history = model.fit(dataset, epochs=1, verbose=0)
+    history = model.fit(dataset, epochs=EPOCHS, verbose=0, callbacks=[Epoch()])
 
 kernel, bias = model.layers[-1].get_weights()
 with open(os.path.join(out_dir, f"keras-{popdist.getInstanceIndex()}.json"), "w") as f:

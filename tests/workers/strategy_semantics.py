@@ -54,15 +54,20 @@ except ValueError as exc:
     out["reduce_max_error"] = str(exc)
 
 # Every element of every global batch exactly once per step. PopDistStrategy and
-# IPUHorovodStrategy never shard across instances (Graphcore's semantics): the program shards by
-# instance; IPUMultiWorkerStrategy auto-shards, as TensorFlow's collective strategy does.
+# IPUHorovodStrategy never shard across instances and each replica reads its own batches
+# (Graphcore's semantics): the program shards by instance and batches per replica;
+# IPUMultiWorkerStrategy auto-shards and splits global batches, as TensorFlow's collective
+# strategy does.
 global_batch, steps = 2 * R, 3
-dataset = tf.data.Dataset.range(global_batch * steps)
-if name == "multi-worker":
-    dataset = dataset.batch(global_batch)
-else:
-    dataset = dataset.shard(ctx.num_instances, ctx.instance_index).batch(
-        global_batch // ctx.num_instances)
+
+
+def per_replica_batches(dataset, global_size):
+    if name == "multi-worker":
+        return dataset.batch(global_size)
+    return dataset.shard(ctx.num_instances, ctx.instance_index).batch(global_size // R)
+
+
+dataset = per_replica_batches(tf.data.Dataset.range(global_batch * steps), global_batch)
 seen = []
 for batch in strategy.experimental_distribute_dataset(dataset):
     gathered = strategy.gather(batch, axis=0)
@@ -72,7 +77,7 @@ out["batches"] = seen
 # Batch-norm moving statistics equal the global batch's statistics (momentum 0).
 rng = np.random.default_rng(7)
 features = rng.normal(size=(4 * R, 2)).astype("float32") * [1.0, 3.0] + [2.0, -1.0]
-bn_data = tf.data.Dataset.from_tensor_slices(features).batch(4 * R)
+bn_data = per_replica_batches(tf.data.Dataset.from_tensor_slices(features), 4 * R)
 
 
 @tf.function

@@ -33,11 +33,13 @@ def make_strategy():
 
 def dataset():
     """The global batches; under PopDistStrategy / IPUHorovodStrategy each instance takes its
-    shard (Graphcore's semantics: the program shards), IPUMultiWorkerStrategy auto-shards."""
+    shard and each replica its own batches (Graphcore's semantics: the program shards and
+    batches per replica), IPUMultiWorkerStrategy auto-shards and splits global batches."""
     ds = tf.data.Dataset.from_tensor_slices((x_all, y_all))
     if mode == "reference" or strategy_name == "multi-worker":
         return ds.batch(GLOBAL_BATCH)
-    return ds.shard(ctx.num_instances, ctx.instance_index).batch(GLOBAL_BATCH // ctx.num_instances)
+    return ds.shard(ctx.num_instances, ctx.instance_index).batch(
+        GLOBAL_BATCH // ctx.num_total_replicas)
 
 
 def loss_fn(w, b, x, y):

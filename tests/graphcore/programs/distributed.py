@@ -56,8 +56,9 @@ s, m = sums()
 out["cross_replica_sum"] = [float(t) for t in strategy.experimental_local_results(s)]
 out["cross_replica_mean"] = [float(t) for t in strategy.experimental_local_results(m)]
 
-local_batch = 8 // N
-data = shard(tf.data.Dataset.from_tensor_slices((X, Y))).batch(local_batch, drop_remainder=True)
+# Batches per replica: each replica reads its own, so a step trains on 8 samples over all replicas.
+replica_batch = 8 // popdist.getNumTotalReplicas()
+data = shard(tf.data.Dataset.from_tensor_slices((X, Y))).batch(replica_batch, drop_remainder=True)
 with strategy.scope():
     model = tf.keras.Sequential([tf.keras.layers.Dense(
         1, use_bias=False, kernel_initializer=tf.constant_initializer(W0), input_shape=(3,))])
