@@ -2,11 +2,12 @@
 
     poprun-lite -np 2 --num-replicas 4 examples/custom_loop.py --strategy popdist
 
-Each instance takes its shard of the data (PopDistStrategy and IPUHorovodStrategy never shard
-behind the program's back, as Graphcore's; IPUMultiWorkerStrategy auto-shards, as TensorFlow's)
-and splits each of its batches over its replicas; the loss is divided by the *global* batch size
-and gradients are summed over all replicas, so the result does not depend on how many instances
-or replicas share the work. Instance 0 prints per-epoch loss, accuracy and
+Under PopDistStrategy and IPUHorovodStrategy each instance takes its shard of the data (they
+never shard behind the program's back, as Graphcore's) and batches it per replica: each replica
+reads its own batches, so a step trains on the per-replica batch x all replicas.
+IPUMultiWorkerStrategy auto-shards and splits global batches, as TensorFlow's. The loss is
+divided by the *global* batch size and gradients are summed over all replicas, so the result does
+not depend on how many instances or replicas share the work. Instance 0 prints per-epoch loss, accuracy and
 samples/s, and (with --model-dir) is the only one to write checkpoints.
 """
 from __future__ import annotations
@@ -53,7 +54,7 @@ def main() -> int:
         train = train.batch(args.batch_size, drop_remainder=True)
     else:
         train = (train.shard(ctx.num_instances, ctx.instance_index)
-                 .batch(args.batch_size // ctx.num_instances, drop_remainder=True))
+                 .batch(args.batch_size // replicas, drop_remainder=True))  # per replica
     dist_train = strategy.experimental_distribute_dataset(train)
 
     with strategy.scope():

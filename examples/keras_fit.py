@@ -3,8 +3,10 @@
     poprun-lite -np 2 examples/keras_fit.py
 
 Each instance shards the data by its index (PopDistStrategy, like Graphcore's, never shards
-behind the program's back) and batches its share of the global batch; the strategy splits each
-batch over the instance's replicas. Graphcore's IPUMultiWorkerStrategy never supported fit; PopDistStrategy does.
+behind the program's back) and batches it per replica: each replica reads its own batches, as on
+Graphcore's systems, so a step trains on the per-replica batch x all replicas and an epoch has
+(batches in the shard) / (local replicas) steps. Graphcore's IPUMultiWorkerStrategy never
+supported fit; PopDistStrategy does.
 """
 from __future__ import annotations
 
@@ -31,14 +33,21 @@ def main() -> int:
 
     ctx = popdist_launcher.init()
     strategy = PopDistStrategy()
+    replicas = strategy.num_replicas_in_sync
+    if args.batch_size % replicas:
+        print(f"--batch-size {args.batch_size} is not divisible by {replicas} replicas; use a "
+              f"multiple of {replicas}.", file=sys.stderr)
+        return 2
     (x_train, y_train), (x_test, y_test) = _digits.load()
-    per_instance = args.batch_size // ctx.num_instances
+    per_replica = args.batch_size // replicas
     train = (tf.data.Dataset.from_tensor_slices((x_train, y_train))
              .shuffle(len(x_train), seed=1)  # the same order on every instance, then its shard
              .shard(ctx.num_instances, ctx.instance_index)
-             .batch(per_instance, drop_remainder=True))
+             .batch(per_replica, drop_remainder=True))
+    # Every replica's batches the same size (as IPU infeeds need): the few test samples left
+    # over are not evaluated.
     test = (tf.data.Dataset.from_tensor_slices((x_test, y_test))
-            .shard(ctx.num_instances, ctx.instance_index).batch(per_instance))
+            .shard(ctx.num_instances, ctx.instance_index).batch(per_replica, drop_remainder=True))
 
     with strategy.scope():
         model = tf.keras.Sequential([tf.keras.layers.Input((64,)),
