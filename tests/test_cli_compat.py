@@ -228,4 +228,6 @@ def test_timeline_filename_records_horovods_timeline(tmp_path):
                     str(tmp_path), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     text = timeline.read_text()
-    assert text.startswith("[") and "ALLREDUCE" in text and "ALLGATHER" in text
+    # Rank 0's allreduce, the program's first collective. (Not its last, the allgather: Horovod's
+    # timeline writer may still hold the last records when the program exits and drop them.)
+    assert text.startswith("[") and '"NEGOTIATE_ALLREDUCE"' in text, text[-2000:]
