@@ -15,9 +15,15 @@ class GradientAccumulationReductionMethod(enum.Enum):
 
     @classmethod
     def parse(cls, value: Union["GradientAccumulationReductionMethod", str]) -> "GradientAccumulationReductionMethod":
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, str) and value.upper() in cls.__members__:
-            return cls[value.upper()]
-        raise ValueError(f"Cannot parse {value!r} as one of GradientAccumulationReductionMethod. "
-                         f"Valid values are: {', '.join(cls.__members__)}.")
+        return parse_member(cls, value)
+
+
+def parse_member(cls, value):
+    """``value`` as a member of the enum ``cls``: a member, or its name in any case (Graphcore's
+    options take both); anything else is a ValueError listing the valid names."""
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str) and value.upper() in cls.__members__:
+        return cls[value.upper()]
+    raise ValueError(f"Cannot parse {value!r} as one of {cls.__name__}. "
+                     f"Valid values are: {', '.join(cls.__members__)}.")

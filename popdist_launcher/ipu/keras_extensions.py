@@ -30,7 +30,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import tensorflow as tf
 from keras.src.engine import data_adapter, training  # the one place this package reaches into Keras
 
-from popdist_launcher.ipu.gradient_accumulation import GradientAccumulationReductionMethod
+from popdist_launcher.ipu.gradient_accumulation import (GradientAccumulationReductionMethod,
+                                                        parse_member)
 
 log = logging.getLogger(__name__)
 _logged: set = set()
@@ -48,12 +49,7 @@ class ReplicatedMetricReductionMethod(enum.Enum):
 
     @classmethod
     def parse(cls, value) -> "ReplicatedMetricReductionMethod":
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, str) and value.upper() in cls.__members__:
-            return cls[value.upper()]
-        raise ValueError(f"Cannot parse {value!r} as a ReplicatedMetricReductionMethod. Valid "
-                         f"values are: {', '.join(cls.__members__)}.")
+        return parse_member(cls, value)
 
 
 def _log_once(key: str, message: str, *args: Any) -> None:

@@ -117,8 +117,7 @@ class LaunchPlan(NamedTuple):
             env["HOROVOD_GLOO_IFACE"] = iface
         if self.controller == "gloo":
             env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] = rendezvous.client_address(
-                self.rendezvous_address, self.rendezvous_port, self.rendezvous_secret) \
-                if self.rendezvous_secret else self.rendezvous_address
+                self.rendezvous_address, self.rendezvous_port, self.rendezvous_secret)
             env["HOROVOD_GLOO_RENDEZVOUS_PORT"] = str(self.rendezvous_port)
             env["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, int(self.start_timeout)))
         env.update(self.tuning)

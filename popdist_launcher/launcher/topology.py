@@ -201,12 +201,7 @@ def choose(num_instances: int, host: Optional[str] = None, hostfile: Optional[st
         if host:
             slots, source = hostlib.parse_host_list(host), "-H"
         elif hostfile:
-            try:
-                with open(hostfile) as f:
-                    text = f.read()
-            except OSError as exc:
-                raise TopologyError(f"--hostfile {hostfile!r} cannot be read ({exc.strerror}); "
-                                    f"give the path of a file of 'HOSTNAME slots=N' lines.") from None
+            text = hostlib.read_hostfile(hostfile)
             slots, source = hostlib.parse_hostfile(text, hostfile), "--hostfile"
         elif backend == "slurm" or (backend == "auto" and in_slurm):
             slots, source = hostlib.slurm_hosts(dict(environ))
