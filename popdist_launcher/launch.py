@@ -17,7 +17,7 @@ from popdist_launcher.launcher import _say as verbosity
 from popdist_launcher.launcher import job
 from popdist_launcher.launcher.output import OutputDirError, OutputOptions
 from popdist_launcher.launcher.plan import PlanError, check_counts, parse_exports, resolve_program
-from popdist_launcher.launcher.remote import SshOptions
+from popdist_launcher.launcher.remote import SshOptions, agent_from_environ
 
 PROG = "poprun-lite"
 ENV_PREFIX = "POPRUN"
@@ -435,7 +435,8 @@ def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional
             num_instances, host=host, hostfile=hostfile, oversubscribe=oversubscribe,
             backend=backend, environ=os.environ, subnet=host_subnet, iface=network_interface,
             mpi_global_args=mpi_global_args, mpi_local_args=mpi_local_args,
-            ssh=SshOptions(ssh_port, ssh_identity, ssh_config, start_timeout),
+            ssh=SshOptions(ssh_port, ssh_identity, ssh_config, start_timeout,
+                           agent_from_environ(os.environ)),
             instance_mpi_local_args=instance_mpi_local_args)
     except (PlanError, topology.TopologyError) as exc:
         raise click.UsageError(str(exc), ctx) from None

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher.launcher._say import debug
 
@@ -20,14 +20,49 @@ class RemoteError(RuntimeError):
     """A host could not be reached or probed; the message names it and says what to check."""
 
 
+# Where Open MPI (and PRRTE, its runtime since 5.0) read the remote-shell agent and its options
+# from the environment: a Kubernetes MPIJob sets OMPI_MCA_plm_rsh_agent (kubexec.sh, kubectl exec)
+# or OMPI_MCA_plm_rsh_args. The first one set wins.
+AGENT_VARIABLES = ("PRTE_MCA_plm_ssh_agent", "OMPI_MCA_plm_ssh_agent", "PRTE_MCA_plm_rsh_agent",
+                   "OMPI_MCA_plm_rsh_agent")
+AGENT_ARGS_VARIABLES = ("PRTE_MCA_plm_ssh_args", "OMPI_MCA_plm_ssh_args", "PRTE_MCA_plm_rsh_args",
+                        "OMPI_MCA_plm_rsh_args")
+
+
+def agent_from_environ(environ: Mapping[str, str]) -> Tuple[str, ...]:
+    """The remote-shell agent the environment gives MPI (argv words), or () for none.
+
+    Open MPI allows a ``:``-separated list of candidates ("ssh : rsh"); the first whose program
+    exists is used, as mpirun does."""
+    value = next((environ[n] for n in AGENT_VARIABLES if environ.get(n, "").strip()), "")
+    if not value:
+        return ()
+    candidates = [shlex.split(c) for c in value.split(":") if c.strip()]
+    chosen = next((c for c in candidates if _runnable(c[0], environ)), candidates[0])
+    extra = next((environ[n] for n in AGENT_ARGS_VARIABLES if environ.get(n, "").strip()), "")
+    return tuple(chosen + shlex.split(extra))
+
+
+def _runnable(program: str, environ: Mapping[str, str]) -> bool:
+    if os.sep in program:
+        return os.access(program, os.X_OK)
+    return any(os.access(os.path.join(d or ".", program), os.X_OK)
+               for d in environ.get("PATH", os.defpath).split(os.pathsep))
+
+
 class SshOptions(NamedTuple):
     port: Optional[int] = None
     identity: Optional[str] = None
     config: Optional[str] = None
     connect_timeout: float = 30.0
+    # MPI's remote-shell agent from the environment (agent_from_environ): when set, the mpi
+    # backend leaves mpirun to it and the host probes go through it too (AGENT HOST COMMAND).
+    agent: Tuple[str, ...] = ()
 
     def base_argv(self) -> List[str]:
-        """``ssh`` with our options: never prompt, fail fast, notice a dead peer."""
+        """``ssh`` with our options: never prompt, fail fast, notice a dead peer; or the agent."""
+        if self.agent:
+            return list(self.agent)
         argv = ["ssh", "-o", "BatchMode=yes", "-o",
                 f"ConnectTimeout={max(1, int(self.connect_timeout))}",
                 "-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=3", "-T"]
@@ -40,6 +75,8 @@ class SshOptions(NamedTuple):
         return argv
 
     def argv(self, host: str, remote_command: str) -> List[str]:
+        if self.agent:  # an agent such as kubexec.sh takes HOST COMMAND, no "--"
+            return [*self.agent, host, remote_command]
         return [*self.base_argv(), "--", host, remote_command]
 
 
@@ -54,7 +91,7 @@ class Probe(NamedTuple):
 def resolve(host: str, options: SshOptions) -> str:
     """The IPv4 address ssh would connect to for ``host`` (honours aliases in ssh_config)."""
     name = host
-    if options.config or not _is_address(host):
+    if (options.config or not _is_address(host)) and not options.agent:
         argv = ["ssh", "-G"] + (["-F", options.config] if options.config else []) + ["--", host]
         try:
             out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
@@ -125,7 +162,8 @@ def probe_hosts(hosts: Sequence[str], ports_per_host: Sequence[int], options: Ss
                 why += f" (--start-timeout {options.connect_timeout:g} s)"
             problems.append(f"{host} could not be reached or probed over ssh: {why}")
     if problems:
-        raise RemoteError("; ".join(problems) + ". Check that 'ssh HOST true' works without a "
+        shell = f"'{' '.join(options.agent)} HOST true'" if options.agent else "'ssh HOST true'"
+        raise RemoteError("; ".join(problems) + f". Check that {shell} works without a "
                           "password and that poprun-lite is installed at the same path on every "
                           "host.")
     return results

@@ -213,9 +213,14 @@ def choose(num_instances: int, host: Optional[str] = None, hostfile: Optional[st
 
     all_local = all(hostlib.is_local(s.name) for s, n in zip(slots, counts) if n)
     if backend == "auto":
+        from popdist_launcher.launcher.backends.mpi import find_mpirun
+        # An MPI remote-shell agent in the environment (a Kubernetes MPIJob's launcher) may not
+        # be ssh and may not carry stdin: other hosts are then reached through mpirun.
         backend = "slurm" if (in_slurm and not host and not hostfile) else (
-            "ssh" if not all_local else
+            ("mpi" if ssh.agent and find_mpirun() else "ssh") if not all_local else
             "mpi" if num_instances > 1 and mpi_transport_available() else "local")
+    if backend != "mpi":
+        ssh = ssh._replace(agent=())  # the agent is MPI's setting: ssh and probes use ssh
     if backend == "local" and not all_local:
         remote = next(s.name for s, n in zip(slots, counts) if n and not hostlib.is_local(s.name))
         raise TopologyError(f"--backend local cannot start instances on {remote}; use "
