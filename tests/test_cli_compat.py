@@ -231,3 +231,38 @@ def test_timeline_filename_records_horovods_timeline(tmp_path):
     # Rank 0's allreduce, the program's first collective. (Not its last, the allgather: Horovod's
     # timeline writer may still hold the last records when the program exits and drop them.)
     assert text.startswith("[") and '"NEGOTIATE_ALLREDUCE"' in text, text[-2000:]
+
+
+@pytest.mark.parametrize("variables, expected", [
+    ({"OMPI_MCA_plm_rsh_agent": "/etc/mpi/kubexec.sh"}, ("/etc/mpi/kubexec.sh",)),
+    ({"OMPI_MCA_plm_rsh_agent": "ssh", "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10"},
+     ("ssh", "-o", "ConnectionAttempts=10")),
+    ({"PRTE_MCA_plm_ssh_agent": "no-such-agent-here : sh -c", "OMPI_MCA_plm_rsh_agent": "x"},
+     ("sh", "-c")),
+    ({"OMPI_MCA_plm_rsh_agent": "  "}, ()),
+    ({}, ()),
+])
+def test_mpi_remote_shell_agent_read_like_open_mpi(variables, expected):
+    from popdist_launcher.launcher.remote import SshOptions, agent_from_environ
+
+    agent = agent_from_environ(dict(variables, PATH=os.environ["PATH"]))
+    assert agent == expected
+    argv = SshOptions(agent=agent).argv("worker-1", "true")
+    assert argv == ([*expected, "worker-1", "true"] if expected else
+                    [*SshOptions().base_argv(), "--", "worker-1", "true"])
+
+
+def test_mpi_agent_is_kept_for_mpirun_and_dropped_for_ssh(tmp_path):
+    """An MPIJob's agent goes to mpirun (auto picks mpirun for other hosts); --backend ssh keeps
+    plain ssh, since an agent such as kubectl exec may not carry stdin."""
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("worker-0.example slots=1\nworker-1.example slots=1\n")
+    env = dict(os.environ, OMPI_MCA_plm_rsh_agent="/etc/mpi/kubexec.sh")
+    from popdist_launcher.launcher import topology
+    from popdist_launcher.launcher.remote import SshOptions, agent_from_environ
+
+    ssh = SshOptions(agent=agent_from_environ(env))
+    auto = topology.choose(2, hostfile=str(hostfile), environ=env, ssh=ssh)
+    assert auto.backend.name == "mpirun" and auto.ssh.agent == ("/etc/mpi/kubexec.sh",)
+    plain = topology.choose(2, hostfile=str(hostfile), environ=env, ssh=ssh, backend="ssh")
+    assert plain.backend.name == "ssh" and plain.ssh.agent == ()

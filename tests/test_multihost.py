@@ -287,3 +287,37 @@ def test_across_hosts_timeout_collects_every_stack(hosts, pid_dir):
     for i, host in enumerate(["hostA", "hostA", "hostB", "hostB"]):
         own = stacks.split(f"instance {i} (host {host}):", 1)[1].split("poprun-lite:")[0]
         assert "in hang_here" in own and "in side_thread" in own
+
+
+def test_kubernetes_mpijob_agent_and_hostfile(hosts, tmp_path):
+    """A Kubernetes MPIJob's launcher pod: a hostfile of "NAME slots=N" lines and
+    OMPI_MCA_plm_rsh_agent naming a kubexec-style script (AGENT HOST COMMAND, stdin not carried).
+    poprun-lite picks mpirun, leaves the agent to it, probes the hosts through it, and every
+    instance runs on its host."""
+    log = tmp_path / "agent.log"
+    agent = tmp_path / "kubexec.sh"
+    agent.write_text("#!/bin/sh\n# like the MPI operator's kubexec.sh: POD COMMAND...\n"
+                     f'pod=$1; shift\necho "$pod" >> {log}\n'
+                     f'exec ssh -F {hosts.ssh_config} -o BatchMode=yes "$pod" "$*" </dev/null\n')
+    agent.chmod(0o755)
+    hostfile = tmp_path / "hostfile"
+    a, b = hosts.address("hostA"), hosts.address("hostB")
+    hostfile.write_text(f"{a} slots=2\n{b} slots=2\n")
+    env = dict(os.environ, OMPI_MCA_plm_rsh_agent=str(agent))
+    shown = poprun("--hostfile", str(hostfile), "--print-topology", "python", "-c", "pass",
+                   env=env, timeout=120)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "backend mpirun" in shown.stdout
+    assert f"plm_ssh_agent {agent}" in shown.stdout and "BatchMode" not in shown.stdout
+    code = ("import os; print('net', os.environ['POPDIST_INSTANCE_INDEX'], "
+            "os.readlink('/proc/self/ns/net'), flush=True)")
+    result = poprun("--hostfile", str(hostfile), "--start-timeout", "60", "python", "-c", code,
+                    env=env, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    words = [line.partition(":")[2].split() for line in result.stdout.splitlines()]
+    seen = {w[1]: w[2] for w in words if len(w) == 3 and w[0] == "net"}
+    assert sorted(seen) == ["0", "1", "2", "3"], result.stdout
+    assert seen["0"] == seen["1"] != seen["2"] == seen["3"], seen
+    assert os.readlink("/proc/self/ns/net") not in seen.values()  # none ran on the launcher's
+    used = set(log.read_text().split())
+    assert used == {a, b}, used

@@ -79,10 +79,11 @@ class MpiBackend(Backend):
             # --mpi-global-args "--mca mpi_yield_when_idle 0".
             argv += ["--mca", "mpi_yield_when_idle", "1"]
         if not all(hostlib.is_local(h.name) for h, _ in used):
-            if not self.ssh.agent:  # else mpirun reads the user's agent (e.g. an MPIJob's) itself
-                agent = " ".join(shlex.quote(w) for w in self.ssh.base_argv())
-                argv += ["--prtemca", "plm_ssh_agent", agent]
-            argv += ["--prefix", os.path.dirname(os.path.dirname(self.mpirun))]
+            # Our ssh options, or the agent the environment gives MPI (a Kubernetes MPIJob's
+            # kubexec.sh in OMPI_MCA_plm_rsh_agent, which Open MPI 5's prterun no longer reads).
+            agent = " ".join(shlex.quote(w) for w in self.ssh.base_argv())
+            argv += ["--prtemca", "plm_ssh_agent", agent,
+                     "--prefix", os.path.dirname(os.path.dirname(self.mpirun))]
             if self.network:
                 argv += ["--prtemca", "prte_if_include", self.network,
                          "--mca", "btl_tcp_if_include", self.network]
