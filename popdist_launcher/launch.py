@@ -18,6 +18,7 @@ from popdist_launcher.launcher import job
 from popdist_launcher.launcher.output import OutputDirError, OutputOptions
 from popdist_launcher.launcher.plan import PlanError, check_counts, parse_exports, resolve_program
 from popdist_launcher.launcher.remote import SshOptions, agent_from_environ
+from popdist_launcher.launcher.spawned.placement import encode as encode_placement
 
 PROG = "poprun-lite"
 ENV_PREFIX = "POPRUN"
@@ -175,6 +176,15 @@ def _instance_count(ctx: click.Context, param: click.Parameter,
         raise click.UsageError(f"--num-instances must be {bound}, got {value}; pass how many "
                                f"processes to start, e.g. -np 4.", ctx)
     return value
+
+
+def _gpus_per_instance(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    value = str(value).strip().lower()
+    if value in ("auto", "none") or value.isdigit() and int(value) >= 1:
+        return value
+    raise click.UsageError(f"--gpus-per-instance {value!r} is not auto, none or a number of GPUs "
+                           f"of 1 or more; e.g. --gpus-per-instance auto (one GPU per local "
+                           f"replica).", ctx)
 
 
 def _flag(param: click.Parameter) -> str:
@@ -356,7 +366,26 @@ def _export_path(ctx: click.Context, param: click.Parameter,
                    "0:\"-x DEBUG=1\". Repeatable. Other backends ignore it and say so.")
 @click.option("--numa-aware/--no-numa-aware", default=False, show_default=False,
               show_envvar=True,
-              help="PopRun's NUMA binding of instances; accepted, not applied yet.")
+              help="PopRun's NUMA binding: the same as --bind-to numa.")
+@click.option("--bind-to", type=click.Choice(["none", "core", "numa"]), default="none",
+              show_envvar=True,
+              help="Bind each instance to CPUs of its host: core = a contiguous block of whole "
+                   "cores per instance on that host, numa = a NUMA node each (round-robin); "
+                   "the instance's wrapper binds itself and the program inherits it.")
+@click.option("--thread-budget/--no-thread-budget", default=True, show_envvar=True,
+              help="Set OMP_NUM_THREADS and TF_NUM_INTRAOP_THREADS to the CPUs of each instance "
+                   "(its binding, or its host's CPUs divided among the instances there) and "
+                   "TF_NUM_INTEROP_THREADS to at most 2; a variable the instance's environment "
+                   "or -x sets is left alone.")
+@click.option("--gpus-per-instance", default="auto", metavar="auto|none|N",
+              callback=_gpus_per_instance, show_envvar=True,
+              help="Give each instance its own GPUs through CUDA_VISIBLE_DEVICES (and "
+                   "TF_FORCE_GPU_ALLOW_GROWTH=true): auto = one per local replica, N = N each, "
+                   "none = leave CUDA_VISIBLE_DEVICES alone. Hosts without GPUs get nothing.")
+@click.option("--report-bindings/--no-report-bindings", default=False, show_default=False,
+              show_envvar=True,
+              help="Print one line per instance, from its host, with its CPUs, NUMA node, "
+                   "thread budget and GPUs.")
 @click.option("--timeline-filename", type=click.Path(dir_okay=False), default=None,
               metavar="FILE", show_envvar=True,
               help="Record a Horovod timeline in FILE (HOROVOD_TIMELINE), as horovodrun's option.")
@@ -402,7 +431,8 @@ def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional
         ssh_port: Optional[int], ssh_identity: Optional[str], ssh_config: Optional[str],
         network_interface: Optional[str], host_subnet: Optional[str], mpi_global_args: str,
         mpi_local_args: str, instance_mpi_local_args: Tuple[Tuple[int, str], ...],
-        numa_aware: bool, timeline_filename: Optional[str], autotune: bool,
+        numa_aware: bool, bind_to: str, thread_budget: bool, gpus_per_instance: str,
+        report_bindings: bool, timeline_filename: Optional[str], autotune: bool,
         autotune_log_file: Optional[str], max_restarts: int, print_topology: bool,
         export_config: Optional[str], overwrite_config: bool, verbose: int, program: str,
         args: Sequence[str], **ipu_only: Any) -> int:
@@ -428,6 +458,9 @@ def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional
             raise PlanError(
                 f"--instance-mpi-local-args {outside[0]}:... is not an instance of this job; "
                 f"expected an index in 0..{num_instances - 1}.")
+        if numa_aware and bind_to == "core":
+            raise PlanError("--numa-aware binds each instance to a NUMA node and --bind-to core "
+                            "to cores; give only one of them.")
         argv = resolve_program(program, args)
         exported = _horovod_settings(timeline_filename, autotune, autotune_log_file) \
             + parse_exports(env, os.environ)
@@ -449,14 +482,16 @@ def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional
         except config_file.ConfigFileError as exc:
             raise click.UsageError(str(exc), ctx) from None
 
-    for line in _inert_notes(ipu_only, numa_aware,
-                             instance_mpi_local_args and layout.controller != "mpi"):
+    for line in _inert_notes(ipu_only, instance_mpi_local_args and layout.controller != "mpi"):
         _say(f"{PROG}: note: {line}")
     output = OutputOptions(tag_output=tag_output, only_instance=only_output_from_instance,
                            output_dir=output_dir, tag_host=tag_output_host,
                            timestamp=timestamp_output, instance_hosts=_instance_hosts(layout))
     options = job.JobOptions(argv, num_instances, num_replicas, ipus_per_replica, exported,
-                             start_timeout, grace_period, port_range, max_restarts, timeout, output)
+                             start_timeout, grace_period, port_range, max_restarts, timeout, output,
+                             placement=encode_placement("numa" if numa_aware else bind_to,
+                                                        thread_budget, gpus_per_instance,
+                                                        report_bindings))
     try:
         return job.run(layout, options, _say, click.echo if print_topology else None)
     except OutputDirError as exc:
@@ -494,8 +529,7 @@ def _horovod_settings(timeline: Optional[str], autotune: bool,
     return tuple(settings)
 
 
-def _inert_notes(ipu_only: Dict[str, Any], numa_aware: bool,
-                 instance_args_unused: bool) -> List[str]:
+def _inert_notes(ipu_only: Dict[str, Any], instance_args_unused: bool) -> List[str]:
     """One line for each kind of accepted option that does nothing here."""
     notes = []
     given = ["--" + name.replace("_", "-") for name, value in ipu_only.items()
@@ -504,9 +538,6 @@ def _inert_notes(ipu_only: Dict[str, Any], numa_aware: bool,
         notes.append(f"{', '.join(given)} {'has' if len(given) == 1 else 'have'} no effect here: "
                      f"PopRun's IPU options configure Graphcore IPU hardware (V-IPU partitions, "
                      f"IPU-Link domains, Poplar's executable cache), which {PROG} does not use.")
-    if numa_aware:
-        notes.append("--numa-aware is accepted but not applied yet: instances are not bound to "
-                     "NUMA nodes.")
     if instance_args_unused:
         notes.append("--instance-mpi-local-args has no effect on this backend: it adds mpirun "
                      "arguments for single instances; use --backend mpi to apply them.")

@@ -27,6 +27,7 @@ class JobOptions(NamedTuple):
     max_restarts: int
     timeout: Optional[float]
     output: OutputOptions
+    placement: str = ""  # POPRUN_PLACEMENT's options (placement.encode)
 
 
 def commands(layout: Layout, plan) -> List[Tuple[str, Sequence[str]]]:
@@ -59,7 +60,7 @@ def run(layout: Layout, options: JobOptions, say: Callable[[str], None],
                     start_timeout=options.start_timeout, grace_period=options.grace_period,
                     restart_count=attempt, controller=layout.controller,
                     tuning=horovod_tuning(layout.controller, os.environ), job_id=job_id,
-                    rendezvous_secret=rendezvous.new_secret())
+                    rendezvous_secret=rendezvous.new_secret(), placement=options.placement)
                 if print_topology is not None:
                     print_topology(format_topology(plan, layout.backend.name,
                                                    commands(layout, plan),

@@ -12,6 +12,7 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher import _contract as c
 from popdist_launcher import tf_config
+from popdist_launcher.launcher.spawned import placement as placing
 from popdist_launcher.launcher.spawned import rendezvous
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -70,6 +71,9 @@ class LaunchPlan(NamedTuple):
     tuning: Tuple[Tuple[str, str], ...] = ()  # Horovod knobs the launcher sets (see horovod_tuning)
     job_id: str = ""
     rendezvous_secret: str = ""  # in every rendezvous request's path (see rendezvous.py)
+    tf_config_mode: str = "worker"  # --tf-config: worker, chief or none (tf_config.MODES)
+    evaluator: bool = False  # --evaluator: one more process, outside the training world
+    placement: str = ""  # binding, thread budget, GPUs for each wrapper to apply (placement.py)
 
     @property
     def num_local_replicas(self) -> int:
@@ -82,9 +86,22 @@ class LaunchPlan(NamedTuple):
             seen.setdefault(inst.host)
         return tuple(seen)
 
-    def tf_config(self, index: int) -> str:
-        workers = [inst.tf_address for inst in self.instances]
-        return tf_config.build(workers, index).to_json()
+    def tf_config(self, index: int) -> Optional[str]:
+        """Instance ``index``'s TF_CONFIG in the plan's mode; None with --tf-config none."""
+        built = tf_config.for_instance([i.tf_address for i in self.instances], index,
+                                       self.tf_config_mode)
+        return None if built is None else built.to_json()
+
+    def evaluator_env(self) -> Dict[str, str]:
+        """The --evaluator process's variables: the instances' cluster with an "evaluator" task,
+        the job's id and attempt, and ``-x``; no PopDist or Horovod variables (it is no
+        instance of the training world)."""
+        built = tf_config.for_evaluator([i.tf_address for i in self.instances],
+                                        self.tf_config_mode)
+        env = {"TF_CONFIG": built.to_json(), c.RESTART_COUNT: str(self.restart_count),
+               c.JOB_ID: self.job_id}
+        env.update(self.exported_env)
+        return env
 
     def instance_env(self, index: int) -> Dict[str, str]:
         """The variables instance ``index`` gets on top of the environment it inherits."""
@@ -100,7 +117,6 @@ class LaunchPlan(NamedTuple):
             c.INSTANCE_INDEX: str(inst.index),
             c.RESTART_COUNT: str(self.restart_count),
             c.JOB_ID: self.job_id,
-            "TF_CONFIG": self.tf_config(index),
             # What a plain hvd.init() needs without horovodrun: ranks and a Gloo rendezvous.
             "HOROVOD_RANK": str(inst.index),
             "HOROVOD_SIZE": str(self.num_instances),
@@ -120,7 +136,13 @@ class LaunchPlan(NamedTuple):
                 self.rendezvous_address, self.rendezvous_port, self.rendezvous_secret)
             env["HOROVOD_GLOO_RENDEZVOUS_PORT"] = str(self.rendezvous_port)
             env["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, int(self.start_timeout)))
+        if self.tf_config_mode != "none":
+            env["TF_CONFIG"] = self.tf_config(index)
         env.update(self.tuning)
+        if self.placement:
+            env[placing.PLACEMENT_ENV] = placing.for_instance(
+                self.placement, inst.index, inst.local_index, inst.local_size,
+                inst.num_local_replicas)
         env.update(self.exported_env)
         return env
 
@@ -225,6 +247,9 @@ def build_plan(
     tuning: Sequence[Tuple[str, str]] = (),
     job_id: str = "",
     rendezvous_secret: str = "",
+    tf_config_mode: str = "worker",
+    evaluator: bool = False,
+    placement: str = "",
 ) -> LaunchPlan:
     """Validate the numbers and lay instances and replicas out over the hosts."""
     check_counts(num_instances, num_replicas, ipus_per_replica)
@@ -271,6 +296,9 @@ def build_plan(
         tuning=tuple(tuning),
         job_id=job_id,
         rendezvous_secret=rendezvous_secret,
+        tf_config_mode=tf_config_mode,
+        evaluator=evaluator,
+        placement=placement,
     )
 
 

@@ -31,6 +31,7 @@ import select
 import sys
 import time
 
+from popdist_launcher.launcher.spawned import placement
 from popdist_launcher.launcher.spawned import protocol as p
 
 # Signals an engine (mpirun, srun, sshd) may send the wrapper; the launcher decides instead.
@@ -115,6 +116,9 @@ class Wrapper:
         env = dict(os.environ)
         env.update(spec["env"])
         env.pop(p.SECRET_ENV, None)
+        placing = env.pop(placement.PLACEMENT_ENV, "")
+        if placing:
+            self.place(placing, env)
         stack_r, stack_w = os.pipe()
         env[p.STACK_FD_ENV] = f"{stack_w}:{os.getpid()}:{dump_signal()}"
         prctl = _prctl()
@@ -143,6 +147,24 @@ class Wrapper:
         if self.stdin_fd is not None:
             os.set_blocking(self.stdin_fd, False)
         self.send(p.STARTED, str(self.pid).encode())
+
+    def place(self, text: str, env: dict) -> None:
+        """Bind this wrapper to the instance's CPUs (the program inherits the binding) and add
+        its thread budget and GPUs to ``env`` (see placement.py)."""
+        host = os.uname().nodename
+        lines = []
+        try:
+            placed = placement.place(text, env, os.sched_getaffinity(0), host=host)
+            if placed.cpus is not None:
+                os.sched_setaffinity(0, placed.cpus)
+            env.update(placed.env)
+            lines = placed.notes + [placed.report]
+        except (OSError, ValueError) as exc:
+            lines = [f"poprun-lite: warning: could not place the instance on {host} ({exc}); "
+                     f"it runs unbound with the environment it was given."]
+        for line in lines:
+            if line:
+                self.send(p.STDERR, f"{line}\n".encode())
 
     def kill_program(self, sig: int) -> None:
         if self.pid is not None and self.returncode is None:
