@@ -44,9 +44,9 @@ def test_numa_aware_and_instance_mpi_local_args_are_accepted_and_say_what_they_d
                     timeout=60)
     assert result.returncode == 0, result.stderr
     notes = result.stderr.splitlines()
-    assert len(notes) == 2, notes
-    assert "--numa-aware is accepted but not applied yet" in notes[0]
-    assert "--instance-mpi-local-args has no effect on this backend" in notes[1]
+    assert len(notes) == 1, notes  # --numa-aware is applied (tests/test_placement.py)
+    assert "--instance-mpi-local-args has no effect on this backend" in notes[0]
+    assert "POPRUN_PLACEMENT=bind=numa " in result.stdout
     quiet = poprun("-np", "2", "--numa-aware=no", "--print-topology", "true", timeout=60)
     assert quiet.returncode == 0 and quiet.stderr == ""
 
