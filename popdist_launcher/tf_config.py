@@ -9,12 +9,24 @@ import json
 import os
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
 
+from popdist_launcher import _contract
+
 CHIEF = "chief"
 WORKER = "worker"
 PS = "ps"
 EVALUATOR = "evaluator"
 MASTER = "master"
 KNOWN_TASK_TYPES = (CHIEF, WORKER, PS, EVALUATOR, MASTER)
+# What poprun-lite's --tf-config writes: "worker" = every instance a worker (worker 0 is the chief,
+# as MultiWorkerMirroredStrategy reads it); "chief" = instance 0 is the "chief" task, the others
+# workers 0..N-2 (the cluster tf.estimator's RunConfig wants); "none" = no TF_CONFIG (horovodrun).
+MODES = (WORKER, CHIEF, "none")
+# The end of tf.estimator.RunConfig's error for a cluster without a chief (TF 2.x estimator).
+NO_CHIEF_ERROR = 'must have one "chief" node'
+NO_CHIEF_HINT = (
+    'tf.estimator wants a "chief" task in TF_CONFIG: run with --tf-config none for a program '
+    "that needs no TF_CONFIG (a plain tf.estimator with Horovod, as under horovodrun), or "
+    "--tf-config chief for tf.estimator's distributed mode (instance 0 becomes the chief).")
 
 
 class TFConfigError(ValueError):
@@ -74,6 +86,48 @@ def build(workers: Sequence[str], index: int, chief: Optional[str] = None) -> TF
     if chief is not None:
         cluster[CHIEF] = [chief]
     return validate({"cluster": cluster, "task": {"type": WORKER, "index": index}})
+
+
+def cluster_of(addresses: Sequence[str], mode: str) -> Dict[str, List[str]]:
+    """The cluster poprun-lite writes for instances at ``addresses`` (instance order) in ``mode``
+    ("worker" or "chief")."""
+    if mode == WORKER:
+        return {WORKER: list(addresses)}
+    if mode == CHIEF:
+        cluster = {CHIEF: list(addresses[:1])}
+        if len(addresses) > 1:
+            cluster[WORKER] = list(addresses[1:])
+        return cluster
+    raise TFConfigError(f"TF_CONFIG mode {mode!r} has no cluster; expected worker or chief.")
+
+
+def for_instance(addresses: Sequence[str], index: int, mode: str) -> Optional[TFConfig]:
+    """The TF_CONFIG of instance ``index`` in ``mode`` (one of MODES); None for "none"."""
+    if mode == "none":
+        return None
+    task = {"type": WORKER, "index": index}
+    if mode == CHIEF:
+        task = {"type": CHIEF, "index": 0} if index == 0 else {"type": WORKER, "index": index - 1}
+    return validate({"cluster": cluster_of(addresses, mode), "task": task})
+
+
+def for_evaluator(addresses: Sequence[str], mode: str) -> TFConfig:
+    """The TF_CONFIG of an evaluator beside instances at ``addresses``: their cluster, with the
+    evaluator outside it (as tf.estimator.train_and_evaluate expects)."""
+    return validate({"cluster": cluster_of(addresses, mode),
+                     "task": {"type": EVALUATOR, "index": 0}})
+
+
+def require_cluster(who: str, env: Optional[Mapping[str, str]] = None) -> None:
+    """Raise when ``who`` (a strategy that joins instances over TF_CONFIG's cluster) runs as one
+    of several poprun-lite instances that were given no TF_CONFIG (``--tf-config none``)."""
+    env = os.environ if env is None else env
+    parsed = from_environ(env)
+    count = env.get(_contract.NUM_INSTANCES, "1")
+    if (parsed is None or not parsed.cluster) and count.isdigit() and int(count) > 1:
+        raise TFConfigError(
+            f"{who} needs a TF_CONFIG cluster, but this instance of {count} has no TF_CONFIG "
+            f"(poprun-lite --tf-config none); run with --tf-config worker (the default) or chief.")
 
 
 def parse(text: str) -> TFConfig:
