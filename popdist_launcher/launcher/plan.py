@@ -375,4 +375,8 @@ def format_topology(plan: LaunchPlan, backend_name: str,
         lines.append(f"environment of instance {inst.index}{base_env_note}:")
         for key, value in sorted(plan.instance_env(inst.index).items()):
             lines.append(f"  {key}={value}")
+    if plan.evaluator:
+        lines += ["", f"environment of the evaluator (--evaluator, forked on this host, outside "
+                      f"the training world){base_env_note}:"]
+        lines.extend(f"  {key}={value}" for key, value in sorted(plan.evaluator_env().items()))
     return "\n".join(lines)
