@@ -157,8 +157,13 @@ class Router:
     """Routes instance bytes to the console, the log files and the failure tails."""
 
     def __init__(self, num_instances: int, options: OutputOptions,
-                 logs: Optional[LogFiles] = None, console: Tuple[int, int] = (1, 2)) -> None:
+                 logs: Optional[LogFiles] = None, console: Tuple[int, int] = (1, 2),
+                 extra: Tuple[str, ...] = ()) -> None:
         self.options = options
+        # processes beside the instances (--evaluator), indices num_instances...: tagged and
+        # logged by name, always shown on the console
+        self._names = {num_instances + k: name for k, name in enumerate(extra)}
+        num_instances += len(extra)
         self.logs = logs
         self._console = {STDOUT: console[0], STDERR: console[1]}
         self._tty = all(os.isatty(fd) for fd in console)
@@ -176,7 +181,11 @@ class Router:
         if logs is not None:
             for i in range(num_instances):
                 for stream in (STDOUT, STDERR):
-                    logs.fd(f"instance-{i}.{stream}.log")
+                    logs.fd(f"{self.log_name(i)}.{stream}.log")
+
+    def log_name(self, index: int) -> str:
+        """``instance-<i>``, or the name of a process beside the instances (``evaluator``)."""
+        return self._names.get(index) or f"instance-{index}"
 
     def _prefix(self, index: int, stream: str) -> bytes:
         stamp = timestamp() if self.options.timestamp else b""
@@ -184,7 +193,7 @@ class Router:
             return stamp
         hosts = self.options.instance_hosts
         where = f"@{hosts[index]}" if self.options.tag_host and index < len(hosts) else ""
-        return stamp + f"[{index}{where}]<{stream}>:".encode()
+        return stamp + f"[{self._names.get(index, index)}{where}]<{stream}>:".encode()
 
     def _stamped(self, index: int, stream: str, data: bytes) -> bytes:
         """``data`` for the log file with the time at the start of every line."""
@@ -197,10 +206,10 @@ class Router:
 
     def feed(self, index: int, stream: str, data: bytes) -> None:
         if self.logs is not None and data:
-            self.logs.write(f"instance-{index}.{stream}.log",
+            self.logs.write(f"{self.log_name(index)}.{stream}.log",
                             self._stamped(index, stream, data) if self.options.timestamp else data)
         self._tail(index, stream, data)
-        if self._only is not None and index not in self._only:
+        if self._only is not None and index not in self._only and index not in self._names:
             return
         if self._tty:
             self._console_tty(index, stream, data)
@@ -314,7 +323,7 @@ class Router:
     def add_stacks(self, index: int, text: str, reason: str) -> None:
         self.stacks[index] = text
         if self.logs is not None:
-            self.logs.write(f"instance-{index}.stacks.log",
+            self.logs.write(f"{self.log_name(index)}.stacks.log",
                             f"# {reason}\n{text or '(no Python stack)'}\n".encode())
 
     def say(self, message: str) -> None:
