@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
+from popdist_launcher import tf_config
 from popdist_launcher.launcher.processes import describe_exit
 
 P = "poprun-lite: "
@@ -17,6 +18,11 @@ class InstanceEnd(NamedTuple):
     pid: Optional[int]
     returncode: Optional[int]  # None: never started, or lost
     how: str  # "exited", "stopped" (by the launcher), "lost", "not started"
+    name: str = ""  # a process beside the instances: "evaluator"
+
+    @property
+    def who(self) -> str:
+        return self.name or f"instance {self.index}"
 
 
 class Cause(NamedTuple):
@@ -41,20 +47,24 @@ def failure_report(cause: Cause, ends: Dict[int, InstanceEnd],
     lines = ["", P + "===== job failed: root cause =====", P + cause.headline]
     index = cause.instance
     if index is not None:
+        who = ends[index].who if index in ends else f"instance {index}"
         stderr, stdout = tails[index]["stderr"], tails[index]["stdout"]
         if stderr:
-            lines.append(P + f"last {len(stderr)} line(s) of instance {index}'s stderr:")
+            lines.append(P + f"last {len(stderr)} line(s) of {who}'s stderr:")
             lines.extend(f"    {line}" for line in stderr)
         elif stdout:
-            lines.append(P + f"instance {index} wrote nothing to stderr; last {len(stdout)} "
+            lines.append(P + f"{who} wrote nothing to stderr; last {len(stdout)} "
                              f"line(s) of its stdout:")
             lines.extend(f"    {line}" for line in stdout)
         else:
-            lines.append(P + f"instance {index} wrote nothing to stderr or stdout.")
+            lines.append(P + f"{who} wrote nothing to stderr or stdout.")
+    if any(tf_config.NO_CHIEF_ERROR in line for streams in tails.values()
+           for kept in streams.values() for line in kept):
+        lines.append(P + tf_config.NO_CHIEF_HINT)
     if cause.engine_lines:
         lines.append(P + "its last line(s):")
         lines.extend(f"    {line}" for line in cause.engine_lines)
-    others = [f"{e.index}: {describe(e)}" + (" (stopped by poprun-lite)" if e.how == "stopped"
+    others = [f"{e.name or e.index}: {describe(e)}" + (" (stopped by poprun-lite)" if e.how == "stopped"
                                              else "")
               for i, e in sorted(ends.items()) if i != index]
     if others:
@@ -71,11 +81,11 @@ def stacks_report(stacks: Dict[int, str], ends: Dict[int, InstanceEnd]) -> str:
         text = stacks.get(index)
         host = ends[index].host
         if text is None:
-            lines.append(P + f"instance {index} (host {host}): not running, no stack.")
+            lines.append(P + f"{ends[index].who} (host {host}): not running, no stack.")
         elif not text.strip():
-            lines.append(P + f"instance {index} (host {host}): no Python stack (not a Python "
+            lines.append(P + f"{ends[index].who} (host {host}): no Python stack (not a Python "
                              f"program, or its interpreter skipped site-packages).")
         else:
-            lines.append(P + f"instance {index} (host {host}):")
+            lines.append(P + f"{ends[index].who} (host {host}):")
             lines.extend(f"    {line}" for line in text.rstrip("\n").splitlines())
     return "\n".join(lines)
