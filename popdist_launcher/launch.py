@@ -395,6 +395,18 @@ def _export_path(ctx: click.Context, param: click.Parameter,
 @click.option("--autotune-log-file", type=click.Path(dir_okay=False), default=None,
               metavar="FILE", show_envvar=True,
               help="Where --autotune logs what it tried (HOROVOD_AUTOTUNE_LOG).")
+@click.option("--tf-config", type=click.Choice(["worker", "chief", "none"]), default="worker",
+              show_envvar=True,
+              help="The TF_CONFIG each instance gets: worker = every instance a worker (worker 0 "
+                   "is the chief; MultiWorkerMirroredStrategy); chief = instance 0 is the "
+                   "\"chief\" task and the others workers 0..N-2 (tf.estimator's distributed "
+                   "mode); none = no TF_CONFIG, as under horovodrun (a plain tf.estimator with "
+                   "Horovod).")
+@click.option("--evaluator/--no-evaluator", default=False, show_default=False, show_envvar=True,
+              help="Also run one evaluator process on this host, outside the training world "
+                   "(no PopDist or Horovod variables, not counted in -np), with TF_CONFIG task "
+                   "\"evaluator\" in the instances' cluster: tf.estimator.train_and_evaluate's "
+                   "evaluator. The job waits for it to finish; its failure fails the job.")
 @click.option("--max-restarts", type=click.IntRange(0), default=0, show_envvar=True,
               help="When an instance fails, stop the job everywhere and start it again, up to "
                    "this many times (POPRUN_RESTART_COUNT tells the program the attempt).")
@@ -433,7 +445,8 @@ def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional
         mpi_local_args: str, instance_mpi_local_args: Tuple[Tuple[int, str], ...],
         numa_aware: bool, bind_to: str, thread_budget: bool, gpus_per_instance: str,
         report_bindings: bool, timeline_filename: Optional[str], autotune: bool,
-        autotune_log_file: Optional[str], max_restarts: int, print_topology: bool,
+        autotune_log_file: Optional[str], tf_config: str, evaluator: bool, max_restarts: int,
+        print_topology: bool,
         export_config: Optional[str], overwrite_config: bool, verbose: int, program: str,
         args: Sequence[str], **ipu_only: Any) -> int:
     """Run PROGRAM [ARGS]... as NUM_INSTANCES cooperating instances.
@@ -461,6 +474,9 @@ def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional
         if numa_aware and bind_to == "core":
             raise PlanError("--numa-aware binds each instance to a NUMA node and --bind-to core "
                             "to cores; give only one of them.")
+        if evaluator and tf_config == "none":
+            raise PlanError("--evaluator needs a TF_CONFIG cluster to evaluate, but --tf-config "
+                            "none gives none; use --tf-config worker or chief with --evaluator.")
         argv = resolve_program(program, args)
         exported = _horovod_settings(timeline_filename, autotune, autotune_log_file) \
             + parse_exports(env, os.environ)
@@ -491,7 +507,8 @@ def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional
                              start_timeout, grace_period, port_range, max_restarts, timeout, output,
                              placement=encode_placement("numa" if numa_aware else bind_to,
                                                         thread_budget, gpus_per_instance,
-                                                        report_bindings))
+                                                        report_bindings),
+                             tf_config_mode=tf_config, evaluator=evaluator)
     try:
         return job.run(layout, options, _say, click.echo if print_topology else None)
     except OutputDirError as exc:

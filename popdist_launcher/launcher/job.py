@@ -28,6 +28,8 @@ class JobOptions(NamedTuple):
     timeout: Optional[float]
     output: OutputOptions
     placement: str = ""  # POPRUN_PLACEMENT's options (placement.encode)
+    tf_config_mode: str = "worker"  # --tf-config
+    evaluator: bool = False  # --evaluator
 
 
 def commands(layout: Layout, plan) -> List[Tuple[str, Sequence[str]]]:
@@ -60,7 +62,8 @@ def run(layout: Layout, options: JobOptions, say: Callable[[str], None],
                     start_timeout=options.start_timeout, grace_period=options.grace_period,
                     restart_count=attempt, controller=layout.controller,
                     tuning=horovod_tuning(layout.controller, os.environ), job_id=job_id,
-                    rendezvous_secret=rendezvous.new_secret(), placement=options.placement)
+                    rendezvous_secret=rendezvous.new_secret(), placement=options.placement,
+                    tf_config_mode=options.tf_config_mode, evaluator=options.evaluator)
                 if print_topology is not None:
                     print_topology(format_topology(plan, layout.backend.name,
                                                    commands(layout, plan),
@@ -68,7 +71,8 @@ def run(layout: Layout, options: JobOptions, say: Callable[[str], None],
                     return 0
                 logs = LogFiles(root_fd, options.output.output_dir, attempt) \
                     if root_fd is not None else None
-                router = Router(plan.num_instances, options.output, logs)
+                router = Router(plan.num_instances, options.output, logs,
+                                extra=("evaluator",) if plan.evaluator else ())
                 supervisor = Supervisor(plan, layout.backend, router,
                                         rendezvous_socket=prepared.take_rendezvous_socket(),
                                         timeout=options.timeout)

@@ -99,11 +99,13 @@ class Conn:
 
 
 class Instance:
-    __slots__ = ("index", "host", "state", "pid", "returncode", "conn", "stopped", "launch")
+    __slots__ = ("index", "host", "state", "pid", "returncode", "conn", "stopped", "launch",
+                 "name")
 
-    def __init__(self, index: int, host: str) -> None:
+    def __init__(self, index: int, host: str, name: str = "") -> None:
         self.index = index
         self.host = host
+        self.name = name  # "evaluator" for --evaluator's process (index num_instances)
         self.state = InstanceState.PENDING
         self.pid: Optional[int] = None
         self.returncode: Optional[int] = None
@@ -114,6 +116,10 @@ class Instance:
     @property
     def settled(self) -> bool:
         return self.state in (InstanceState.EXITED, InstanceState.LOST)
+
+    @property
+    def who(self) -> str:
+        return self.name or f"instance {self.index}"
 
 
 class Started:
@@ -149,6 +155,8 @@ class Supervisor:
         self.router = router
         self.state = JobState.STARTING
         self.instances = [Instance(i.index, i.host.name) for i in plan.instances]
+        if plan.evaluator:  # supervised as an instance, started as a local wrapper
+            self.instances.append(Instance(plan.num_instances, socket.gethostname(), "evaluator"))
         self._rendezvous_socket = rendezvous_socket
         self._rendezvous_proc: Optional[subprocess.Popen] = None
         self._timeout = timeout
@@ -231,6 +239,8 @@ class Supervisor:
         wiring = Wiring(self._listen_unix(), self._listen_tcp() if launches_remote else None,
                         self.plan.start_timeout)
         launches = self.backend.launches(self.plan, wiring, self._secret)
+        if self.plan.evaluator:
+            launches.append(Launch("evaluator", (self.plan.num_instances,)))
         if not any(launch.argv for launch in launches) and self._unix_dir is not None:
             self._close_listeners(unix_only=True)
         self._setup_stdin()
@@ -288,7 +298,8 @@ class Supervisor:
 
     def _spec(self, index: int) -> dict:
         env = {"PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
-        env.update(self.plan.instance_env(index))
+        env.update(self.plan.instance_env(index) if index < self.plan.num_instances
+                   else self.plan.evaluator_env())
         return {"argv": list(self.plan.program), "env": env, "cwd": os.getcwd(),
                 "stdin": index == 0}
 
@@ -627,10 +638,10 @@ class Supervisor:
         elif kind == p.STALL:
             reason = payload.decode("utf-8", "replace").strip()
             if self._dump is None and self.state in (JobState.STARTING, JobState.RUNNING):
-                self.router.say(f"poprun-lite: instance {inst.index} reports a stalled "
+                self.router.say(f"poprun-lite: {inst.who} reports a stalled "
                                 f"collective ({reason}); collecting every instance's Python "
                                 f"stacks.")
-                self._collect_stacks(f"instance {inst.index} reported a stall: {reason}", "stall")
+                self._collect_stacks(f"{inst.who} reported a stall: {reason}", "stall")
 
     def _on_exit(self, inst: Instance, returncode: int) -> None:
         inst.returncode = returncode
@@ -641,7 +652,7 @@ class Supervisor:
         if self._dump is not None and inst.index in self._dump.waiting:
             self._dump.waiting.discard(inst.index)
         if returncode != 0:
-            cause = report.Cause(f"instance {inst.index} {processes.describe_exit(returncode)} "
+            cause = report.Cause(f"{inst.who} {processes.describe_exit(returncode)} "
                                  f"(host {inst.host}), pid {inst.pid}.", inst.index)
             self._fail(Failure(cause, processes.exit_code_of(returncode), "instance"))
 
@@ -655,7 +666,7 @@ class Supervisor:
                     os.killpg(inst.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        cause = report.Cause(f"instance {inst.index} (host {inst.host}) {what}.", inst.index)
+        cause = report.Cause(f"{inst.who} (host {inst.host}) {what}.", inst.index)
         self._fail(Failure(cause, 1, "lost"))
 
     # ---- engines and forked wrappers --------------------------------------------------------
@@ -789,7 +800,8 @@ class Supervisor:
         hosts = list(dict.fromkeys(i.host for i in late))
         which = ", ".join(str(i.index) for i in late)
         hint = f"check that 'ssh {hosts[0]} true' answers, or raise --start-timeout" \
-            if any(not self.plan.instances[i.index].host.local for i in late) \
+            if any(not self.plan.instances[i.index].host.local for i in late
+                   if i.index < self.plan.num_instances) \
             else "raise --start-timeout"
         cause = report.Cause(f"start timeout ({self.plan.start_timeout:g} s) expired: instances "
                              f"{which} on host(s) {', '.join(hosts)} did not start; {hint}.",
@@ -866,7 +878,7 @@ class Supervisor:
             if inst.state is InstanceState.LOST and inst.pid is None:
                 how = "not started"
             ends[inst.index] = report.InstanceEnd(inst.index, inst.host, inst.pid,
-                                                  inst.returncode, how)
+                                                  inst.returncode, how, inst.name)
         return ends
 
     def _cleanup(self) -> None:
