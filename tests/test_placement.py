@@ -300,6 +300,7 @@ print("PROBE " + json.dumps({"index": 0, "threads": len(os.listdir("/proc/self/t
 """
 
 
+@pytest.mark.slow
 def test_tensorflow_thread_pools_follow_the_budget(tmp_path):
     # TensorFlow sizes its intra-op pool (n - 1 threads beside the caller) and its inter-op pool
     # (n threads) from TF_NUM_INTRAOP_THREADS / TF_NUM_INTEROP_THREADS: the difference in live
@@ -315,6 +316,7 @@ def test_tensorflow_thread_pools_follow_the_budget(tmp_path):
     assert budget["threads"] - one["threads"] == (intra - 1) + (inter - 1)
 
 
+@pytest.mark.slow
 def test_ssh_hosts_each_bind_their_own_instances(tmp_path, probe):
     require_test_hosts()
     with TestHosts(names=("hostA", "hostB"), workdir=tmp_path) as hosts:
