@@ -5,6 +5,7 @@ import atexit
 import dataclasses
 import logging
 import os
+import subprocess
 import sys
 import threading
 from typing import Optional
@@ -12,6 +13,7 @@ from typing import Optional
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
+from popdist_launcher.collectives import _bootstrap
 from popdist_launcher.collectives._watchdog import ProbeRegistry, StallWatchdog
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,9 @@ class State:
     local_size: int = 1
     watchdog: Optional[StallWatchdog] = None
     failure: Optional[str] = None  # the stall message once the watchdog shut Horovod down
+    # Instance 0's Horovod rendezvous when a foreign launcher started the job (see _bootstrap);
+    # it ends when this process exits (its stdin, held here, closes).
+    rendezvous_server: Optional[subprocess.Popen] = None
 
 
 _state = State()
@@ -127,6 +132,10 @@ def init(stall_timeout: Optional[float] = None) -> None:
     fires with Horovod 0.28.1 over Gloo, hence this watchdog. Shape and dtype mismatches need no
     timeout: Horovod reports them at once on every instance. A later call only changes the
     timeout when one is given.
+
+    Started without poprun-lite, Horovod is wired from the launcher's variables: MPI under Open
+    MPI's mpirun, a Gloo rendezvous served by instance 0 under torchrun, a TF_CONFIG, PMI or
+    srun (see ``_bootstrap``).
     """
     with _lock:
         if _state.failure is not None:
@@ -136,6 +145,9 @@ def init(stall_timeout: Optional[float] = None) -> None:
                 _configure_watchdog(resolve_stall_timeout(stall_timeout))
             return
         timeout = resolve_stall_timeout(stall_timeout)
+        server = _bootstrap.prepare(os.environ)
+        if server is not None:
+            _state.rendezvous_server = server
         hvd.init()
         # Registered after hvd.init() registers Horovod's, so it runs first at exit.
         atexit.unregister(wait_for_stall_shutdown)
