@@ -14,16 +14,33 @@ come with scikit-learn; CIFAR-10 is read from a local copy of its python batches
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import pickle
 import sys
 import time
+import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# This program uses the TF1-era estimator API on purpose (as IPU-era code does): TensorFlow's
+# notices that those APIs are deprecated, repeated by every instance, would bury the results.
+# Every other warning still shows.
+warnings.filterwarnings("ignore", message=r".*is deprecated and will be removed",
+                        category=UserWarning)
+warnings.filterwarnings("ignore", message=r"Passing \(type, 1\) or '1type' as a synonym",
+                        category=FutureWarning)  # TensorFlow 2.15's own dtypes with NumPy 1.26
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
+
+class _NoDeprecationNotices(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "is deprecated and will be removed" not in record.getMessage()
+
+
+tf.get_logger().addFilter(_NoDeprecationNotices())
 
 import popdist_launcher  # noqa: E402
 from popdist_launcher import ipu, strategies  # noqa: E402

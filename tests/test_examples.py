@@ -34,3 +34,6 @@ def test_cnn_estimator_example_matches_one_process(tmp_path):
     assert one.returncode == 0, one.stderr[-3000:]
     assert final_accuracy(two.stdout) > 0.9
     assert abs(final_accuracy(two.stdout) - final_accuracy(one.stdout)) <= 0.01
+    # `make demo` reads at a glance: the example's lines, one per epoch, no deprecation notices.
+    assert len(re.findall(r"^\[0\]<stdout>:epoch +\d", two.stdout, re.M)) == 2, two.stdout
+    assert "deprecated" not in two.stderr and len(two.stderr.splitlines()) <= 4, two.stderr
