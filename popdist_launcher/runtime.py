@@ -2,12 +2,14 @@
 
 The launcher that started the process is recognised from its variables, first match wins:
 poprun-lite (POPDIST_*), a TF_CONFIG whose task is an evaluator or ps (not a training instance:
-one instance), horovodrun (HOROVOD_RANK/SIZE), torchrun-style (RANK/WORLD_SIZE), Open MPI's
-mpirun (OMPI_COMM_WORLD_*), a PMI launcher (PMI_RANK/SIZE: MPICH or Intel MPI hydra, srun
---mpi=pmi2), a TF_CONFIG training task (Kubeflow TFJob, Ray Train), an srun task (SLURM_PROCID).
-The order puts the launcher that usually runs inside another first (torchrun under srun, mpirun
-in a Slurm allocation, Ray workers in a Slurm step). Foreign launchers run one replica per
-instance. With none of them every accessor describes a single instance running every replica.
+one instance), torchrun-style (RANK/WORLD_SIZE), Open MPI's mpirun (OMPI_COMM_WORLD_*), a PMI
+launcher (PMI_RANK/SIZE: MPICH or Intel MPI hydra, srun --mpi=pmi2), horovodrun's Gloo mode
+(HOROVOD_RANK/SIZE), a TF_CONFIG training task (Kubeflow TFJob, Ray Train), an srun task
+(SLURM_PROCID). The order puts the launcher that usually runs inside another first (torchrun
+under srun, mpirun in a Slurm allocation, Ray workers in a Slurm step). Foreign launchers run one
+replica per instance. With none of them every accessor describes a single instance running every
+replica. Horovod's own rank and size, and a training TF_CONFIG, must agree with the launcher
+that wins (else LaunchEnvironmentError): the collectives and IPUMultiWorkerStrategy follow them.
 Nothing here imports TensorFlow or Horovod.
 """
 from __future__ import annotations
@@ -174,14 +176,14 @@ def foreign_launch(env: Optional[Mapping[str, str]] = None,
     if config is None:
         config = tf_config_from_environ(env)
     found: Optional[ForeignLaunch] = None
-    if "HOROVOD_RANK" in env and "HOROVOD_SIZE" in env:
-        found = _from_horovodrun(env)
-    elif "RANK" in env and "WORLD_SIZE" in env:
+    if "RANK" in env and "WORLD_SIZE" in env:
         found = _from_torchrun(env)
     elif "OMPI_COMM_WORLD_RANK" in env and "OMPI_COMM_WORLD_SIZE" in env:
         found = _from_open_mpi(env)
     elif "PMI_RANK" in env and "PMI_SIZE" in env:
         found = _from_pmi(env)
+    elif "HOROVOD_RANK" in env and "HOROVOD_SIZE" in env:
+        found = _from_horovodrun(env)
     elif config is not None and config.task_type not in (tf_config.EVALUATOR, tf_config.PS):
         return _from_tf_config(config, env)
     elif "SLURM_PROCID" in env and "SLURM_NTASKS" in env and "SLURM_STEP_ID" in env:
