@@ -68,7 +68,8 @@ class TFConfig(NamedTuple):
 
     @property
     def address(self) -> Optional[str]:
-        """This task's host:port, or None for a task outside the cluster (evaluator)."""
+        """This task's host:port, or None for a task outside the cluster (an evaluator given
+        only the training cluster)."""
         tasks = self.cluster.get(self.task_type or "", [])
         return tasks[self.task_id] if self.task_id < len(tasks) else None
 
@@ -111,10 +112,12 @@ def for_instance(addresses: Sequence[str], index: int, mode: str) -> Optional[TF
     return validate({"cluster": cluster_of(addresses, mode), "task": task})
 
 
-def for_evaluator(addresses: Sequence[str], mode: str) -> TFConfig:
-    """The TF_CONFIG of an evaluator beside instances at ``addresses``: their cluster, with the
-    evaluator outside it (as tf.estimator.train_and_evaluate expects)."""
-    return validate({"cluster": cluster_of(addresses, mode),
+def for_evaluator(addresses: Sequence[str], mode: str, address: str) -> TFConfig:
+    """The TF_CONFIG of an evaluator at ``address`` beside instances at ``addresses``: their
+    cluster plus an "evaluator" job of its own, the partition TensorFlow's multi-worker code wants
+    (a MultiWorkerMirroredStrategy built by the evaluator serves on that address; the training
+    tasks never contact it)."""
+    return validate({"cluster": {**cluster_of(addresses, mode), EVALUATOR: [address]},
                      "task": {"type": EVALUATOR, "index": 0}})
 
 
@@ -181,10 +184,10 @@ def _validate_cluster(raw_cluster: object) -> Dict[str, List[str]]:
         raise TFConfigError(
             f'TF_CONFIG cluster has {len(cluster[CHIEF])} "chief" tasks; there can be at most one.'
         )
-    if EVALUATOR in cluster:
+    if len(cluster.get(EVALUATOR, ())) > 1:
         raise TFConfigError(
-            'TF_CONFIG cluster must not list an "evaluator" job: the evaluator runs outside the '
-            'cluster, with only "task": {"type": "evaluator"}.'
+            f'TF_CONFIG cluster has {len(cluster[EVALUATOR])} "evaluator" tasks; there can be at '
+            f"most one (TensorFlow evaluates on one process)."
         )
     return cluster
 

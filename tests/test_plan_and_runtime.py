@@ -53,7 +53,7 @@ def test_exports():
     ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "ps", "index": 0}}', "not a job of the cluster"),
     ('{"cluster": {"chief": ["a:1", "b:2"]}, "task": {"type": "chief"}}', "at most one"),
     ('{"cluster": {"worker": ["a"]}, "task": {"type": "worker"}}', "host:port"),
-    ('{"cluster": {"evaluator": ["a:1"]}, "task": {"type": "evaluator"}}', "must not list"),
+    ('{"cluster": {"evaluator": ["a:1", "a:2"]}, "task": {"type": "evaluator"}}', "at most one"),
     ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": -1}}', "non-negative"),
 ])
 def test_tf_config_errors(text, words):

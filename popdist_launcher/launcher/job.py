@@ -53,7 +53,7 @@ def run(layout: Layout, options: JobOptions, say: Callable[[str], None],
     attempt, retried_start = 0, False
     try:
         while True:
-            with layout.prepare(options.port_range) as prepared:
+            with layout.prepare(options.port_range, int(options.evaluator)) as prepared:
                 plan = build_plan(
                     options.argv, options.num_instances, prepared.tf_ports,
                     prepared.rendezvous_address, num_replicas=options.num_replicas,
@@ -63,7 +63,8 @@ def run(layout: Layout, options: JobOptions, say: Callable[[str], None],
                     restart_count=attempt, controller=layout.controller,
                     tuning=horovod_tuning(layout.controller, os.environ), job_id=job_id,
                     rendezvous_secret=rendezvous.new_secret(), placement=options.placement,
-                    tf_config_mode=options.tf_config_mode, evaluator=options.evaluator)
+                    tf_config_mode=options.tf_config_mode, evaluator=options.evaluator,
+                    evaluator_port=prepared.local_ports[0] if options.evaluator else 0)
                 if print_topology is not None:
                     print_topology(format_topology(plan, layout.backend.name,
                                                    commands(layout, plan),

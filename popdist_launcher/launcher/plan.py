@@ -73,6 +73,7 @@ class LaunchPlan(NamedTuple):
     rendezvous_secret: str = ""  # in every rendezvous request's path (see rendezvous.py)
     tf_config_mode: str = "worker"  # --tf-config: worker, chief or none (tf_config.MODES)
     evaluator: bool = False  # --evaluator: one more process, outside the training world
+    evaluator_port: int = 0  # its TF_CONFIG port, on the launcher's host (rendezvous_address)
     placement: str = ""  # binding, thread budget, GPUs for each wrapper to apply (placement.py)
 
     @property
@@ -97,7 +98,8 @@ class LaunchPlan(NamedTuple):
         the job's id and attempt, and ``-x``; no PopDist or Horovod variables (it is no
         instance of the training world)."""
         built = tf_config.for_evaluator([i.tf_address for i in self.instances],
-                                        self.tf_config_mode)
+                                        self.tf_config_mode,
+                                        f"{self.rendezvous_address}:{self.evaluator_port}")
         env = {"TF_CONFIG": built.to_json(), c.RESTART_COUNT: str(self.restart_count),
                c.JOB_ID: self.job_id}
         env.update(self.exported_env)
@@ -249,6 +251,7 @@ def build_plan(
     rendezvous_secret: str = "",
     tf_config_mode: str = "worker",
     evaluator: bool = False,
+    evaluator_port: int = 0,
     placement: str = "",
 ) -> LaunchPlan:
     """Validate the numbers and lay instances and replicas out over the hosts."""
@@ -298,6 +301,7 @@ def build_plan(
         rendezvous_secret=rendezvous_secret,
         tf_config_mode=tf_config_mode,
         evaluator=evaluator,
+        evaluator_port=evaluator_port,
         placement=placement,
     )
 

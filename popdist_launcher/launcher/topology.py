@@ -29,9 +29,11 @@ class Prepared:
     """One attempt's hosts, ports and rendezvous socket; closing it releases the port locks."""
 
     def __init__(self, hosts: List[Host], tf_ports: List[int], rendezvous: socket.socket,
-                 reservations: Sequence[ports.PortReservation]) -> None:
+                 reservations: Sequence[ports.PortReservation],
+                 local_ports: Sequence[int] = ()) -> None:
         self.hosts = hosts
         self.tf_ports = tf_ports
+        self.local_ports = list(local_ports)  # ports on the launcher's host (the evaluator's)
         self._rendezvous: Optional[socket.socket] = rendezvous
         self.rendezvous_address: Tuple[str, int] = rendezvous.getsockname()[:2]
         self._reservations = list(reservations)
@@ -71,25 +73,29 @@ class Layout(NamedTuple):
     def all_local(self) -> bool:
         return all(hostlib.is_local(h.name) for h, _ in self.used)
 
-    def prepare(self, port_range: Optional[Tuple[int, int]] = None) -> Prepared:
+    def prepare(self, port_range: Optional[Tuple[int, int]] = None,
+                local_ports: int = 0) -> Prepared:
+        """Hosts and ports of one attempt, plus ``local_ports`` more on the launcher's host."""
         if self.all_local:
-            return self._prepare_local(port_range)
-        return self._prepare_multi_host(port_range)
+            return self._prepare_local(port_range, local_ports)
+        return self._prepare_multi_host(port_range, local_ports)
 
-    def _prepare_local(self, port_range) -> Prepared:
+    def _prepare_local(self, port_range, local_ports: int) -> Prepared:
         address, iface = LOOPBACK, "lo"
         if self.subnet or self.iface:
             address, iface = _local_choice(self.subnet, self.iface, None)
-        reservation = ports.reserve(sum(self.counts), port_range=port_range)
+        reservation = ports.reserve(sum(self.counts) + local_ports, port_range=port_range)
         try:
             rendezvous = ports.listen_socket(address)
         except ports.PortError:
             reservation.close()
             raise
         chosen = [Host(h.name, address, iface, local=True) for h, _ in self.used]
-        return Prepared(chosen, list(reservation.ports), rendezvous, [reservation])
+        taken = list(reservation.ports)
+        return Prepared(chosen, taken[:sum(self.counts)], rendezvous, [reservation],
+                        taken[sum(self.counts):])
 
-    def _prepare_multi_host(self, port_range) -> Prepared:
+    def _prepare_multi_host(self, port_range, local_ports: int) -> Prepared:
         remote = [(h, n) for h, n in self.used if not hostlib.is_local(h.name)]
         try:
             probes = probe_hosts([h.name for h, _ in remote], [n for _, n in remote], self.ssh,
@@ -117,12 +123,16 @@ class Layout(NamedTuple):
                     probe = probes[slot.name]
                     chosen.append(Host(slot.name, probe.address, probe.iface, local=False))
                     tf_ports.extend(probe.ports)
+            extra = []
+            if local_ports:
+                reservations.append(ports.reserve(local_ports, port_range=port_range))
+                extra = list(reservations[-1].ports)
             rendezvous = ports.listen_socket(address)
         except BaseException:
             for reservation in reservations:
                 reservation.close()
             raise
-        return Prepared(chosen, tf_ports, rendezvous, reservations)
+        return Prepared(chosen, tf_ports, rendezvous, reservations, extra)
 
 
 def _warn(message: str) -> None:
