@@ -1,0 +1,178 @@
+"""--tf-config worker|chief|none and --evaluator: the TF_CONFIG each process gets (plan level), and
+real programs through the real CLI: a plain tf.estimator + Horovod program (fails under the default
+with a hint, trains under none), MultiWorkerMirroredStrategy under worker and chief, and
+tf.estimator.train_and_evaluate under MultiWorkerMirroredStrategy with an evaluator."""
+import json
+
+import numpy as np
+import pytest
+
+from popdist_launcher import tf_config
+from popdist_launcher.launcher.plan import Host, build_plan
+from tests.conftest import poprun, program
+
+
+def plan(n, mode="worker", evaluator=False, exported=()):
+    return build_plan(["prog"], n, list(range(21000, 21000 + n)), ("127.0.0.1", 29999),
+                      hosts=(Host("localhost", "127.0.0.1"),), tf_config_mode=mode,
+                      evaluator=evaluator, evaluator_port=21999 if evaluator else 0,
+                      exported_env=exported, job_id="j0b")
+
+
+ADDRESSES = ["127.0.0.1:21000", "127.0.0.1:21001", "127.0.0.1:21002"]
+
+
+def test_worker_mode_is_every_instance_a_worker():
+    p = plan(3)
+    for i in range(3):
+        assert json.loads(p.instance_env(i)["TF_CONFIG"]) == {
+            "cluster": {"worker": ADDRESSES}, "task": {"type": "worker", "index": i}}
+    ranks = [tf_config.parse(p.instance_env(i)["TF_CONFIG"]) for i in range(3)]
+    assert [(r.worker_index, r.is_chief) for r in ranks] == [(0, True), (1, False), (2, False)]
+
+
+def test_chief_mode_makes_instance_0_the_chief():
+    p = plan(3, "chief")
+    configs = [json.loads(p.instance_env(i)["TF_CONFIG"]) for i in range(3)]
+    cluster = {"chief": ADDRESSES[:1], "worker": ADDRESSES[1:]}
+    assert configs == [{"cluster": cluster, "task": {"type": "chief", "index": 0}},
+                       {"cluster": cluster, "task": {"type": "worker", "index": 0}},
+                       {"cluster": cluster, "task": {"type": "worker", "index": 1}}]
+    # every instance keeps its rank: the training index of each task is its instance index
+    ranks = [tf_config.parse(p.instance_env(i)["TF_CONFIG"]) for i in range(3)]
+    assert [(r.worker_index, r.is_chief, r.num_workers) for r in ranks] == \
+        [(0, True, 3), (1, False, 3), (2, False, 3)]
+    one = json.loads(plan(1, "chief").instance_env(0)["TF_CONFIG"])
+    assert one == {"cluster": {"chief": ADDRESSES[:1]}, "task": {"type": "chief", "index": 0}}
+
+
+def test_none_mode_sets_no_tf_config_but_everything_else():
+    p = plan(2, "none")
+    for i in range(2):
+        env = p.instance_env(i)
+        assert "TF_CONFIG" not in env
+        assert env["HOROVOD_RANK"] == str(i) and env["POPDIST_INSTANCE_INDEX"] == str(i)
+    # a TF_CONFIG the user exports still wins, in every mode
+    exported = (("TF_CONFIG", '{"task": {"type": "worker", "index": 0}}'),)
+    assert plan(2, "none", exported=exported).instance_env(1)["TF_CONFIG"] == exported[0][1]
+
+
+@pytest.mark.parametrize("mode", ["worker", "chief"])
+def test_evaluator_env_is_outside_the_training_world(mode):
+    p = plan(3, mode, evaluator=True, exported=(("MY_FLAG", "1"),))
+    env = p.evaluator_env()
+    parsed = json.loads(env["TF_CONFIG"])
+    # the training cluster plus a partition of its own (TensorFlow's multi-worker layout); the
+    # instances' TF_CONFIG does not list it
+    training = json.loads(p.instance_env(0)["TF_CONFIG"])["cluster"]
+    assert parsed == {"cluster": {**training, "evaluator": ["127.0.0.1:21999"]},
+                      "task": {"type": "evaluator", "index": 0}}
+    assert "evaluator" not in training
+    evaluator = tf_config.parse(env["TF_CONFIG"])
+    assert not evaluator.is_chief and evaluator.num_workers == 3
+    assert env["MY_FLAG"] == "1" and env["POPRUN_JOB_ID"] == "j0b"
+    assert not [k for k in env if k.startswith(("POPDIST_", "HOROVOD_"))]
+    assert p.num_instances == 3 and len(p.instances) == 3  # not counted in -np
+
+
+def test_require_cluster_names_the_fix():
+    tf_config.require_cluster("S", {"POPDIST_NUM_INSTANCES": "1"})  # one instance: fine
+    tf_config.require_cluster("S", {"POPDIST_NUM_INSTANCES": "2", "TF_CONFIG": plan(
+        2).instance_env(0)["TF_CONFIG"]})
+    with pytest.raises(tf_config.TFConfigError, match="--tf-config worker"):
+        tf_config.require_cluster("S", {"POPDIST_NUM_INSTANCES": "2"})
+
+
+def test_cli_rejects_evaluator_without_a_cluster_and_unknown_modes():
+    result = poprun("-np", "2", "--tf-config", "none", "--evaluator", "--print-topology", "true")
+    assert result.returncode == 2, result.stderr
+    assert "--evaluator" in result.stderr and "Traceback" not in result.stderr
+    result = poprun("-np", "2", "--tf-config", "master", "true")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    result = poprun("-np", "2", "--tf-config", "chief", "--evaluator", "--print-topology", "true",
+                    env=None)
+    assert result.returncode == 0, result.stderr
+    assert '"task":{"type":"evaluator","index":0}' in result.stdout
+    assert '"chief":["' in result.stdout
+
+
+# ---- real programs through the real CLI --------------------------------------------------------
+TRUE_W = np.array([[1.0], [-2.0], [0.5], [3.0]])
+
+
+def data(rows):
+    x = np.random.default_rng(0).normal(size=(rows, 4)).astype("float32")
+    return x, x @ TRUE_W.astype("float32")
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+@pytest.mark.slow
+def test_plain_estimator_with_horovod_fails_with_a_hint_then_trains_with_none(tmp_path):
+    # what horovodrun runs: under the default TF_CONFIG, tf.estimator refuses the cluster; the
+    # summary says which --tf-config to use
+    failed = poprun("-np", "2", "--backend", "local", program("estimator_horovod_plain.py"),
+                    str(tmp_path), timeout=180)
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert 'must have one "chief" node' in failed.stderr
+    hints = [line for line in failed.stderr.splitlines() if "--tf-config none" in line]
+    assert hints == ["poprun-lite: " + tf_config.NO_CHIEF_HINT], failed.stderr[-3000:]
+
+    result = poprun("-np", "2", "--tf-config", "none", program("estimator_horovod_plain.py"),
+                    str(tmp_path), timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    weights = [np.array(read_json(tmp_path / f"hvd-est-{r}.json")["w"]) for r in range(2)]
+    # the reference: both ranks start from rank 0's zeros (rank 1 built ones) and every step
+    # applies the gradient averaged over the two ranks' batches of 4
+    x, y = data(16)
+    w = np.zeros((4, 1))
+    for step in range(4):
+        grads = []
+        for rank in range(2):
+            xs, ys = x[rank::2][step % 2 * 4:][:4], y[rank::2][step % 2 * 4:][:4]
+            grads.append(2 / 4 * xs.T @ (xs @ w - ys))
+        w -= 0.1 * np.mean(grads, axis=0)
+    assert np.array_equal(weights[0], weights[1])
+    np.testing.assert_allclose(weights[0], w.ravel(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_multi_worker_mirrored_custom_loop_with_a_chief(tmp_path):
+    # the default layout (workers only) runs the same kind of loop in
+    # test_horovod_and_tensorflow.py::test_multi_worker_mirrored_strategy_on_launcher_tf_config
+    result = poprun("-np", "2", "--tf-config", "chief", program("mwms_weights.py"), str(tmp_path),
+                    timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = [read_json(tmp_path / f"mwms-{i}.json") for i in range(2)]
+    assert [(r["task_type"], r["task_id"]) for r in runs] == [("chief", 0), ("worker", 0)]
+    assert [r["chief"] for r in runs] == [True, False] and runs[0]["replicas"] == 2
+    x, y = data(8)
+    w = np.zeros((4, 1))
+    for _ in range(3):  # gradients of sum((xw-y)^2)/8 over each shard, summed over replicas
+        w -= 0.1 * sum(2 / 8 * x[i::2].T @ (x[i::2] @ w - y[i::2]) for i in range(2))
+    assert runs[0]["w"] == runs[1]["w"]
+    np.testing.assert_allclose(runs[0]["w"], w.ravel(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_train_and_evaluate_with_mwms_and_an_evaluator(tmp_path):
+    logs = tmp_path / "logs"
+    result = poprun("-np", "2", "--tf-config", "chief", "--evaluator", "--output-dir", str(logs),
+                    program("estimator_mwms_evaluate.py"), str(tmp_path), timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    trained = read_json(tmp_path / "trained.json")
+    evaluated = read_json(tmp_path / "evaluated.json")
+    assert trained["global_step"] == 6
+    # the evaluator evaluated the final checkpoint: its loss is the trained weights' loss on the
+    # evaluation data (8 rows, labels shifted by 0.5)
+    x, y = data(16)
+    w = np.array(trained["w"]).reshape(4, 1)
+    expected = float(np.mean((x[:8] @ w - (y[:8] + 0.5)) ** 2))
+    assert "6" in evaluated
+    assert evaluated["6"] == pytest.approx(expected, rel=1e-5)
+    assert "[evaluator]<stdout>:evaluator: evaluated global steps" in result.stdout
+    assert "evaluator: evaluated" in (logs / "attempt-0" / "evaluator.stdout.log").read_text()
+    assert not (logs / "attempt-0" / "instance-2.stdout.log").exists()
