@@ -3,13 +3,14 @@ real programs through the real CLI: a plain tf.estimator + Horovod program (fail
 with a hint, trains under none), MultiWorkerMirroredStrategy under worker and chief, and
 tf.estimator.train_and_evaluate under MultiWorkerMirroredStrategy with an evaluator."""
 import json
+import signal
 
 import numpy as np
 import pytest
 
 from popdist_launcher import tf_config
 from popdist_launcher.launcher.plan import Host, build_plan
-from tests.conftest import poprun, program
+from tests.conftest import poprun, poprun_background, program, wait_for_files
 
 
 def plan(n, mode="worker", evaluator=False, exported=()):
@@ -176,3 +177,53 @@ def test_train_and_evaluate_with_mwms_and_an_evaluator(tmp_path):
     assert "[evaluator]<stdout>:evaluator: evaluated global steps" in result.stdout
     assert "evaluator: evaluated" in (logs / "attempt-0" / "evaluator.stdout.log").read_text()
     assert not (logs / "attempt-0" / "instance-2.stdout.log").exists()
+
+
+# ---- the evaluator is supervised like an instance (shell programs: no TensorFlow) ---------------
+IS_EVALUATOR = 'case "$TF_CONFIG" in *\\"evaluator\\",*) true;; *) false;; esac'
+
+
+@pytest.mark.parametrize("backend", ["local", "mpi"])
+def test_the_job_waits_for_the_evaluator_and_fails_with_it(tmp_path, backend):
+    done = tmp_path / "evaluated"
+    # the instances end at once; the job still waits for the evaluator, outside the world
+    script = (f'if {IS_EVALUATOR}; then sleep 1; echo "world=${{HOROVOD_SIZE:-none}}" > {done}; '
+              f'echo evaluating; fi')
+    result = poprun("-np", "2", "--backend", backend, "--evaluator", "sh", "-c", script)
+    assert result.returncode == 0, result.stderr
+    assert done.read_text() == "world=none\n"
+    assert "[evaluator]<stdout>:evaluating" in result.stdout
+    # its failure is the job's, named as such, and stops the instances
+    script = f'if {IS_EVALUATOR}; then echo broken >&2; exit 3; fi; sleep 60'
+    result = poprun("-np", "2", "--backend", backend, "--evaluator", "--grace-period", "1",
+                    "sh", "-c", script, timeout=60)
+    assert result.returncode == 3, result.stderr
+    assert "poprun-lite: evaluator exited with code 3" in result.stderr
+    assert "last 1 line(s) of evaluator's stderr:\n    broken" in result.stderr
+
+
+def test_an_instance_failure_stops_the_evaluator(tmp_path):
+    script = (f'if {IS_EVALUATOR}; then exec sleep 60; fi; '
+              f'[ "$POPDIST_INSTANCE_INDEX" = 1 ] && exit 5; exit 0')
+    result = poprun("-np", "2", "--backend", "local", "--evaluator", "--grace-period", "1",
+                    "sh", "-c", script, timeout=60)
+    assert result.returncode == 5, result.stderr
+    assert "instance 1 exited with code 5" in result.stderr
+    assert "evaluator: was killed by SIGTERM (stopped by poprun-lite)" in result.stderr
+
+
+def test_signals_reach_the_evaluator(tmp_path):
+    started, got = tmp_path / "started", tmp_path / "got"
+    script = (f'if {IS_EVALUATOR}; then trap "echo TERM > {got}; exit 0" TERM; '
+              f'echo up > {started}; while true; do sleep 0.1; done; fi; sleep 60')
+    proc = poprun_background("-np", "1", "--backend", "local", "--evaluator", "--grace-period",
+                             "5", "sh", "-c", script)
+    try:
+        wait_for_files([started], timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert got.read_text() == "TERM\n"
