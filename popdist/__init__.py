@@ -1,8 +1,11 @@
 """Graphcore's ``popdist`` API for programs run by poprun-lite (or as one plain process).
 
 ``import popdist`` costs nothing: the accessors read the launch environment that poprun-lite
-gives every instance (one instance with one replica outside it). Only ``init()`` starts the
-cross-instance collectives, which loads TensorFlow and Horovod.
+gives every instance. A program started without poprun-lite, by Open MPI's mpirun, a PMI
+launcher (MPICH/Intel MPI hydra, srun), torchrun-style RANK/WORLD_SIZE or a TF_CONFIG (Kubeflow
+TFJob, Ray Train), gets its place from that launcher's variables, one replica per instance (see
+``popdist_launcher.runtime``); with none of them, one instance with one replica. Only ``init()``
+starts the cross-instance collectives, which loads TensorFlow and Horovod.
 """
 from __future__ import annotations
 
@@ -24,12 +27,13 @@ def init() -> None:
 
 
 def isPopdistEnvSet() -> bool:  # noqa: N802 (popdist's names)
-    """True when this process was started as an instance by poprun-lite."""
+    """True when this process is an instance of a launched job: started by poprun-lite, or by
+    mpirun, a PMI launcher, srun, torchrun or a TF_CONFIG training task (False for an evaluator)."""
     return runtime.is_launched()
 
 
 def getNumInstances() -> int:  # noqa: N802
-    """Number of instances of the job (1 outside poprun-lite)."""
+    """Number of instances of the job (1 for a plain process)."""
     return runtime.num_instances()
 
 

@@ -191,6 +191,33 @@ def test_torchrun_instance_gets_what_hvd_init_needs_for_gloo(bootstrap):
                                                    ("127.0.0.1", port + 1)))
 
 
+def test_instance_0_serves_the_rendezvous_only_to_requests_with_the_secret(bootstrap):
+    import http.client
+
+    port = free_port_pair()
+    env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
+           "MASTER_ADDR": "localhost", "MASTER_PORT": str(port)}
+    runtime.init(env)
+    server = bootstrap.prepare(env)
+    try:
+        secret = env["HOROVOD_GLOO_RENDEZVOUS_ADDR"].split("/")[1]
+
+        def get(path):
+            conn = http.client.HTTPConnection("127.0.0.1", port + 1, timeout=30)
+            try:
+                conn.request("GET", path)
+                return conn.getresponse().status
+            finally:
+                conn.close()
+
+        assert get("/global/0") == 403  # Horovod's own server would answer anyone
+        assert get(f"/{'0' * 32}:{port + 1}/global/0") == 403
+        assert get(f"/{secret}:{port + 1}/global/0") == 404  # in: no such key yet
+    finally:
+        server.stdin.close()  # as when instance 0 exits
+        assert server.wait(timeout=30) == 0
+
+
 def test_the_rendezvous_address_variable_wins(bootstrap):
     port = free_port_pair()
     env = {**TORCHRUN, "RANK": "1", "LOCAL_RANK": "1", "GROUP_RANK": "0",

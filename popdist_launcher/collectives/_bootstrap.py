@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import ipaddress
 import json
 import logging
 import os
@@ -84,16 +85,38 @@ def _secret(env: MutableMapping[str, str], place: runtime.ForeignLaunch,
     return hashlib.sha256("\0".join(material).encode()).hexdigest()[:32]
 
 
-def _interface_towards(host: str, port: int) -> Optional[str]:
-    """The network interface this host uses to reach ``host`` (Gloo's HOROVOD_GLOO_IFACE)."""
-    import psutil
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
+
+def _source_address(host: str, port: int) -> Optional[str]:
+    """The local address this host sends from to reach ``host`` (UDP connect: nothing is sent)."""
     try:
         family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
         with socket.socket(family, socket.SOCK_DGRAM) as probe:
-            probe.connect(sockaddr)  # UDP: picks the route, sends nothing
-            local = probe.getsockname()[0]
+            probe.connect(sockaddr)
+            return probe.getsockname()[0]
     except OSError:
+        return None
+
+
+def _interface_towards(host: str, port: int) -> Optional[str]:
+    """The network interface this host uses to reach ``host`` (Gloo's HOROVOD_GLOO_IFACE).
+
+    A host name that resolves to loopback only here (``127.0.1.1`` for the machine's own name,
+    a common /etc/hosts entry) would put Gloo on ``lo`` where the other hosts cannot reach it:
+    then the interface of the default route is taken (none when there is no such route)."""
+    import psutil
+
+    local = _source_address(host, port)
+    if local is not None and ipaddress.ip_address(local.split("%")[0]).is_loopback \
+            and not (_is_address(host) or host == "localhost"):
+        local = _source_address("192.0.2.1", 9)  # TEST-NET-1: only the route is looked up
+    if local is None:
         return None
     for name, addresses in psutil.net_if_addrs().items():
         if any(a.address.split("%")[0] == local for a in addresses):
@@ -103,8 +126,10 @@ def _interface_towards(host: str, port: int) -> Optional[str]:
 
 def _serve(address: Tuple[str, int], slots: List[dict], secret: str,
            origin: str) -> subprocess.Popen:
-    """Listen on ``address`` (on every interface when it is not this host's) and hand the socket
-    to Horovod's rendezvous server in a helper process that lives until this process exits."""
+    """Listen on ``address`` and hand the socket to Horovod's rendezvous server in a helper
+    process that lives until this process exits. An IP address is bound as given (all
+    interfaces when it is not one of this host's, e.g. a Kubernetes service's); a host name on
+    every interface, since it may resolve to loopback here and to the real address elsewhere."""
     host, port = address
     try:
         family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
@@ -112,15 +137,16 @@ def _serve(address: Tuple[str, int], slots: List[dict], secret: str,
         raise runtime.LaunchEnvironmentError(
             f"instance 0 cannot resolve the rendezvous host {host!r} (from {origin}): "
             f"{exc.strerror or exc}; set {RENDEZVOUS_ADDR_ENV}=HOST:PORT.") from None
+    everywhere = ("::" if family == socket.AF_INET6 else "", port)
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         try:
-            sock.bind(sockaddr)
+            sock.bind(sockaddr if _is_address(host) else everywhere)
         except OSError as exc:
-            if exc.errno != errno.EADDRNOTAVAIL:  # HOST names no address of this host (e.g.
-                raise  # a Kubernetes service in front of instance 0): listen on every one
-            sock.bind(("::" if family == socket.AF_INET6 else "", port))
+            if exc.errno != errno.EADDRNOTAVAIL:
+                raise
+            sock.bind(everywhere)
         sock.listen(256)
     except OSError as exc:
         sock.close()
