@@ -3,6 +3,7 @@ real programs through the real CLI: a plain tf.estimator + Horovod program (fail
 with a hint, trains under none), MultiWorkerMirroredStrategy under worker and chief, and
 tf.estimator.train_and_evaluate under MultiWorkerMirroredStrategy with an evaluator."""
 import json
+import os
 import signal
 
 import numpy as np
@@ -90,11 +91,20 @@ def test_cli_rejects_evaluator_without_a_cluster_and_unknown_modes():
     assert "--evaluator" in result.stderr and "Traceback" not in result.stderr
     result = poprun("-np", "2", "--tf-config", "master", "true")
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    result = poprun("-np", "2", "--tf-config", "chief", "--evaluator", "--print-topology", "true",
-                    env=None)
+    # POPRUN_TF_CONFIG and POPRUN_EVALUATOR, as every option
+    result = poprun("-np", "2", "--print-topology", "true",
+                    env={**os.environ, "POPRUN_TF_CONFIG": "chief", "POPRUN_EVALUATOR": "1"})
     assert result.returncode == 0, result.stderr
     assert '"task":{"type":"evaluator","index":0}' in result.stdout
     assert '"chief":["' in result.stdout
+
+
+def test_config_file_key(tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text('tf-config = "none"\n')
+    result = poprun("--config", str(config), "-np", "2", "--print-topology", "true")
+    assert result.returncode == 0, result.stderr
+    assert "TF_CONFIG=" not in result.stdout and "HOROVOD_RANK=1" in result.stdout
 
 
 # ---- real programs through the real CLI --------------------------------------------------------
