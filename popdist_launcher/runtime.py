@@ -153,7 +153,8 @@ def _context_from_popdist(env: Mapping[str, str]) -> RuntimeContext:
     if offset != index * local:
         raise LaunchEnvironmentError(
             f"{c.REPLICA_INDEX_OFFSET}={offset} does not match instance {index} with {local} local "
-            f"replicas (expected {index * local}); start the program through one poprun-lite command."
+            f"replicas (expected {index * local}); start the program through one poprun-lite "
+            f"command."
         )
     return RuntimeContext(True, num_instances, index, local_index, total, local, offset, ipus,
                           _restart_count(env))

@@ -1,4 +1,4 @@
-"""Horovod's Gloo wiring for instances started by torchrun, a TF_CONFIG, PMI or srun (no poprun-lite).
+"""Horovod's Gloo wiring for instances that torchrun, a TF_CONFIG, PMI or srun started.
 
 A plain ``hvd.init()`` needs Horovod's rank variables and, for Gloo, a rendezvous server. Under
 poprun-lite the launcher provides both, and under Open MPI's mpirun MPI does; other launchers give
@@ -81,7 +81,8 @@ def _parse_address(value: str) -> Tuple[str, int]:
 def _secret(env: MutableMapping[str, str], place: runtime.ForeignLaunch,
             address: Tuple[str, int]) -> str:
     own = env.get(RENDEZVOUS_SECRET_ENV, "")
-    material = ("user", own) if own else ("derived", place.launcher, place.job_key, *map(str, address))
+    material = (("user", own) if own
+                else ("derived", place.launcher, place.job_key, *map(str, address)))
     return hashlib.sha256("\0".join(material).encode()).hexdigest()[:32]
 
 
@@ -175,7 +176,8 @@ def _wait_reachable(address: Tuple[str, int], timeout: float, rank: int, origin:
             if time.monotonic() >= deadline:
                 raise runtime.LaunchEnvironmentError(
                     f"instance {rank} could not reach Horovod's rendezvous at "
-                    f"{address[0]}:{address[1]} (from {origin}) within {timeout:g} s ({TIMEOUT_ENV}); "
+                    f"{address[0]}:{address[1]} (from {origin}) within {timeout:g} s "
+                    f"({TIMEOUT_ENV}); "
                     f"check that instance 0 started and that the port is reachable, or set "
                     f"{RENDEZVOUS_ADDR_ENV}=HOST:PORT.") from None
             time.sleep(0.2)
