@@ -10,6 +10,10 @@ import pytest
 
 from conftest import poprun
 from netns_hosts import TestHosts, require_test_hosts
+from popdist_launcher.launcher.backends.base import Wiring
+from popdist_launcher.launcher.backends.mpi import MpiBackend
+from popdist_launcher.launcher.backends.slurm import SlurmBackend
+from popdist_launcher.launcher.hosts import HostSlots
 from popdist_launcher.launcher.plan import Host, build_plan
 from popdist_launcher.launcher.spawned import placement
 
@@ -177,6 +181,24 @@ def test_the_plan_tells_each_instance_its_place_on_its_host():
         "bind=core threads=1 gpus=auto report=0 index=2 local=0/1 replicas=2"]
     bare = build_plan(["prog"], 1, [1], ("10.0.0.9", 9), placement="")
     assert placement.PLACEMENT_ENV not in bare.instance_env(0)
+
+
+def test_engines_leave_binding_to_the_wrappers(tmp_path, monkeypatch):
+    srun = tmp_path / "srun"
+    srun.write_text("#!/bin/sh\n")
+    srun.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    slots = [HostSlots("n1", 2), HostSlots("n2", 2)]
+    wiring = Wiring("/tmp/launcher.sock", ("10.0.0.9", 5000), 60.0)
+    for bind, expected in (("core", True), ("numa", True), ("none", False)):
+        plan = build_plan(["prog"], 4, [1, 2, 3, 4], ("10.0.0.9", 9), counts=[2, 2],
+                          hosts=(Host("n1", "10.0.0.1", local=False),
+                                 Host("n2", "10.0.0.2", local=False)),
+                          placement=placement.encode(bind, True, "auto", False))
+        argv = SlurmBackend(slots, [2, 2]).command(plan, wiring)
+        assert ("--cpu-bind=none" in argv) is expected, argv
+        mpirun = MpiBackend(slots, [2, 2]).command(plan, wiring)
+        assert mpirun[mpirun.index("--bind-to") + 1] == "none"
 
 
 # ---- through the real CLI -----------------------------------------------------------------

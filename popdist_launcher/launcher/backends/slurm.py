@@ -9,6 +9,7 @@ from typing import List, Sequence
 from popdist_launcher.launcher import hosts as hostlib
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.backends.mpi import EngineError
+from popdist_launcher.launcher.spawned import placement
 from popdist_launcher.launcher.spawned.protocol import SECRET_ENV
 from popdist_launcher.launcher.plan import LaunchPlan, _which
 
@@ -34,6 +35,8 @@ class SlurmBackend(Backend):
         argv = [self.srun, f"--ntasks={plan.num_instances}", f"--nodes={len(used)}",
                 f"--nodelist={','.join(h.name for h, _ in used)}", "--distribution=block",
                 "--kill-on-bad-exit=1", "--overlap"]
+        if placement.decode(plan.placement).get("bind", "none") != "none":
+            argv.append("--cpu-bind=none")  # each wrapper binds its instance (--bind-to)
         return argv + self.global_args + self.local_args + wiring.wrapper_argv(
             "--rank-from", "SLURM_PROCID")
 
