@@ -524,6 +524,8 @@ def _job_model_dir(num_instances: int) -> str:
     parsed = tf_config.from_environ()
     addresses = [a for tasks in (parsed.cluster.values() if parsed else ()) for a in tasks]
     hosts = {a.rsplit(":", 1)[0] for a in addresses}
+    if parsed is None and os.environ.get("HOROVOD_LOCAL_SIZE") == str(num_instances):
+        hosts = {"this host"}  # no TF_CONFIG (--tf-config none): all instances are local ones
     job_id = os.environ.get(_contract.JOB_ID)
     if len(hosts) != 1 or not job_id:
         where = f"on {len(hosts)} hosts" if len(hosts) > 1 else "without poprun-lite's job id"

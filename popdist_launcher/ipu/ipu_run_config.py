@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
-from popdist_launcher import tf_config
+from popdist_launcher import runtime, tf_config
 from popdist_launcher.ipu import config as ipu_config
 
 
@@ -83,6 +83,12 @@ class RunConfig(tf.estimator.RunConfig):
             self._num_worker_replicas = parsed.num_workers
             self._num_ps_replicas = len(parsed.cluster.get(tf_config.PS, ()))
             self._global_id_in_cluster = parsed.worker_index
+        elif runtime.context().num_instances > 1:  # no TF_CONFIG (poprun-lite --tf-config none)
+            ctx = runtime.context()
+            self._task_type, self._task_id = tf_config.WORKER, ctx.instance_index
+            self._is_chief = ctx.instance_index == 0
+            self._num_worker_replicas = ctx.num_instances
+            self._global_id_in_cluster = ctx.instance_index
         if master is not None:
             self._master = master
 

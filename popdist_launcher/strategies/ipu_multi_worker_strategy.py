@@ -106,7 +106,8 @@ class IPUMultiWorkerStrategy(collective_all_reduce_strategy.CollectiveAllReduceS
     def __init__(self, cluster_resolver=None, ipu_device: str = "/device:IPU:0",
                  variables_on_host: bool = False) -> None:
         if cluster_resolver is None:
-            tf_config.from_environ()  # one-sentence errors for a malformed TF_CONFIG
+            # one-sentence errors for a malformed or missing (--tf-config none) TF_CONFIG
+            tf_config.require_cluster("IPUMultiWorkerStrategy")
             cluster_resolver = TFConfigClusterResolver()
         self._ipu_device = ipu_device
         tf.distribute.Strategy.__init__(
