@@ -192,8 +192,8 @@ def prepare(env: MutableMapping[str, str]) -> Optional[subprocess.Popen]:
             "", runtime.POPRUN_LITE):
         return None
     place = runtime.foreign_launch(env)
-    if place is None or place.size == 1 or place.launcher in (runtime.MPIRUN, runtime.HOROVODRUN):
-        return None
+    if place is None or place.size == 1 or place.launcher == runtime.MPIRUN:
+        return None  # (horovodrun's instances have HOROVOD_RANK, so never get here)
     if env.get(RENDEZVOUS_ADDR_ENV, "").strip():
         address, origin = _parse_address(env[RENDEZVOUS_ADDR_ENV]), RENDEZVOUS_ADDR_ENV
     elif place.rendezvous is not None:
