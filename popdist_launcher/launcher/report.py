@@ -64,8 +64,8 @@ def failure_report(cause: Cause, ends: Dict[int, InstanceEnd],
     if cause.engine_lines:
         lines.append(P + "its last line(s):")
         lines.extend(f"    {line}" for line in cause.engine_lines)
-    others = [f"{e.name or e.index}: {describe(e)}" + (" (stopped by poprun-lite)" if e.how == "stopped"
-                                             else "")
+    others = [f"{e.name or e.index}: {describe(e)}"
+              + (" (stopped by poprun-lite)" if e.how == "stopped" else "")
               for i, e in sorted(ends.items()) if i != index]
     if others:
         lines.append(P + ("other instances: " if index is not None else "instances: ")
