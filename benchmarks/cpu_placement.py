@@ -21,8 +21,9 @@ launcher gives. ``inter1`` at -np 1 (budget = all CPUs) checks the inter-op choi
 caps the inter-op pool at 2 threads; this row shows what 1 would give.
 
 Each (placement, N) runs ``--repeats`` times, in an order shuffled per round (seeded), and the
-median samples/s is reported with its ratio to ``off`` at the same N. Every launch has a timeout;
-a failed launch is recorded with its error.
+median samples/s is reported with its ratio to ``off`` at the same N, and so is the samples/s at
+each launch's median step time (less moved by other jobs on a shared machine). Every launch has a
+timeout; a failed launch is recorded with its error.
 
 Output: benchmarks/results/cpu_placement.json (``--out``) and a PNG next to it: samples/s
 against N per placement, and the ratio to ``off``.
@@ -88,20 +89,29 @@ def launch(placement: str, np_: int, args: argparse.Namespace) -> Dict[str, Any]
         return run
 
 
-def summarise(runs: List[Dict[str, Any]], nps: List[int]) -> Dict[str, Any]:
+def summarise(runs: List[Dict[str, Any]], nps: List[int],
+              args: argparse.Namespace) -> Dict[str, Any]:
+    """Per -np and placement: the median samples/s over the repeats, samples/s at the median
+    step time (which bursts of other jobs' load barely move), and both as ratios to ``off``."""
     table: Dict[str, Any] = {}
     for np_ in nps:
         row: Dict[str, Any] = {}
         for placement in PLACEMENTS:
-            values = [r["samples_per_s"] for r in runs
-                      if r["ok"] and r["np"] == np_ and r["placement"] == placement]
-            if values:
+            done = [r for r in runs
+                    if r["ok"] and r["np"] == np_ and r["placement"] == placement]
+            if done:
+                values = [r["samples_per_s"] for r in done]
+                steady = [args.global_batch / r["median_step_s"] for r in done]
                 row[placement] = {"median_samples_per_s": round(statistics.median(values), 1),
+                                  "median_step_samples_per_s": round(statistics.median(steady), 1),
                                   "runs": [round(v, 1) for v in values]}
-        off = row.get("off", {}).get("median_samples_per_s")
+        off = row.get("off")
         for entry in row.values():
             if off:
-                entry["ratio_to_off"] = round(entry["median_samples_per_s"] / off, 3)
+                entry["ratio_to_off"] = round(
+                    entry["median_samples_per_s"] / off["median_samples_per_s"], 3)
+                entry["median_step_ratio_to_off"] = round(
+                    entry["median_step_samples_per_s"] / off["median_step_samples_per_s"], 3)
         table[str(np_)] = row
     return table
 
@@ -151,7 +161,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             runs.append(run)
             shown = f"{run['samples_per_s']:.0f} samples/s" if run["ok"] else run["error"]
             print(f"round {round_} -np {np_} {placement}: {shown}", flush=True)
-    table = summarise(runs, args.np)
+    table = summarise(runs, args.np, args)
     report = {"benchmark": "cpu_placement", "machine": machine_info(load_before, {}),
               "code": git_state(), "settings": vars(args), "placements": PLACEMENTS,
               "results": table, "runs": runs}
