@@ -194,6 +194,20 @@ IS_EVALUATOR = 'case "$TF_CONFIG" in *\\"evaluator\\",*) true;; *) false;; esac'
 
 
 @pytest.mark.parametrize("backend", ["local", "mpi"])
+def test_none_hides_a_tf_config_the_launcher_inherited(backend):
+    """poprun-lite run where TF_CONFIG is already set (a TFJob pod): none means none."""
+    env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": {"worker": ["pod-0:2222"]},
+                                                 "task": {"type": "worker", "index": 0}}))
+    code = "import os; print('tf_config' if 'TF_CONFIG' in os.environ else 'no tf_config')"
+    result = poprun("-np", "2", "--backend", backend, "--tf-config", "none", "python", "-c", code,
+                    env=env)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.split("\n"))[1:] == ["[0]<stdout>:no tf_config",
+                                                    "[1]<stdout>:no tf_config"], result.stdout
+    assert "POPRUN_UNSET" not in result.stdout
+
+
+@pytest.mark.parametrize("backend", ["local", "mpi"])
 def test_the_job_waits_for_the_evaluator_and_fails_with_it(tmp_path, backend):
     done = tmp_path / "evaluated"
     # the instances end at once; the job still waits for the evaluator, outside the world

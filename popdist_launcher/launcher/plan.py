@@ -14,6 +14,7 @@ from popdist_launcher import _contract as c
 from popdist_launcher import tf_config
 from popdist_launcher.launcher.spawned import placement as placing
 from popdist_launcher.launcher.spawned import rendezvous
+from popdist_launcher.launcher.spawned.protocol import UNSET_ENV
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -140,6 +141,8 @@ class LaunchPlan(NamedTuple):
             env["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, int(self.start_timeout)))
         if self.tf_config_mode != "none":
             env["TF_CONFIG"] = self.tf_config(index)
+        elif "TF_CONFIG" not in dict(self.exported_env):
+            env[UNSET_ENV] = "TF_CONFIG"  # none means none, even where the launcher has one
         env.update(self.tuning)
         if self.placement:
             env[placing.PLACEMENT_ENV] = placing.for_instance(

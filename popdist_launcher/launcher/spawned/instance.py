@@ -116,6 +116,8 @@ class Wrapper:
         env = dict(os.environ)
         env.update(spec["env"])
         env.pop(p.SECRET_ENV, None)
+        for name in env.pop(p.UNSET_ENV, "").split():
+            env.pop(name, None)
         placing = env.pop(placement.PLACEMENT_ENV, "")
         if placing:
             self.place(placing, env)

@@ -30,6 +30,9 @@ DUMP = 25       # write the program's Python stacks (all threads)
 RELEASE = 26    # the job is over: end every descendant, flush output, exit 0
 
 SECRET_ENV = "POPRUN_JOB_SECRET"
+# Names the wrapper removes from what the program inherits (space-separated), e.g. TF_CONFIG
+# under --tf-config none when the launcher's own environment (a TFJob pod) has one.
+UNSET_ENV = "POPRUN_UNSET"
 STACK_FD_ENV = "POPRUN_STACK_FD"  # the program's end of the stack pipe (see stack_dump.py)
 # What a program writes on the stack pipe besides faulthandler's text (which never has NULs);
 # the same values as popdist_launcher.stack_dump's, which the program imports instead.
