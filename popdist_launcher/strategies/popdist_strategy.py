@@ -38,8 +38,9 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
         ctx = runtime.context()
         if collectives.size() != ctx.num_instances:
             raise ValueError(
-                f"Horovod sees {collectives.size()} process(es) but the launcher started "
-                f"{ctx.num_instances} instance(s); start the program with poprun-lite.")
+                f"Horovod sees {collectives.size()} process(es) but "
+                f"{ctx.launcher or 'the environment'} started {ctx.num_instances} instance(s); "
+                f"start every instance through one launcher (e.g. poprun-lite -np N).")
         devices = ipu_config.local_replica_devices()
         self._instance_index = collectives.rank()
         self._num_instances = collectives.size()
