@@ -18,7 +18,7 @@ from popdist_launcher.launcher import job
 from popdist_launcher.launcher.output import OutputDirError, OutputOptions
 from popdist_launcher.launcher.plan import PlanError, check_counts, parse_exports, resolve_program
 from popdist_launcher.launcher.remote import SshOptions, agent_from_environ
-from popdist_launcher.launcher.spawned.placement import encode as encode_placement
+from popdist_launcher.launcher.spawned.placement import BIND_MODES, encode as encode_placement
 
 PROG = "poprun-lite"
 ENV_PREFIX = "POPRUN"
@@ -367,7 +367,7 @@ def _export_path(ctx: click.Context, param: click.Parameter,
 @click.option("--numa-aware/--no-numa-aware", default=False, show_default=False,
               show_envvar=True,
               help="PopRun's NUMA binding: the same as --bind-to numa.")
-@click.option("--bind-to", type=click.Choice(["none", "core", "numa"]), default="none",
+@click.option("--bind-to", type=click.Choice(BIND_MODES), default="none",
               show_envvar=True,
               help="Bind each instance to CPUs of its host: core = a contiguous block of whole "
                    "cores per instance on that host, numa = a NUMA node each (round-robin); "

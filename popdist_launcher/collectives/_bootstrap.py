@@ -35,6 +35,7 @@ import time
 from typing import List, MutableMapping, Optional, Sequence, Tuple
 
 from popdist_launcher import runtime
+from popdist_launcher.launcher.spawned import netinfo
 from popdist_launcher.launcher.spawned import rendezvous as rendezvous_server
 
 log = logging.getLogger(__name__)
@@ -49,23 +50,12 @@ HOROVOD_OWN = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_CONTROLLER",
 
 
 def layout(node_of_rank: Sequence[int]) -> List[dict]:
-    """Horovod's slot of every instance (as horovodrun assigns them) given each one's node:
-    local rank in instance order on its node, cross rank among the nodes holding that local rank."""
-    nodes: List[int] = []
-    local_ranks: List[int] = []
-    counts: dict = {}
-    for node in node_of_rank:
-        if node not in counts:
-            nodes.append(node)
-        local_ranks.append(counts.get(node, 0))
-        counts[node] = counts.get(node, 0) + 1
-    slots = []
-    for rank, (node, local) in enumerate(zip(node_of_rank, local_ranks)):
-        holding = [n for n in nodes if counts[n] > local]
-        slots.append({"hostname": f"node{node}", "rank": rank, "size": len(node_of_rank),
-                      "local_rank": local, "local_size": counts[node],
-                      "cross_rank": holding.index(node), "cross_size": len(holding)})
-    return slots
+    """Horovod's slot of every instance (as horovodrun assigns them) given each one's node."""
+    return [{"hostname": f"node{node}", "rank": rank, "size": len(node_of_rank),
+             "local_rank": local, "local_size": local_size,
+             "cross_rank": cross, "cross_size": cross_size}
+            for rank, (node, (local, local_size, cross, cross_size)) in enumerate(
+                zip(node_of_rank, rendezvous_server.horovod_ranks(node_of_rank)))]
 
 
 def _parse_address(value: str) -> Tuple[str, int]:
@@ -94,35 +84,28 @@ def _is_address(host: str) -> bool:
     return True
 
 
-def _source_address(host: str, port: int) -> Optional[str]:
-    """The local address this host sends from to reach ``host`` (UDP connect: nothing is sent)."""
+def _source_address(host: str) -> Optional[str]:
+    """The local address this host sends from to reach ``host`` (nothing is sent)."""
     try:
-        family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
-        with socket.socket(family, socket.SOCK_DGRAM) as probe:
-            probe.connect(sockaddr)
-            return probe.getsockname()[0]
+        return netinfo.route_source(host)
     except OSError:
         return None
 
 
-def _interface_towards(host: str, port: int) -> Optional[str]:
+def _interface_towards(host: str) -> Optional[str]:
     """The network interface this host uses to reach ``host`` (Gloo's HOROVOD_GLOO_IFACE).
 
     A host name that resolves to loopback only here (``127.0.1.1`` for the machine's own name,
     a common /etc/hosts entry) would put Gloo on ``lo`` where the other hosts cannot reach it:
     then the interface of the default route is taken (none when there is no such route)."""
-    import psutil
-
-    local = _source_address(host, port)
-    if local is not None and ipaddress.ip_address(local.split("%")[0]).is_loopback \
+    local = _source_address(host)
+    if local is not None and ipaddress.ip_address(local).is_loopback \
             and not (_is_address(host) or host == "localhost"):
-        local = _source_address("192.0.2.1", 9)  # TEST-NET-1: only the route is looked up
+        local = _source_address("192.0.2.1")  # TEST-NET-1: only the route is looked up
     if local is None:
         return None
-    for name, addresses in psutil.net_if_addrs().items():
-        if any(a.address.split("%")[0] == local for a in addresses):
-            return name
-    return None
+    return next((name for name, address in netinfo.interface_addresses() if address == local),
+                None)
 
 
 def _serve(address: Tuple[str, int], slots: List[dict], secret: str,
@@ -233,7 +216,7 @@ def prepare(env: MutableMapping[str, str]) -> Optional[subprocess.Popen]:
         TIMEOUT_ENV: str(timeout),
     })
     if "HOROVOD_GLOO_IFACE" not in env:
-        iface = _interface_towards(*address)
+        iface = _interface_towards(address[0])
         if iface:
             env["HOROVOD_GLOO_IFACE"] = iface
     log.debug("collectives: %s instance %d of %d, Gloo rendezvous at %s:%d (%s)%s",

@@ -14,6 +14,7 @@ from popdist_launcher import _contract as c
 from popdist_launcher import tf_config
 from popdist_launcher.launcher.spawned import placement as placing
 from popdist_launcher.launcher.spawned import rendezvous
+from popdist_launcher.launcher.spawned.rendezvous import horovod_ranks
 from popdist_launcher.launcher.spawned.protocol import UNSET_ENV
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -264,34 +265,19 @@ def build_plan(
         raise PlanError(f"need {num_instances} TF ports, got {len(tf_ports)}.")
     local_replicas = num_replicas // num_instances
     layout = distribute(num_instances, hosts, counts)
-    host_order = list(dict.fromkeys(layout))
-    local_counts = {h: layout.count(h) for h in host_order}
-    local_index: Dict[Host, int] = {h: 0 for h in host_order}
-    instances = []
-    for index, host in enumerate(layout):
-        li = local_index[host]
-        local_index[host] += 1
-        # Horovod's cross communicator: the hosts that have an instance with this local rank.
-        peers = [h for h in host_order if local_counts[h] > li]
-        instances.append(
-            InstanceSpec(
-                index=index,
-                host=host,
-                local_index=li,
-                local_size=local_counts[host],
-                cross_rank=peers.index(host),
-                cross_size=len(peers),
-                replica_offset=index * local_replicas,
-                num_local_replicas=local_replicas,
-                tf_port=tf_ports[index],
-            )
-        )
+    instances = tuple(
+        InstanceSpec(index=index, host=host, local_index=local, local_size=local_size,
+                     cross_rank=cross, cross_size=cross_size,
+                     replica_offset=index * local_replicas, num_local_replicas=local_replicas,
+                     tf_port=tf_ports[index])
+        for index, (host, (local, local_size, cross, cross_size)) in enumerate(
+            zip(layout, horovod_ranks(layout))))
     return LaunchPlan(
         program=tuple(program),
         num_instances=num_instances,
         num_replicas=num_replicas,
         ipus_per_replica=ipus_per_replica,
-        instances=tuple(instances),
+        instances=instances,
         rendezvous_address=rendezvous[0],
         rendezvous_port=rendezvous[1],
         exported_env=tuple(exported_env),

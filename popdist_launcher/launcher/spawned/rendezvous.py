@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Dict, Hashable, List, Sequence, Tuple
 
 SECRET_ENV = "POPRUN_RENDEZVOUS_SECRET"
 FORBIDDEN = 403
@@ -33,6 +34,23 @@ FORBIDDEN = 403
 def new_secret() -> str:
     """A fresh secret for one attempt's rendezvous (32 hex digits)."""
     return os.urandom(16).hex()
+
+
+def horovod_ranks(node_of_rank: Sequence[Hashable]) -> List[Tuple[int, int, int, int]]:
+    """(local rank, local size, cross rank, cross size) of every rank, as horovodrun assigns
+    them, given each rank's node: local ranks in rank order on a node; the cross communicator of
+    local rank k holds the nodes that have one, in order of first appearance."""
+    counts: Dict[Hashable, int] = {}
+    local_ranks = []
+    for node in node_of_rank:
+        local_ranks.append(counts.get(node, 0))
+        counts[node] = counts.get(node, 0) + 1
+    nodes = list(counts)  # insertion order: first appearance
+    ranks = []
+    for node, local in zip(node_of_rank, local_ranks):
+        holding = [n for n in nodes if counts[n] > local]
+        ranks.append((local, counts[node], holding.index(node), len(holding)))
+    return ranks
 
 
 def client_address(address: str, port: int, secret: str) -> str:
