@@ -1,7 +1,9 @@
 """Run at every interpreter start by ``popdist_launcher.pth`` in site-packages: makes
 ``tensorflow.python.ipu[.X]`` import as ``popdist_launcher.ipu[.X]`` (the same module objects),
-so IPU programs run unedited. Standard library only; nothing is imported until a program
-imports an IPU module. POPDIST_LAUNCHER_IPU_ALIAS=0 turns the alias off.
+so IPU programs run unedited, and runs the hooks registered with ``after_import`` right after a
+module (TensorFlow, the estimator's RunConfig ...) first finishes importing. Standard library
+only; nothing is imported until a program imports one of those modules.
+POPDIST_LAUNCHER_IPU_ALIAS=0 turns the alias off.
 """
 import os
 import sys
@@ -51,6 +53,61 @@ class IPUAliasFinder:
         return importlib.util.spec_from_loader(
             fullname, _AliasLoader(real),
             is_package=real_spec.submodule_search_locations is not None)
+
+
+class AfterImportFinder:
+    """A meta path finder that finds nothing itself: for a module with hooks registered, it
+    asks the finders after it for the real spec and makes that module's loader run the hooks
+    once its code has run (the module is complete in ``sys.modules`` by then)."""
+
+    def __init__(self) -> None:
+        self.hooks: dict = {}  # module name -> ["package.module:function", ...]
+
+    def find_spec(self, fullname, path=None, target=None):
+        hooks = self.hooks.pop(fullname, None)
+        if not hooks:
+            return None
+        spec = None
+        for finder in sys.meta_path[sys.meta_path.index(self) + 1:]:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                break
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec  # a namespace package or an old-style loader: no hook
+        real_exec = loader.exec_module
+
+        def exec_module(module):
+            real_exec(module)
+            try:
+                del loader.exec_module  # one module per loader: back to the class's method
+            except AttributeError:
+                pass
+            _run_hooks(hooks, module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _run_hooks(hooks, module) -> None:
+    import importlib
+    for hook in hooks:
+        module_name, _, function = hook.partition(":")
+        getattr(importlib.import_module(module_name), function)(module)
+
+
+def after_import(module_name: str, hook: str) -> None:
+    """Run ``hook`` ("package.module:function", called with the module) once ``module_name``
+    has been imported; at once when it already has been."""
+    if module_name in sys.modules:
+        _run_hooks([hook], sys.modules[module_name])
+        return
+    finder = next((f for f in sys.meta_path if isinstance(f, AfterImportFinder)), None)
+    if finder is None:
+        finder = AfterImportFinder()
+        sys.meta_path.insert(0, finder)
+    finder.hooks.setdefault(module_name, []).append(hook)
 
 
 def install_ipu_alias() -> None:

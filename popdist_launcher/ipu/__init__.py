@@ -3,24 +3,39 @@ as with ``from tensorflow.python import ipu``. Submodules load on first use, so 
 package does not import TensorFlow.
 """
 import importlib
+import importlib.util
 
 from popdist_launcher.ipu import config
 
-_SUBMODULES = {"distributed", "horovod", "ipu_estimator", "ipu_run_config", "ipu_multi_worker_strategy",
-               "optimizers", "scopes", "ipu_strategy", "ipu_infeed_queue", "ipu_outfeed_queue",
-               "loops", "ipu_compiler", "utils", "gradient_accumulation", "keras_extensions",
-               "ipu_session_run_hooks", "sharding", "ops", "keras",
-               "dataset_benchmark"}
 # Graphcore's ipu package also exposes its ops modules at the top (ipu.nn_ops is ipu.ops.nn_ops).
-_OPS = {"cross_replica_ops", "embedding_ops", "image_ops", "math_ops", "nn_ops", "pipelining_ops"}
+_OPS = {"cross_replica_ops", "embedding_ops", "image_ops", "math_ops", "nn_ops", "pipelining_ops",
+        "normalization_ops"}
+
+
+def _submodule(package: str, name: str):
+    """``package.name`` imported, or None when no such module exists."""
+    if name.startswith("_"):
+        return None
+    try:
+        found = importlib.util.find_spec(f"{package}.{name}")
+    except ModuleNotFoundError:
+        return None
+    return None if found is None else importlib.import_module(f"{package}.{name}")
 
 
 def __getattr__(name):
-    if name in _SUBMODULES:
-        return importlib.import_module(f"popdist_launcher.ipu.{name}")
-    if name in _OPS:
-        return importlib.import_module(f"popdist_launcher.ipu.ops.{name}")
-    raise AttributeError(f"module 'popdist_launcher.ipu' has no attribute {name!r}")
+    module = _submodule(__name__, name)
+    if module is None and name in _OPS:
+        module = _submodule(f"{__name__}.ops", name)
+    if module is None:
+        raise AttributeError(f"module 'popdist_launcher.ipu' has no attribute {name!r}")
+    return module
 
 
-__all__ = ["config", *sorted(_SUBMODULES | _OPS)]
+def __dir__():
+    import pkgutil
+    names = {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
+    return sorted(names | _OPS | {"config"})
+
+
+__all__ = __dir__()
