@@ -17,6 +17,11 @@ INSTANCE_INDEX = "POPDIST_INSTANCE_INDEX"
 # Ours: which attempt of the job this is (0 for the first start).
 RESTART_COUNT = "POPRUN_RESTART_COUNT"
 JOB_ID = "POPRUN_JOB_ID"  # one value per poprun-lite run, the same on every instance and attempt
+# "1" (poprun-lite --tf1): TensorFlow starts with TensorFlow 1.15's behaviour (graph mode ...).
+TF1 = "POPDIST_TF1"
+# "1" (--tf-config auto, the default): TF_CONFIG holds poprun-lite's cluster, which tf.estimator's
+# RunConfig applies only with a strategy that asks for a cluster (popdist_launcher._run_config).
+TF_CONFIG_AUTO = "POPRUN_TF_CONFIG_AUTO"
 
 POPDIST_INT_VARIABLES = (
     NUM_TOTAL_REPLICAS,

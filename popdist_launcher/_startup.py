@@ -3,7 +3,8 @@
 so IPU programs run unedited, and runs the hooks registered with ``after_import`` right after a
 module (TensorFlow, the estimator's RunConfig ...) first finishes importing. Standard library
 only; nothing is imported until a program imports one of those modules.
-POPDIST_LAUNCHER_IPU_ALIAS=0 turns the alias off.
+POPDIST_LAUNCHER_IPU_ALIAS=0 turns the alias off. POPDIST_TF1=1 and POPRUN_TF_CONFIG_AUTO=1
+(names of popdist_launcher._contract, spelled out here to import nothing) register hooks.
 """
 import os
 import sys
@@ -118,6 +119,12 @@ def install_ipu_alias() -> None:
 
 if os.environ.get(ALIAS_ENV, "1") != "0":
     install_ipu_alias()
+# Hooks on first import, each only where its variable asks for it (see popdist_launcher._contract).
+if os.environ.get("POPDIST_TF1") == "1":  # poprun-lite --tf1: TensorFlow 1.15's behaviour
+    after_import("tensorflow", "popdist_launcher._tf1:disable_v2_behavior")
+if os.environ.get("POPRUN_TF_CONFIG_AUTO") == "1":  # --tf-config auto: RunConfig sees a cluster
+    after_import("tensorflow_estimator.python.estimator.run_config",  # only with a strategy
+                 "popdist_launcher._run_config:install")
 if "POPRUN_STACK_FD" in os.environ:  # started by poprun-lite's wrapper: stacks on request
     from popdist_launcher.stack_dump import register_from_environ
     register_from_environ()

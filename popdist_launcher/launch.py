@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import click
 
-from popdist_launcher import __version__
+from popdist_launcher import __version__, _contract, tf_config as tf_config_lib
 from popdist_launcher.launcher import ports
 from popdist_launcher.launcher import topology
 from popdist_launcher.launcher import _say as verbosity
@@ -395,13 +395,20 @@ def _export_path(ctx: click.Context, param: click.Parameter,
 @click.option("--autotune-log-file", type=click.Path(dir_okay=False), default=None,
               metavar="FILE", show_envvar=True,
               help="Where --autotune logs what it tried (HOROVOD_AUTOTUNE_LOG).")
-@click.option("--tf-config", type=click.Choice(["worker", "chief", "none"]), default="worker",
+@click.option("--tf-config", type=click.Choice(tf_config_lib.MODES), default=tf_config_lib.AUTO,
               show_envvar=True,
-              help="The TF_CONFIG each instance gets: worker = every instance a worker (worker 0 "
-                   "is the chief; MultiWorkerMirroredStrategy); chief = instance 0 is the "
+              help="The TF_CONFIG each instance gets: auto = every instance a worker (worker 0 "
+                   "is the chief), applied where the program asks for a cluster "
+                   "(MultiWorkerMirroredStrategy, IPUMultiWorkerStrategy, a RunConfig with one "
+                   "of them) while a plain tf.estimator RunConfig sees none, as under horovodrun; "
+                   "worker = the same cluster, seen by every RunConfig; chief = instance 0 is the "
                    "\"chief\" task and the others workers 0..N-2 (tf.estimator's distributed "
-                   "mode); none = no TF_CONFIG, as under horovodrun (a plain tf.estimator with "
-                   "Horovod).")
+                   "mode); none = no TF_CONFIG.")
+@click.option("--tf1/--no-tf1", default=False, show_default=False, show_envvar=True,
+              help="Run TensorFlow with TensorFlow 1.15's behaviour (graph mode, v1 control flow "
+                   "and variables), as Graphcore's TF1 SDKs did, for programs written for them "
+                   "(import tensorflow.compat.v1 as tf, no disable_v2_behavior()): sets "
+                   "POPDIST_TF1=1 for every instance and the evaluator.")
 @click.option("--evaluator/--no-evaluator", default=False, show_default=False, show_envvar=True,
               help="Also run one evaluator process on this host, outside the training world "
                    "(no PopDist or Horovod variables, not counted in -np), with TF_CONFIG task "
@@ -445,8 +452,8 @@ def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional
         mpi_local_args: str, instance_mpi_local_args: Tuple[Tuple[int, str], ...],
         numa_aware: bool, bind_to: str, thread_budget: bool, gpus_per_instance: str,
         report_bindings: bool, timeline_filename: Optional[str], autotune: bool,
-        autotune_log_file: Optional[str], tf_config: str, evaluator: bool, max_restarts: int,
-        print_topology: bool,
+        autotune_log_file: Optional[str], tf_config: str, tf1: bool, evaluator: bool,
+        max_restarts: int, print_topology: bool,
         export_config: Optional[str], overwrite_config: bool, verbose: int, program: str,
         args: Sequence[str], **ipu_only: Any) -> int:
     """Run PROGRAM [ARGS]... as NUM_INSTANCES cooperating instances.
@@ -476,10 +483,11 @@ def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional
                             "to cores; give only one of them.")
         if evaluator and tf_config == "none":
             raise PlanError("--evaluator needs a TF_CONFIG cluster to evaluate, but --tf-config "
-                            "none gives none; use --tf-config worker or chief with --evaluator.")
+                            "none gives none; use --tf-config auto (the default), worker or chief "
+                            "with --evaluator.")
         argv = resolve_program(program, args)
         exported = _horovod_settings(timeline_filename, autotune, autotune_log_file) \
-            + parse_exports(env, os.environ)
+            + (((_contract.TF1, "1"),) if tf1 else ()) + parse_exports(env, os.environ)
         layout = topology.choose(
             num_instances, host=host, hostfile=hostfile, oversubscribe=oversubscribe,
             backend=backend, environ=os.environ, subnet=host_subnet, iface=network_interface,

@@ -17,15 +17,19 @@ PS = "ps"
 EVALUATOR = "evaluator"
 MASTER = "master"
 KNOWN_TASK_TYPES = (CHIEF, WORKER, PS, EVALUATOR, MASTER)
-# What poprun-lite's --tf-config writes: "worker" = every instance a worker (worker 0 is the chief,
-# as MultiWorkerMirroredStrategy reads it); "chief" = instance 0 is the "chief" task, the others
-# workers 0..N-2 (the cluster tf.estimator's RunConfig wants); "none" = no TF_CONFIG (horovodrun).
-MODES = (WORKER, CHIEF, "none")
+AUTO = "auto"
+# What poprun-lite's --tf-config writes: "auto" (the default) = the worker cluster, which
+# tf.estimator's RunConfig applies only with a strategy that asks for a cluster (a plain RunConfig
+# sees none: popdist_launcher._run_config); "worker" = every instance a worker (worker 0 is the
+# chief, as MultiWorkerMirroredStrategy reads it), seen by every RunConfig; "chief" = instance 0 is
+# the "chief" task, the others workers 0..N-2 (the cluster tf.estimator's RunConfig wants);
+# "none" = no TF_CONFIG (horovodrun).
+MODES = (AUTO, WORKER, CHIEF, "none")
 # The end of tf.estimator.RunConfig's error for a cluster without a chief (TF 2.x estimator).
 NO_CHIEF_ERROR = 'must have one "chief" node'
 NO_CHIEF_HINT = (
-    'tf.estimator wants a "chief" task in TF_CONFIG: run with --tf-config none for a program '
-    "that needs no TF_CONFIG (a plain tf.estimator with Horovod, as under horovodrun), or "
+    'tf.estimator wants a "chief" task in TF_CONFIG: drop --tf-config worker (the default, '
+    "--tf-config auto, gives a plain RunConfig no cluster, as under horovodrun), or use "
     "--tf-config chief for tf.estimator's distributed mode (instance 0 becomes the chief).")
 
 
@@ -91,15 +95,15 @@ def build(workers: Sequence[str], index: int, chief: Optional[str] = None) -> TF
 
 def cluster_of(addresses: Sequence[str], mode: str) -> Dict[str, List[str]]:
     """The cluster poprun-lite writes for instances at ``addresses`` (instance order) in ``mode``
-    ("worker" or "chief")."""
-    if mode == WORKER:
+    (auto, worker or chief)."""
+    if mode in (AUTO, WORKER):
         return {WORKER: list(addresses)}
     if mode == CHIEF:
         cluster = {CHIEF: list(addresses[:1])}
         if len(addresses) > 1:
             cluster[WORKER] = list(addresses[1:])
         return cluster
-    raise TFConfigError(f"TF_CONFIG mode {mode!r} has no cluster; expected worker or chief.")
+    raise TFConfigError(f"TF_CONFIG mode {mode!r} has no cluster; expected auto, worker or chief.")
 
 
 def for_instance(addresses: Sequence[str], index: int, mode: str) -> Optional[TFConfig]:
@@ -130,7 +134,8 @@ def require_cluster(who: str, env: Optional[Mapping[str, str]] = None) -> None:
     if (parsed is None or not parsed.cluster) and count.isdigit() and int(count) > 1:
         raise TFConfigError(
             f"{who} needs a TF_CONFIG cluster, but this instance of {count} has no TF_CONFIG "
-            f"(poprun-lite --tf-config none); run with --tf-config worker (the default) or chief.")
+            f"(poprun-lite --tf-config none); run with --tf-config auto (the default), worker or "
+            f"chief.")
 
 
 def parse(text: str) -> TFConfig:

@@ -9,12 +9,12 @@ stays empty: every instance runs a local estimator joined to the others by the s
 from __future__ import annotations
 
 import collections
-import os
 from typing import Any, Optional
 
 import tensorflow as tf
 
 from popdist_launcher import runtime, tf_config
+from popdist_launcher._run_config import tf_config_seen_as
 from popdist_launcher.ipu import config as ipu_config
 
 
@@ -68,12 +68,8 @@ class RunConfig(tf.estimator.RunConfig):
     def __init__(self, ipu_run_config: Optional[IPURunConfig] = None, master: Optional[str] = None,
                  **kwargs: Any) -> None:
         parsed = tf_config.from_environ()  # one-sentence errors for a malformed TF_CONFIG
-        saved = os.environ.pop("TF_CONFIG", None)
-        try:
+        with tf_config_seen_as(None):  # read above; the estimator itself sees none
             super().__init__(**kwargs)
-        finally:
-            if saved is not None:
-                os.environ["TF_CONFIG"] = saved
         self._ipu_run_config = ipu_run_config or IPURunConfig()
         self._tf_config = parsed
         if parsed is not None and parsed.cluster:

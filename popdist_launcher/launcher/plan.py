@@ -73,7 +73,7 @@ class LaunchPlan(NamedTuple):
     tuning: Tuple[Tuple[str, str], ...] = ()  # Horovod knobs the launcher sets (see horovod_tuning)
     job_id: str = ""
     rendezvous_secret: str = ""  # in every rendezvous request's path (see rendezvous.py)
-    tf_config_mode: str = "worker"  # --tf-config: worker, chief or none (tf_config.MODES)
+    tf_config_mode: str = tf_config.AUTO  # --tf-config: auto, worker, chief, none (tf_config.MODES)
     evaluator: bool = False  # --evaluator: one more process, outside the training world
     evaluator_port: int = 0  # its TF_CONFIG port, on the launcher's host (rendezvous_address)
     placement: str = ""  # binding, thread budget, GPUs for each wrapper to apply (placement.py)
@@ -104,8 +104,16 @@ class LaunchPlan(NamedTuple):
                                         f"{self.rendezvous_address}:{self.evaluator_port}")
         env = {"TF_CONFIG": built.to_json(), c.RESTART_COUNT: str(self.restart_count),
                c.JOB_ID: self.job_id}
+        env.update(self._tf_config_auto())
         env.update(self.exported_env)
         return env
+
+    def _tf_config_auto(self) -> Dict[str, str]:
+        """Under auto, the mark that lets the library show the cluster only to the code that asks
+        for one; not for a TF_CONFIG the user exports (-x), which applies as it is."""
+        if self.tf_config_mode != tf_config.AUTO or "TF_CONFIG" in dict(self.exported_env):
+            return {}
+        return {c.TF_CONFIG_AUTO: "1"}
 
     def instance_env(self, index: int) -> Dict[str, str]:
         """The variables instance ``index`` gets on top of the environment it inherits."""
@@ -142,6 +150,7 @@ class LaunchPlan(NamedTuple):
             env["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, int(self.start_timeout)))
         if self.tf_config_mode != "none":
             env["TF_CONFIG"] = self.tf_config(index)
+            env.update(self._tf_config_auto())
         elif "TF_CONFIG" not in dict(self.exported_env):
             env[UNSET_ENV] = "TF_CONFIG"  # none means none, even where the launcher has one
         env.update(self.tuning)
@@ -253,7 +262,7 @@ def build_plan(
     tuning: Sequence[Tuple[str, str]] = (),
     job_id: str = "",
     rendezvous_secret: str = "",
-    tf_config_mode: str = "worker",
+    tf_config_mode: str = tf_config.AUTO,
     evaluator: bool = False,
     evaluator_port: int = 0,
     placement: str = "",

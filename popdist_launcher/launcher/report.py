@@ -8,6 +8,15 @@ from popdist_launcher import tf_config
 from popdist_launcher.launcher.processes import describe_exit
 
 P = "poprun-lite: "
+# TensorFlow's errors for a TF1 graph-mode program run eagerly (Optimizer.minimize of a loss
+# tensor, tf.compat.v1.placeholder).
+EAGER_ERRORS = ("should be a function when eager execution is enabled",
+                "is not compatible with eager execution")
+TF1_HINT = ("this looks like a TensorFlow 1 program (graph mode) run with TensorFlow 2's eager "
+            "execution: run it with --tf1 (TensorFlow 1.15's behaviour, as Graphcore's TF1 SDKs), "
+            "or call tf.compat.v1.disable_v2_behavior() at its start.")
+# One line each, when an instance's last lines show the error: (errors, hint).
+HINTS = ((EAGER_ERRORS, TF1_HINT), ((tf_config.NO_CHIEF_ERROR,), tf_config.NO_CHIEF_HINT))
 
 
 class InstanceEnd(NamedTuple):
@@ -58,9 +67,10 @@ def failure_report(cause: Cause, ends: Dict[int, InstanceEnd],
             lines.extend(f"    {line}" for line in stdout)
         else:
             lines.append(P + f"{who} wrote nothing to stderr or stdout.")
-    if any(tf_config.NO_CHIEF_ERROR in line for streams in tails.values()
-           for kept in streams.values() for line in kept):
-        lines.append(P + tf_config.NO_CHIEF_HINT)
+    kept_lines = [line for streams in tails.values() for kept in streams.values() for line in kept]
+    for errors, hint in HINTS:
+        if any(error in line for line in kept_lines for error in errors):
+            lines.append(P + hint)
     if cause.engine_lines:
         lines.append(P + "its last line(s):")
         lines.extend(f"    {line}" for line in cause.engine_lines)
