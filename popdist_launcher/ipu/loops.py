@@ -109,9 +109,11 @@ def while_loop(condition: Callable, body: Callable, inputs: Optional[Sequence] =
         # Loops of one compiled program dequeue from an infeed in program order, as on an IPU.
         with tf.control_dependencies([previous[1]]):
             loop_vars = [v if isinstance(v, tf.TensorArray) else tf.identity(v) for v in loop_vars]
+    # return_same_structure: TF1's control flow would pack a single loop value out of its list
+    options = {"return_same_structure": True} if use_while_v1 else {}
     while_fn = tf.compat.v1.while_loop if use_while_v1 else tf.while_loop
     outputs = while_fn(condition_wrapper, body_wrapper, loop_vars,
-                       maximum_iterations=maximum_iterations, parallel_iterations=1)
+                       maximum_iterations=maximum_iterations, parallel_iterations=1, **options)
     if infeed_queue is not None and program is not None:
         infeed_queue._last_loop = (program, _as_list(outputs)[0])  # noqa: SLF001
     if infeed_queue is not None and not infeed_queue.dequeued:
