@@ -1,7 +1,8 @@
-"""--tf-config worker|chief|none and --evaluator: the TF_CONFIG each process gets (plan level), and
-real programs through the real CLI: a plain tf.estimator + Horovod program (fails under the default
-with a hint, trains under none), MultiWorkerMirroredStrategy under worker and chief, and
-tf.estimator.train_and_evaluate under MultiWorkerMirroredStrategy with an evaluator."""
+"""--tf-config auto|worker|chief|none and --evaluator: the TF_CONFIG each process gets (plan level),
+what tf.estimator's RunConfig sees of it under auto (the default), and real programs through the
+real CLI with no flag: a plain tf.estimator + Horovod program (as horovodrun runs it; under
+--tf-config worker it fails with a hint) and tf.estimator.train_and_evaluate under
+MultiWorkerMirroredStrategy with an evaluator; MultiWorkerMirroredStrategy under chief."""
 import json
 import os
 import signal
@@ -14,7 +15,7 @@ from popdist_launcher.launcher.plan import Host, build_plan
 from tests.conftest import poprun, poprun_background, program, wait_for_files
 
 
-def plan(n, mode="worker", evaluator=False, exported=()):
+def plan(n, mode="auto", evaluator=False, exported=()):
     return build_plan(["prog"], n, list(range(21000, 21000 + n)), ("127.0.0.1", 29999),
                       hosts=(Host("localhost", "127.0.0.1"),), tf_config_mode=mode,
                       evaluator=evaluator, evaluator_port=21999 if evaluator else 0,
@@ -25,12 +26,29 @@ ADDRESSES = ["127.0.0.1:21000", "127.0.0.1:21001", "127.0.0.1:21002"]
 
 
 def test_worker_mode_is_every_instance_a_worker():
-    p = plan(3)
+    p = plan(3, "worker")
     for i in range(3):
         assert json.loads(p.instance_env(i)["TF_CONFIG"]) == {
             "cluster": {"worker": ADDRESSES}, "task": {"type": "worker", "index": i}}
     ranks = [tf_config.parse(p.instance_env(i)["TF_CONFIG"]) for i in range(3)]
     assert [(r.worker_index, r.is_chief) for r in ranks] == [(0, True), (1, False), (2, False)]
+    assert "POPRUN_TF_CONFIG_AUTO" not in p.instance_env(0)
+
+
+def test_auto_mode_is_the_worker_cluster_marked_for_the_library():
+    auto, worker = plan(3), plan(3, "worker")
+    for i in range(3):
+        env = auto.instance_env(i)
+        assert env["TF_CONFIG"] == worker.instance_env(i)["TF_CONFIG"]
+        assert env["POPRUN_TF_CONFIG_AUTO"] == "1"
+    evaluator = plan(2, evaluator=True).evaluator_env()
+    assert evaluator["POPRUN_TF_CONFIG_AUTO"] == "1"
+    assert evaluator["TF_CONFIG"] == plan(2, "worker", evaluator=True).evaluator_env()["TF_CONFIG"]
+    # a TF_CONFIG the user exports applies as it is
+    exported = (("TF_CONFIG", '{"task": {"type": "worker", "index": 0}}'),)
+    env = plan(2, exported=exported).instance_env(1)
+    assert env["TF_CONFIG"] == exported[0][1] and "POPRUN_TF_CONFIG_AUTO" not in env
+    assert "POPRUN_TF_CONFIG_AUTO" not in plan(2, exported=exported, evaluator=True).evaluator_env()
 
 
 def test_chief_mode_makes_instance_0_the_chief():
@@ -59,7 +77,7 @@ def test_none_mode_sets_no_tf_config_but_everything_else():
     assert plan(2, "none", exported=exported).instance_env(1)["TF_CONFIG"] == exported[0][1]
 
 
-@pytest.mark.parametrize("mode", ["worker", "chief"])
+@pytest.mark.parametrize("mode", ["auto", "worker", "chief"])
 def test_evaluator_env_is_outside_the_training_world(mode):
     p = plan(3, mode, evaluator=True, exported=(("MY_FLAG", "1"),))
     env = p.evaluator_env()
@@ -81,7 +99,7 @@ def test_require_cluster_names_the_fix():
     tf_config.require_cluster("S", {"POPDIST_NUM_INSTANCES": "1"})  # one instance: fine
     tf_config.require_cluster("S", {"POPDIST_NUM_INSTANCES": "2", "TF_CONFIG": plan(
         2).instance_env(0)["TF_CONFIG"]})
-    with pytest.raises(tf_config.TFConfigError, match="--tf-config worker"):
+    with pytest.raises(tf_config.TFConfigError, match="--tf-config auto"):
         tf_config.require_cluster("S", {"POPDIST_NUM_INSTANCES": "2"})
 
 
@@ -122,19 +140,11 @@ def read_json(path):
 
 
 @pytest.mark.slow
-def test_plain_estimator_with_horovod_fails_with_a_hint_then_trains_with_none(tmp_path):
-    # what horovodrun runs: under the default TF_CONFIG, tf.estimator refuses the cluster; the
-    # summary says which --tf-config to use
-    failed = poprun("-np", "2", "--backend", "local", program("estimator_horovod_plain.py"),
-                    str(tmp_path), timeout=180)
-    assert failed.returncode == 1, failed.stderr[-3000:]
-    assert 'must have one "chief" node' in failed.stderr
-    hints = [line for line in failed.stderr.splitlines() if "--tf-config none" in line]
-    assert hints == ["poprun-lite: " + tf_config.NO_CHIEF_HINT], failed.stderr[-3000:]
-
-    result = poprun("-np", "2", "--tf-config", "none", program("estimator_horovod_plain.py"),
-                    str(tmp_path), timeout=180)
+def test_plain_estimator_with_horovod_trains_by_default_and_fails_under_worker(tmp_path):
+    # what horovodrun runs: under the default a plain RunConfig sees no cluster
+    result = poprun("-np", "2", program("estimator_horovod_plain.py"), str(tmp_path), timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "--tf-config" not in result.stderr
     weights = [np.array(read_json(tmp_path / f"hvd-est-{r}.json")["w"]) for r in range(2)]
     # the reference: both ranks start from rank 0's zeros (rank 1 built ones) and every step
     # applies the gradient averaged over the two ranks' batches of 4
@@ -148,6 +158,66 @@ def test_plain_estimator_with_horovod_fails_with_a_hint_then_trains_with_none(tm
         w -= 0.1 * np.mean(grads, axis=0)
     assert np.array_equal(weights[0], weights[1])
     np.testing.assert_allclose(weights[0], w.ravel(), rtol=1e-5, atol=1e-6)
+
+    # --tf-config worker: every RunConfig sees the worker cluster, which tf.estimator refuses;
+    # the summary says what to do, once
+    failed = poprun("-np", "2", "--backend", "local", "--tf-config", "worker",
+                    program("estimator_horovod_plain.py"), str(tmp_path / "worker"), timeout=180)
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert 'must have one "chief" node' in failed.stderr
+    hints = [line for line in failed.stderr.splitlines() if "--tf-config chief" in line]
+    assert hints == ["poprun-lite: " + tf_config.NO_CHIEF_HINT], failed.stderr[-3000:]
+
+
+RUN_CONFIG_VIEWS = """
+import json, os, sys, threading
+import tensorflow as tf
+from tensorflow.python.ipu import ipu_run_config
+real = os.environ["TF_CONFIG"]
+seen = []  # what another thread reads while RunConfigs are built: always the real TF_CONFIG
+stop = threading.Event()
+def watch():
+    while not stop.is_set():
+        seen.append(os.environ.get("TF_CONFIG"))
+watcher = threading.Thread(target=watch)
+watcher.start()
+def describe(config):
+    return [config.task_type, config.task_id, config.cluster_spec.as_dict(), config.is_chief,
+            config.num_worker_replicas]
+out = {"plain": describe(tf.estimator.RunConfig()),
+       "mirrored": describe(tf.estimator.RunConfig(
+           train_distribute=tf.distribute.MirroredStrategy(["/cpu:0"]))),
+       "ipu": describe(ipu_run_config.RunConfig()),
+       "default": describe(tf.estimator.Estimator(lambda features, labels, mode: None).config)}
+stop.set()
+watcher.join()
+out["environ"] = os.environ["TF_CONFIG"] == real and set(seen) == {real}
+print(json.dumps(out))
+"""
+
+
+def test_auto_shows_a_plain_run_config_no_cluster_and_keeps_the_environment():
+    """Real TensorFlow in one process with an instance's and the evaluator's auto TF_CONFIG: a
+    RunConfig with no strategy, or one that asks for no cluster, sees none (an evaluator sees a
+    chief); IPU's RunConfig reads the cluster itself; os.environ never changes."""
+    import subprocess
+    import sys
+
+    def views(env):
+        run = subprocess.run([sys.executable, "-c", RUN_CONFIG_VIEWS], capture_output=True,
+                             text=True, timeout=300,
+                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **env})
+        assert run.returncode == 0, run.stderr[-3000:]
+        return json.loads(run.stdout.splitlines()[-1])
+
+    auto = plan(2, evaluator=True)
+    worker = views({k: auto.instance_env(1)[k] for k in ("TF_CONFIG", "POPRUN_TF_CONFIG_AUTO")})
+    local = ["worker", 0, {}, True, 1]
+    assert worker == {"plain": local, "mirrored": local, "default": local,
+                      "ipu": ["worker", 1, {}, False, 2], "environ": True}
+    evaluator = views({k: auto.evaluator_env()[k] for k in ("TF_CONFIG", "POPRUN_TF_CONFIG_AUTO")})
+    outside = ["evaluator", 0, {}, False, 0]  # tf.estimator's evaluator, outside the cluster
+    assert evaluator["plain"] == evaluator["default"] == outside and evaluator["environ"]
 
 
 @pytest.mark.slow
@@ -169,9 +239,10 @@ def test_multi_worker_mirrored_custom_loop_with_a_chief(tmp_path):
 
 
 @pytest.mark.slow
-def test_train_and_evaluate_with_mwms_and_an_evaluator(tmp_path):
+def test_train_and_evaluate_with_mwms_and_an_evaluator_by_default(tmp_path):
     logs = tmp_path / "logs"
-    result = poprun("-np", "2", "--tf-config", "chief", "--evaluator", "--output-dir", str(logs),
+    # the default: RunConfig(train_distribute=MultiWorkerMirroredStrategy()) sees the cluster
+    result = poprun("-np", "2", "--evaluator", "--output-dir", str(logs),
                     program("estimator_mwms_evaluate.py"), str(tmp_path), timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     trained = read_json(tmp_path / "trained.json")
