@@ -101,6 +101,8 @@ def test_config_values_are_checked_like_the_command_line(tmp_path):
     ("POPRUN_NUM_INSTANCES", "2.5", "'2.5' is not a valid integer"),
     ("POPRUN_NUM_INSTANCES", "0", "--num-instances must be at least 1, got 0"),
     ("POPRUN_TAG_OUTPUT", "perhaps", "'perhaps' is not a valid boolean"),
+    ("POPRUN_TF1", "maybe", "'maybe' is not a valid boolean"),
+    ("POPRUN_TF_CONFIG", "master", "'master' is not one of 'auto', 'worker', 'chief', 'none'"),
     ("POPRUN_MPI_GLOBAL_ARGS", "'x", "cannot be split into arguments"),
 ])
 def test_environment_variables_of_the_wrong_type(name, value, words):

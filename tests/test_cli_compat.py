@@ -57,6 +57,7 @@ def test_numa_aware_and_instance_mpi_local_args_are_accepted_and_say_what_they_d
     (["--instance-mpi-local-args", "-x A=1"], "has no instance index"),
     (["--instance-mpi-local-args", "0:'open"], "cannot be split into arguments"),
     (["--print-topology=maybe"], "--print-topology takes yes or no"),
+    (["--tf1=maybe"], "--tf1 takes yes or no"),
     (["-np", "2", "--only-output-from-instance", "0,2"],
      "--only-output-from-instance 2 is not an instance of this job; expected 0..1"),
     (["--local-ranks-filter", "0,x"], "'0,x' is not a list of instance indices"),
