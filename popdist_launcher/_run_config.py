@@ -1,40 +1,42 @@
-"""poprun-lite's TF_CONFIG under ``--tf-config auto`` (the default), as tf.estimator's RunConfig sees
-it: the cluster only for a RunConfig whose strategy asks for one, none for a plain ``RunConfig()``.
+"""poprun-lite's TF_CONFIG under ``--tf-config auto`` (the default), as tf.estimator's RunConfig
+sees it: the cluster only for a RunConfig whose strategy asks for one, none for a plain one.
 
 The instances' TF_CONFIG is the worker cluster (what MultiWorkerMirroredStrategy reads). A
 ``RunConfig(train_distribute=...)`` (or ``eval_distribute``, ``experimental_distribute``) with a
 multi-worker strategy reads it as it is; any other RunConfig is built as under horovodrun, with no
 cluster (a plain tf.estimator + Horovod program), or, in the ``--evaluator`` process, with the
 cluster's first worker as its "chief" (the only layout a strategy-less evaluator accepts).
-``os.environ`` is never changed: the RunConfig module alone reads a per-thread view of it while a
-RunConfig is built, so other threads and a program's own ``json.loads(os.environ["TF_CONFIG"])``
-keep the real value.
+``os.environ`` is never changed: the RunConfig module alone reads a view of it (per thread, per
+context) while a RunConfig is built, so other threads and a program's own
+``json.loads(os.environ["TF_CONFIG"])`` keep the real value.
 """
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import inspect
 import json
 import os
-import threading
 from typing import Any, Iterator, Mapping, Optional
 
 from popdist_launcher import _contract, tf_config
 
-_view = threading.local()  # .environ: what RunConfig's module reads as os.environ, this thread
+# What the RunConfig module reads as os.environ while a RunConfig is built here (None: os.environ).
+_ENVIRON: contextvars.ContextVar[Optional[Mapping[str, str]]] = contextvars.ContextVar(
+    "run_config_environ", default=None)
 
 
 class _OsWithEnvironView:
-    """The ``os`` module as the RunConfig module sees it: ``environ`` is this thread's view
-    while one is set, everything else is ``os``."""
+    """The ``os`` module as the RunConfig module sees it: ``environ`` is the view while one is
+    set, everything else is ``os``."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)
 
     @property
     def environ(self) -> Mapping[str, str]:
-        view = getattr(_view, "environ", None)
+        view = _ENVIRON.get()
         return os.environ if view is None else view
 
 
@@ -57,12 +59,11 @@ def tf_config_seen_as(value: Optional[str]) -> Iterator[None]:
     environ = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     if value is not None:
         environ["TF_CONFIG"] = value
-    outer = getattr(_view, "environ", None)
-    _view.environ = environ
+    token = _ENVIRON.set(environ)
     try:
         yield
     finally:
-        _view.environ = outer
+        _ENVIRON.reset(token)
 
 
 def asks_for_cluster(strategy: Any) -> bool:
@@ -114,7 +115,7 @@ def install(module) -> None:
 
     @functools.wraps(build)
     def __init__(self, *args, **kwargs):
-        if getattr(_view, "environ", None) is not None:  # a view is set already (a subclass's)
+        if _ENVIRON.get() is not None:  # a view is set already (IPU's RunConfig, a subclass)
             return build(self, *args, **kwargs)
         arguments = signature.bind_partial(self, *args, **kwargs).arguments
         seen = seen_tf_config(_strategies(arguments))

@@ -1,7 +1,9 @@
-"""``POPDIST_TF1=1`` (``poprun-lite --tf1``): TensorFlow starts with TensorFlow 1.15's behaviour, the
-one Graphcore's TF1 SDKs had, for programs written for them (``import tensorflow.compat.v1 as tf``
-with no ``disable_v2_behavior()``): graph mode, v1 control flow, reference variables by default,
-v1 shapes and datasets. The site hook calls ``disable_v2_behavior`` once TensorFlow has imported.
+"""``POPDIST_TF1=1`` (``poprun-lite --tf1``): TensorFlow starts with TensorFlow 1.15's behaviour.
+
+That is what Graphcore's TF1 SDKs had and what their programs expect (``import
+tensorflow.compat.v1 as tf`` with no ``disable_v2_behavior()``): graph mode, v1 control flow,
+reference variables by default, v1 shapes and datasets. The site hook calls
+``disable_v2_behavior`` below once TensorFlow has imported.
 """
 import logging
 
