@@ -9,9 +9,9 @@ from popdist_launcher.launcher.processes import describe_exit
 
 P = "poprun-lite: "
 # TensorFlow's errors for a TF1 graph-mode program run eagerly (Optimizer.minimize of a loss
-# tensor, tf.compat.v1.placeholder).
-EAGER_ERRORS = ("should be a function when eager execution is enabled",
-                "is not compatible with eager execution")
+# tensor, tf.gradients, Tensor.op; tf.compat.v1.placeholder; make_initializable_iterator).
+EAGER_ERRORS = ("when eager execution is enabled", "is not compatible with eager execution",
+                "is not supported in eager mode")
 TF1_HINT = ("this looks like a TensorFlow 1 program (graph mode) run with TensorFlow 2's eager "
             "execution: run it with --tf1 (TensorFlow 1.15's behaviour, as Graphcore's TF1 SDKs), "
             "or call tf.compat.v1.disable_v2_behavior() at its start.")
