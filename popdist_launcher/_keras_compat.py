@@ -1,0 +1,136 @@
+"""TensorFlow 2.6 -> 2.15 bridges for IPU programs: the Keras modules that Graphcore's TF 2.6 programs
+import and that moved (``keras.optimizer_v2``, ``keras.engine``, ``tensorflow.python.keras.datasets``
+...), and ``compile(steps_per_execution=<tensor>)``, which Graphcore's Keras accepted.
+
+The site hook calls ``install`` once the IPU layer (``popdist_launcher.ipu``) has imported, so a program
+that never imports it sees stock TensorFlow 2.15. An alias is made only for a module that does not
+exist in this TensorFlow: it names the module that holds the same classes now (``keras.X`` ->
+``keras.src.X``, ``keras.optimizer_v2.X`` -> ``keras.src.optimizers.legacy.X``,
+``tensorflow.python.keras.X`` -> ``keras.src.X``); every module that imports keeps importing itself.
+Standard library only at import time (the site hook may load this module).
+"""
+import importlib
+import importlib.util
+import logging
+import sys
+
+log = logging.getLogger(__name__)
+
+# Old package prefix -> the prefixes to try for what it holds now, first match wins.
+_MOVED = (
+    ("keras.optimizer_v2.learning_rate_schedule",
+     ("keras.src.optimizers.schedules.learning_rate_schedule",)),
+    ("keras.optimizer_v2", ("keras.src.optimizers.legacy",)),
+    ("tensorflow.python.keras", ("keras.src",)),
+    ("keras", ("keras.src",)),
+)
+_NEVER = ("keras.src", "keras.ipu", "keras.api")  # Keras 2.15's own, and the IPU alias's
+
+
+def _moved_to(fullname: str):
+    """The candidate new names of ``fullname`` (Keras 2.6 layout), or () when it is not Keras."""
+    if any(fullname == p or fullname.startswith(p + ".") for p in _NEVER):
+        return ()
+    for old, new in _MOVED:
+        if fullname == old or fullname.startswith(old + "."):
+            return tuple(prefix + fullname[len(old):] for prefix in new)
+    return ()
+
+
+class _AliasLoader:
+    """Loads a moved name as the module that holds its classes now (one module object, two names)."""
+
+    def __init__(self, target: str) -> None:
+        self._target = target
+        self._spec = None
+
+    def create_module(self, spec):
+        module = importlib.import_module(self._target)
+        self._spec = module.__spec__
+        return module
+
+    def exec_module(self, module) -> None:
+        module.__spec__ = self._spec  # the import system set the alias's spec: keep the real one
+
+
+class MovedKerasFinder:
+    """A meta path finder for the Keras modules of TensorFlow 2.6 that TensorFlow 2.15 lacks."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not (fullname.startswith("keras.") or fullname.startswith("tensorflow.python.keras")):
+            return None
+        candidates = _moved_to(fullname)
+        if not candidates:
+            return None
+        parent, _, child = fullname.rpartition(".")
+        parent_module = sys.modules.get(parent)
+        if parent_module is not None and parent_module.__name__ != parent:
+            candidates += (f"{parent_module.__name__}.{child}",)  # inside a moved package
+        elif self._exists(fullname, path, target):
+            return None  # never shadow a module this TensorFlow has
+        for real in candidates:
+            try:
+                real_spec = importlib.util.find_spec(real)
+            except ModuleNotFoundError:
+                real_spec = None
+            if real_spec is not None:
+                log.debug("%s is %s in this Keras", fullname, real)
+                return importlib.util.spec_from_loader(
+                    fullname, _AliasLoader(real),
+                    is_package=real_spec.submodule_search_locations is not None)
+        return None
+
+    def _exists(self, fullname, path, target) -> bool:
+        """Whether the finders after this one (the real ones) find ``fullname``."""
+        for finder in sys.meta_path[sys.meta_path.index(self) + 1:]:
+            if type(finder).__name__ == "AfterImportFinder":  # finds nothing itself
+                continue
+            find = getattr(finder, "find_spec", None)
+            if find is not None and find(fullname, path, target) is not None:
+                return True
+        return False
+
+
+def steps_per_execution_value(value):
+    """``steps_per_execution`` as Keras 2.15 takes it: a tensor, variable or NumPy integer with a
+    known value becomes a Python int (Graphcore's Keras accepted them); anything else unchanged."""
+    if value is None or isinstance(value, (int, str)):
+        return value
+    import numpy as np
+    if isinstance(value, np.integer):
+        return int(value)
+    import tensorflow as tf
+    if isinstance(value, (tf.Tensor, tf.Variable)):
+        static = tf.get_static_value(value)
+        if static is not None and np.ndim(static) == 0:
+            return int(static)
+    return value
+
+
+def patch_compile(training_module) -> None:
+    """Make ``Model.compile`` accept a tensor ``steps_per_execution`` (run on Keras's import)."""
+    model_class = training_module.Model
+    original = model_class.compile
+    if getattr(original, "_ipu_steps_per_execution", False):
+        return
+
+    def compile(self, *args, **kwargs):  # noqa: A001 (Keras's name)
+        if "steps_per_execution" in kwargs:
+            kwargs["steps_per_execution"] = steps_per_execution_value(kwargs["steps_per_execution"])
+        elif len(args) >= 7:  # optimizer, loss, metrics, loss_weights, weighted_metrics, run_eagerly
+            args = args[:6] + (steps_per_execution_value(args[6]),) + args[7:]
+        return original(self, *args, **kwargs)
+
+    compile._ipu_steps_per_execution = True
+    compile.__wrapped__ = original
+    compile.__doc__ = original.__doc__
+    model_class.compile = compile
+
+
+def install(ipu_module=None) -> None:
+    """Put the moved-module finder first on sys.meta_path and patch ``Model.compile`` once Keras
+    has imported (once per process; the site hook runs it when the IPU layer imports)."""
+    if not any(isinstance(f, MovedKerasFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, MovedKerasFinder())
+    from popdist_launcher._startup import after_import
+    after_import("keras.src.engine.training", "popdist_launcher._keras_compat:patch_compile")

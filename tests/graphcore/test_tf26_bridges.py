@@ -1,0 +1,80 @@
+"""TensorFlow 2.6 -> 2.15 bridges of the IPU layer (popdist_launcher._keras_compat): a program in the
+style of Graphcore's TF 2.6 SDK (moved Keras modules, a tensor steps_per_execution) trains with exact
+numbers as one process, while a program that does not import the IPU layer sees stock TF 2.15."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
+PROGRAMS = Path(__file__).parent / "programs"
+
+
+@pytest.fixture(scope="module")
+def tf26(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tf26")
+    result = subprocess.run([sys.executable, str(PROGRAMS / "tf26_style.py"), str(out)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads((out / "tf26.json").read_text())
+
+
+def test_trains_with_exact_numbers(tf26):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(32, 3)).astype(np.float32).astype(np.float64)
+    y = rng.normal(size=(32, 1)).astype(np.float32).astype(np.float64)
+    w = rng.normal(size=(3, 1)).astype(np.float32).astype(np.float64)
+    for step in range(8):  # plain SGD, batches of 4, in order
+        xb, yb = x[step * 4:(step + 1) * 4], y[step * 4:(step + 1) * 4]
+        error = xb @ w - yb
+        loss = float((error ** 2).mean())
+        w = w - 0.1 * 2 * xb.T @ error / 4
+    np.testing.assert_allclose(tf26["weights"], w.ravel(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(tf26["last_loss"], loss, rtol=1e-5)  # the 8th step's, pre-update
+    assert tf26["steps_per_execution"] == 4
+
+
+def test_moved_modules_are_keras_2_15s(tf26):
+    assert tf26["optimizer_is_v2"]
+    assert tf26["optimizer_v2_module"] == "keras.src.optimizers.legacy.optimizer_v2"
+    assert tf26["data_adapter_module"] == "keras.src.engine.data_adapter"
+    assert tf26["mnist_module"] == "keras.src.datasets.mnist"
+    # a module TF 2.15 still has is never shadowed
+    assert tf26["tf_legacy_module"] == "tensorflow.python.keras.optimizer_v2.optimizer_v2"
+    assert tf26["tf_legacy_file"] == "tensorflow/python/keras/optimizer_v2/optimizer_v2.py"
+
+
+PLAIN = """
+import importlib, json, sys
+import tensorflow as tf
+seen = {}
+for name in ("keras.optimizer_v2", "keras.engine.data_adapter", "tensorflow.python.keras.datasets"):
+    try:
+        importlib.import_module(name)
+        seen[name] = "imported"
+    except ModuleNotFoundError as error:
+        seen[name] = str(error)
+model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
+try:
+    model.compile(loss="mse", steps_per_execution=tf.constant(4))
+    seen["compile"] = "accepted"
+except TypeError:
+    seen["compile"] = "TypeError"
+seen["ipu"] = "popdist_launcher.ipu" in sys.modules
+print(json.dumps(seen))
+"""
+
+
+def test_a_program_without_the_ipu_layer_sees_stock_tensorflow():
+    result = subprocess.run([sys.executable, "-c", PLAIN], capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen == {"keras.optimizer_v2": "No module named 'keras.optimizer_v2'",
+                    "keras.engine.data_adapter": "No module named 'keras.engine'",
+                    "tensorflow.python.keras.datasets":
+                        "No module named 'tensorflow.python.keras.datasets'",
+                    "compile": "TypeError", "ipu": False}
