@@ -9,7 +9,9 @@ from popdist_launcher.ipu import config
 
 # Graphcore's ipu package also exposes its ops modules at the top (ipu.nn_ops is ipu.ops.nn_ops).
 _OPS = {"cross_replica_ops", "embedding_ops", "image_ops", "math_ops", "nn_ops", "pipelining_ops",
-        "normalization_ops"}
+        "normalization_ops", "all_to_all_op", "control_flow_ops", "functional_ops", "rand_ops",
+        "reduce_scatter_op", "replication_ops", "slicing_ops", "statistics_ops",
+        "within_replica_ops"}
 
 
 def _submodule(package: str, name: str):
@@ -24,6 +26,9 @@ def _submodule(package: str, name: str):
 
 
 def __getattr__(name):
+    if name == "outlined_function":  # Graphcore's ipu package exports it at the top
+        from popdist_launcher.ipu.ops.functional_ops import outlined_function
+        return outlined_function
     module = _submodule(__name__, name)
     if module is None and name in _OPS:
         module = _submodule(f"{__name__}.ops", name)

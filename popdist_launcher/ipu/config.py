@@ -423,6 +423,11 @@ def _system() -> ConfiguredSystem:
     return _configured
 
 
+def running_on_ipu_model() -> bool:
+    """False: this is neither an IPU nor Graphcore's IPU model."""
+    return False
+
+
 def get_configured_system() -> Optional[ConfiguredSystem]:
     """The system configure_ipu_system set up in this process, or None."""
     return _configured

@@ -11,6 +11,9 @@ import tensorflow as tf
 
 log = logging.getLogger(__name__)
 _logged: set = set()
+# XLA's attribute names for the frontend attributes and outside-compilation markers of an op.
+FRONTEND_ATTRIBUTES_NAME = "_XlaFrontendAttributes"
+OUTSIDE_COMPILATION_NAME = "_xla_outside_compilation"
 
 
 def _log_inert(scope: str, what: str) -> None:

@@ -14,7 +14,8 @@ import tensorflow as tf
 from popdist_launcher.ipu.config import (DeviceConnectionType, ExecutionProfileType,  # noqa: F401
                                          IPUConfig, SchedulingAlgorithm, SelectionOrder,
                                          StochasticRoundingBehaviour, configure_ipu_system,
-                                         get_ipu_config, reset_ipu_configuration)
+                                         get_ipu_config, reset_ipu_configuration,
+                                         running_on_ipu_model)
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ def get_num_of_ipus_in_device(ipu_device: str = "/device:IPU:0", device: str = "
     return system.num_ipus if system else 1
 
 
-def running_on_ipu_model() -> bool:
-    """False: this is neither an IPU nor Graphcore's IPU model."""
+def use_synthetic_data_for(synthetic_data_category) -> bool:
+    """Whether Poplar replaces the data of ``synthetic_data_category`` (infeeds, outfeeds,
+    parameters, ...) with synthetic data: never here, the program's own data always flows."""
     return False

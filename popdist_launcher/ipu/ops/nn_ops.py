@@ -1,6 +1,7 @@
 """``ipu.nn_ops``: Graphcore's neural-network ops with their standard definitions."""
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import tensorflow as tf
@@ -28,3 +29,60 @@ def softmax(x, stable: bool = False, name: Optional[str] = None):
     """Softmax over the last axis (TensorFlow's is always the numerically stable one)."""
     with tf.name_scope(name or "softmax"):
         return tf.nn.softmax(x, axis=-1)
+
+
+def multi_conv(func=None, options=None):
+    """Decorator that runs the convolutions of ``func`` in parallel on IPUs; here the function is
+    called as it is (the same numbers)."""
+
+    def decorated(inner):
+        @functools.wraps(inner)
+        def call(*args):
+            if options is not None and not isinstance(options, dict):
+                raise TypeError(f"multi_conv options must be a dict of Poplar options, got "
+                                f"{type(options).__name__}.")
+            return inner(*args)
+
+        return call
+
+    return decorated if func is None else decorated(func)
+
+
+def sampled_softmax_loss(weights, biases, labels, inputs, num_sampled: int, num_classes: int,
+                         num_true: int = 1, sampled_values=None,
+                         name: str = "sampled_softmax_loss", seed=None):
+    """TensorFlow's sampled softmax loss (accidental hits removed, as TensorFlow's default)."""
+    return tf.nn.sampled_softmax_loss(weights, biases, labels, inputs, num_sampled, num_classes,
+                                      num_true=num_true, sampled_values=sampled_values,
+                                      seed=seed, name=name)
+
+
+def nce_loss(weights, biases, labels, inputs, num_sampled: int, num_classes: int,
+             num_true: int = 1, sampled_values=None, name: str = "nce_loss"):
+    """TensorFlow's noise-contrastive estimation loss."""
+    return tf.nn.nce_loss(weights, biases, labels, inputs, num_sampled, num_classes,
+                          num_true=num_true, sampled_values=sampled_values, name=name)
+
+
+def _ctc(labels, data, label_length, data_length, blank_index: int, out_dtype, name):
+    data = tf.convert_to_tensor(data)
+    out_dtype = tf.as_dtype(out_dtype) if out_dtype is not None else data.dtype
+    if data.dtype == tf.float32 and out_dtype == tf.float16:
+        raise ValueError("out_dtype cannot be float16 when dtype of logits is float32.")
+    loss = tf.nn.ctc_loss(labels, tf.cast(data, tf.float32), label_length, data_length,
+                          logits_time_major=True, blank_index=blank_index,
+                          name=name or "ctc_loss")
+    return tf.cast(loss, out_dtype)
+
+
+def ctc_loss_v2(labels, logits, label_length, logit_length, blank_index: int, out_dtype=None,
+                name: Optional[str] = None):
+    """CTC loss per example of dense ``labels`` [batch, max_label_length] and time-major
+    ``logits`` [max_time, batch, classes]."""
+    return _ctc(labels, logits, label_length, logit_length, blank_index, out_dtype, name)
+
+
+def ctc_loss_with_log_probs(labels, data, label_length, data_length, blank_index: int,
+                            out_dtype=None, name: Optional[str] = None):
+    """``ctc_loss_v2`` on log-probabilities (softmax of log-softmax is the softmax itself)."""
+    return _ctc(labels, data, label_length, data_length, blank_index, out_dtype, name)

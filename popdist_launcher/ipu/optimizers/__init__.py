@@ -157,3 +157,28 @@ class CrossReplicaGradientAccumulationOptimizerV2(GradientAccumulationOptimizerV
         super().__init__(CrossReplicaOptimizer(opt), num_mini_batches,
                          offload_weight_update_variables, replicated_optimizer_state_sharding,
                          dtype, reduction_method, name)
+
+
+class GradientAccumulationOptimizer(GradientAccumulationOptimizerV2):
+    """Graphcore's first accumulation optimizer: the sum of ``num_mini_batches`` gradients applied
+    once (GradientAccumulationOptimizerV2 with SUM)."""
+
+    def __init__(self, opt, num_mini_batches: int, verify_usage: bool = True,
+                 name: str = "GradientAccumulationOptimizer") -> None:
+        super().__init__(opt, num_mini_batches, name=name)
+
+
+class CrossReplicaGradientAccumulationOptimizer(CrossReplicaGradientAccumulationOptimizerV2):
+    """GradientAccumulationOptimizer whose gradients are also averaged over all global replicas."""
+
+    def __init__(self, opt, num_mini_batches: int, verify_usage: bool = True,
+                 name: str = "CrossReplicaGradientAccumulationOptimizer") -> None:
+        super().__init__(opt, num_mini_batches, name=name)
+
+
+class ShardedOptimizer(IpuOptimizer):
+    """Places each variable's update on the IPU shard of the variable; a replica is one device
+    here, so it delegates to the wrapped optimizer."""
+
+    def __init__(self, optimizer, name: str = "ShardedOptimizer") -> None:
+        super().__init__(optimizer, name=name)
