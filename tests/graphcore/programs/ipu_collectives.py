@@ -1,0 +1,32 @@
+"""Graphcore's replica collectives (replication_index, all_gather, all_to_all, reduce_scatter)
+in one IPUStrategy step over 4 local replicas; writes every replica's results as JSON."""
+import json
+import sys
+from pathlib import Path
+
+import tensorflow as tf
+from tensorflow.python import ipu
+
+config = ipu.config.IPUConfig()
+config.auto_select_ipus = 4
+config.configure_ipu_system()
+strategy = ipu.ipu_strategy.IPUStrategy()
+
+
+@tf.function
+def step():
+    index = ipu.replication_ops.replication_index()
+    x = tf.cast(tf.range(4) + 10 * index, tf.float32)  # replica r holds [10r, 10r+1, 10r+2, 10r+3]
+    return {"index": index,
+            "gather_4": ipu.all_to_all_op.all_gather(x, 4),
+            "gather_2": ipu.all_to_all_op.all_gather(x, 2),
+            "all_to_all": ipu.all_to_all_op.all_to_all(tf.reshape(x, [4, 1]), 0, 1, 4),
+            "scatter_add_3": ipu.reduce_scatter_op.reduce_scatter(x[:3], 4),
+            "scatter_max_2": ipu.reduce_scatter_op.reduce_scatter(x, 2, op="COLLECTIVE_OP_MAX")}
+
+
+with strategy.scope():
+    results = strategy.run(step)
+Path(sys.argv[1], "collectives.json").write_text(json.dumps(
+    {k: [v.numpy().tolist() for v in strategy.experimental_local_results(t)]
+     for k, t in results.items()}))
