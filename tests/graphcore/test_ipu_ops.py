@@ -153,3 +153,21 @@ def test_replica_collectives_over_four_local_replicas(collectives):
     sums = np.sum(x, axis=0)[:3].tolist() + [0]  # 3 elements padded to 4 blocks of 1
     assert collectives["scatter_add_3"] == [[s] for s in sums]
     assert collectives["scatter_max_2"] == [x[1][:2], x[1][2:], x[3][:2], x[3][2:]]
+
+
+def test_ops_compile_with_xla_to_the_same_numbers():
+    """Graphcore's programs call these ops inside compiled IPU functions (jit_compile=True)."""
+    src = tf.reshape(tf.range(12.0), [6, 2])
+    cases = {
+        "slice": lambda: ipu.slicing_ops.sequence_slice(tf.zeros([6, 2]), src, [2, 2], [2, 1],
+                                                        [0, 4], True),
+        "unpack": lambda: ipu.slicing_ops.sequence_slice_unpack(src, [2, 2], [2, 1], 4),
+        "histogram": lambda: ipu.statistics_ops.histogram(tf.range(10.0), tf.constant([2.0, 5.0])),
+        "dropout": lambda: ipu.rand_ops.dropout(tf.ones([8, 8]), 0.5, seed=[3, 4]),
+        "outlined": lambda: ipu.outlined_function(lambda a: a * 2.0)(src),
+        "group_norm": lambda: normalization_ops.group_norm(src[None] * src[None], groups=2,
+                                                           center=False, scale=False),
+    }
+    for name, case in cases.items():
+        np.testing.assert_allclose(tf.function(case, jit_compile=True)().numpy(), case().numpy(),
+                                   rtol=1e-6, err_msg=name)

@@ -19,7 +19,7 @@ def outlined_function(func: Optional[Callable] = None, unique_sharding: bool = F
 
         @functools.wraps(inner)
         def call(*args):
-            with tf.name_scope(name or getattr(inner, "__name__", "outlined_function")):
+            with tf.name_scope(name or "outlined_function"):
                 return traced(*args)
 
         return call

@@ -1,5 +1,5 @@
-"""``ipu.rand_ops``: Graphcore's dropout. Kept values are scaled by ``1 / (1 - rate)``; with a
-``seed`` (two int32) the mask is a stateless function of the seed, so it repeats exactly."""
+"""``ipu.rand_ops``: Graphcore's dropout, kept values scaled by ``1 / (1 - rate)``; with a ``seed``
+(two int32) the mask is a stateless Philox function of it, the same compiled with XLA or not."""
 from __future__ import annotations
 
 from typing import Optional
@@ -27,5 +27,5 @@ def dropout(x, rate: float = 0.5, noise_shape=None, seed=None, name: Optional[st
         if seed.shape != [2]:
             raise ValueError(f"Expected the seed to have a shape [2], but got {seed.shape}.")
         shape = noise_shape if noise_shape else tf.shape(x)
-        keep = tf.random.stateless_uniform(shape, tf.cast(seed, tf.int32)) >= rate
+        keep = tf.random.stateless_uniform(shape, tf.cast(seed, tf.int32), alg="philox") >= rate
         return x * tf.cast(keep, x.dtype) * tf.cast(1.0 / (1.0 - rate), x.dtype)
