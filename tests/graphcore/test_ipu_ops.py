@@ -171,3 +171,26 @@ def test_ops_compile_with_xla_to_the_same_numbers():
     for name, case in cases.items():
         np.testing.assert_allclose(tf.function(case, jit_compile=True)().numpy(), case().numpy(),
                                    rtol=1e-6, err_msg=name)
+
+
+def test_ctc_beam_search_returns_graphcore_layout_with_any_blank_index():
+    logits = RNG.normal(size=(6, 2, 4)).astype(np.float32) * 3
+    probs, lengths, labels = ipu.nn_ops.ctc_beam_search_decoder(logits, [6, 4], beam_width=10,
+                                                                top_paths=2, blank_index=0)
+    moved = np.concatenate([logits[..., 1:], logits[..., :1]], -1)  # TensorFlow's blank is last
+    decoded, log_probs = tf.nn.ctc_beam_search_decoder(moved, [6, 4], beam_width=10, top_paths=2)
+    np.testing.assert_allclose(probs.numpy(), -log_probs.numpy(), rtol=1e-6)
+    for path, sparse in enumerate(decoded):
+        for b in range(2):
+            expected = [v + 1 for i, v in zip(sparse.indices.numpy(), sparse.values.numpy())
+                        if i[0] == b]
+            assert lengths.numpy()[b, path] == len(expected)
+            assert labels.numpy()[b, path].tolist() == expected + [0] * (6 - len(expected))
+    again = ipu.nn_ops.ctc_beam_search_decoder_with_log_probs(tf.nn.log_softmax(logits), [6, 4],
+                                                              10, 2, 0)
+    np.testing.assert_array_equal(again[2].numpy(), labels.numpy())
+
+
+def test_buffer_dataset_keeps_elements_and_order():
+    from tensorflow.python.ipu.data.ops.dataset_ops import BufferDataset
+    assert list(BufferDataset(tf.data.Dataset.range(7), 3).as_numpy_iterator()) == list(range(7))

@@ -86,3 +86,42 @@ def ctc_loss_with_log_probs(labels, data, label_length, data_length, blank_index
                             out_dtype=None, name: Optional[str] = None):
     """``ctc_loss_v2`` on log-probabilities (softmax of log-softmax is the softmax itself)."""
     return _ctc(labels, data, label_length, data_length, blank_index, out_dtype, name)
+
+
+def _beam_search(scores, lengths, beam_width: int, top_paths: int, blank_index: int, name):
+    """TensorFlow's beam search with the blank class moved last (TensorFlow's blank), returned
+    as Graphcore returns it: negative log probabilities and lengths [batch, top_paths], labels
+    [batch, top_paths, max_time] (0 past each path's length)."""
+    scores = tf.convert_to_tensor(scores)
+    classes = scores.shape[-1]
+    blank = blank_index % classes
+    order = [c for c in range(classes) if c != blank] + [blank]
+    with tf.name_scope(name or "ctc_beam_search"):
+        decoded, log_probabilities = tf.nn.ctc_beam_search_decoder(
+            tf.gather(tf.cast(scores, tf.float32), order, axis=-1), tf.cast(lengths, tf.int32),
+            beam_width=beam_width, top_paths=top_paths)
+        max_time, batch = tf.shape(scores)[0], tf.shape(scores)[1]
+        labels, label_lengths = [], []
+        for path in decoded:
+            dense = tf.sparse.to_dense(path, default_value=-1)
+            dense = tf.pad(dense, [[0, 0], [0, max_time - tf.shape(dense)[1]]], constant_values=-1)
+            label_lengths.append(tf.reduce_sum(tf.cast(dense >= 0, tf.int32), axis=1))
+            original = tf.gather(tf.constant(order, tf.int64), tf.maximum(dense, 0))
+            labels.append(tf.where(dense >= 0, original, 0))
+        labels = tf.reshape(tf.stack(labels, axis=1), [batch, top_paths, max_time])
+        return (tf.cast(-log_probabilities, scores.dtype), tf.stack(label_lengths, axis=1),
+                tf.cast(labels, tf.int32))
+
+
+def ctc_beam_search_decoder(logits, logits_lengths, beam_width: int = 100, top_paths: int = 1,
+                            blank_index: int = -1, name: Optional[str] = None):
+    """The ``top_paths`` most likely label sequences of time-major ``logits``
+    [max_time, batch, classes]: (negative log probabilities, lengths, labels)."""
+    return _beam_search(logits, logits_lengths, beam_width, top_paths, blank_index, name)
+
+
+def ctc_beam_search_decoder_with_log_probs(log_probs, input_lengths, beam_width: int = 100,
+                                           top_paths: int = 1, blank_index: int = -1,
+                                           name: Optional[str] = None):
+    """``ctc_beam_search_decoder`` on log-probabilities (their log-softmax is themselves)."""
+    return _beam_search(log_probs, input_lengths, beam_width, top_paths, blank_index, name)
