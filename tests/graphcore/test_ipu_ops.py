@@ -194,3 +194,14 @@ def test_ctc_beam_search_returns_graphcore_layout_with_any_blank_index():
 def test_buffer_dataset_keeps_elements_and_order():
     from tensorflow.python.ipu.data.ops.dataset_ops import BufferDataset
     assert list(BufferDataset(tf.data.Dataset.range(7), 3).as_numpy_iterator()) == list(range(7))
+
+
+def test_sharding_dependencies_walk_inputs_and_control_inputs():
+    with tf.Graph().as_default():
+        a, b = tf.constant(1.0, name="a"), tf.constant(2.0, name="b")
+        c = tf.constant(3.0, name="c")
+        with tf.control_dependencies([c]):
+            total = tf.add(a, b, name="total")
+        tf.constant(4.0, name="unrelated")
+        names = {op.name for op in ipu.sharding.dependencies([total])}
+    assert names == {"a", "b", "c", "total"}
