@@ -205,3 +205,22 @@ def test_sharding_dependencies_walk_inputs_and_control_inputs():
         tf.constant(4.0, name="unrelated")
         names = {op.name for op in ipu.sharding.dependencies([total])}
     assert names == {"a", "b", "c", "total"}
+
+
+def test_outlined_function_with_layer_norm_in_a_tf1_loop_as_graphcores_guide_writes_it():
+    with tf.Graph().as_default():
+        @ipu.outlined_function
+        def block(a):
+            return ipu.nn_ops.gelu(normalization_ops.layer_norm(a))
+
+        result = tf.compat.v1.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, block(x)),
+                                         [0, tf.reshape(tf.range(8.0), [2, 4])])[1]
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            got = session.run(result)
+    x = np.arange(8.0).reshape(2, 4)
+    for _ in range(3):
+        mean, var = x.mean(axis=1, keepdims=True), x.var(axis=1, keepdims=True)
+        y = (x - mean) / np.sqrt(var + 1.53e-5)
+        x = 0.5 * y * (1 + np.tanh(np.sqrt(2 / np.pi) * (y + 0.044715 * y ** 3)))
+    np.testing.assert_allclose(got, x, rtol=1e-4, atol=1e-5)
