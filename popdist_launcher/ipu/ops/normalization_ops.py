@@ -24,8 +24,8 @@ def _parameter(name: str, channels: int, dtype, enabled: bool, default: float, i
                variables_collections, trainable: bool):
     if not enabled:
         return tf.constant(default, dtype=dtype, shape=[channels])
-    initializer = (initializers or {}).get(
-        name, tf.compat.v1.ones_initializer() if default == 1.0 else tf.compat.v1.zeros_initializer())
+    fallback = tf.compat.v1.ones_initializer() if default else tf.compat.v1.zeros_initializer()
+    initializer = (initializers or {}).get(name, fallback)
     return tf.compat.v1.get_variable(name, shape=[channels], dtype=dtype, initializer=initializer,
                                      collections=_collections(variables_collections, name),
                                      trainable=trainable)

@@ -7,7 +7,8 @@ from typing import Optional
 import tensorflow as tf
 
 
-def dropout(x, rate: float = 0.5, noise_shape=None, seed=None, name: Optional[str] = None, **kwargs):
+def dropout(x, rate: float = 0.5, noise_shape=None, seed=None, name: Optional[str] = None,
+            **kwargs):
     """Zero each element of ``x`` with probability ``rate`` (elements sharing a ``noise_shape``
     entry of 1 share the decision) and scale the rest by ``1 / (1 - rate)``."""
     if rate >= 1.0 or rate < 0.0:

@@ -21,7 +21,8 @@ REDUCTIONS = {
 
 
 def reduce_rows(rows, op: str, mine, what: str):
-    """``rows`` ([members, ...]) reduced with Graphcore's collective ``op`` (LOCAL: row ``mine``)."""
+    """``rows`` ([members, ...]) reduced with Graphcore's collective ``op`` (LOCAL: row
+    ``mine``)."""
     if op == "COLLECTIVE_OP_LOCAL":
         return tf.gather(rows, mine)
     if op not in REDUCTIONS:

@@ -44,7 +44,8 @@ def all_gather(input_shards: Sequence, axis: int = 0):
     for i, s in enumerate(shards[1:], 1):
         other = s.shape.as_list()
         if shape[:axis] != other[:axis] or shape[axis + 1:] != other[axis + 1:]:
-            raise ValueError(f"Expecting tensor dimensions to all have the same sizes, except for "
-                             f"dim {axis}, but got shapes {shape} and {other} for tensors 0 and {i}")
+            raise ValueError(f"Expecting tensor dimensions to all have the same sizes, except "
+                             f"for dim {axis}, but got shapes {shape} and {other} for tensors 0 "
+                             f"and {i}")
         shape[axis] += other[axis]
     return [tf.reshape(flat, shape) for _ in shards]
