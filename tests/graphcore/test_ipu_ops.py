@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import poprun
 from tensorflow.python import ipu
 from tensorflow.python.ipu.ops import normalization_ops
 
@@ -137,16 +138,28 @@ def test_within_replica_collectives_and_barrier():
     assert (a.numpy(), b.numpy()) == (1.0, 2.0)
 
 
-@pytest.fixture(scope="module")
-def collectives(tmp_path_factory):
+@pytest.fixture(scope="module", params=["one process", "poprun -np 2"])
+def collectives(request, tmp_path_factory):
+    """Every replica's results, replica 0 first: 4 local replicas of one process, or 2 instances
+    of 2 replicas each under poprun-lite."""
     out = tmp_path_factory.mktemp("collectives")
-    result = subprocess.run([sys.executable, str(PROGRAMS / "ipu_collectives.py"), str(out)],
-                            capture_output=True, text=True, timeout=600)
+    program = str(PROGRAMS / "ipu_collectives.py")
+    if request.param == "one process":
+        result = subprocess.run([sys.executable, program, str(out)], capture_output=True,
+                                text=True, timeout=600)
+    else:
+        result = poprun("-np", "2", "--num-replicas", "4", program, str(out), timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads((out / "collectives.json").read_text())
+    files = sorted(out.glob("collectives.*.json"))
+    assert len(files) == (1 if request.param == "one process" else 2)
+    merged = {}
+    for f in files:
+        for key, values in json.loads(f.read_text()).items():
+            merged.setdefault(key, []).extend(values)
+    return merged
 
 
-def test_replica_collectives_over_four_local_replicas(collectives):
+def test_replica_collectives_over_four_replicas(collectives):
     x = [[10 * r + i for i in range(4)] for r in range(4)]
     assert collectives["index"] == [0, 1, 2, 3]
     assert collectives["gather_4"] == [x] * 4

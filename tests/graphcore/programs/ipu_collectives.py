@@ -1,16 +1,25 @@
 """Graphcore's replica collectives (replication_index, all_gather, all_to_all, reduce_scatter)
-in one IPUStrategy step over 4 local replicas; writes every replica's results as JSON."""
+in one step over 4 replicas: an IPUStrategy's 4 local replicas as one process, PopDistStrategy's
+replicas under poprun-lite; each instance writes its replicas' results as JSON."""
 import json
 import sys
 from pathlib import Path
 
+import popdist
+import popdist.tensorflow
 import tensorflow as tf
 from tensorflow.python import ipu
+from tensorflow.python.ipu.distributed import popdist_strategy
 
 config = ipu.config.IPUConfig()
-config.auto_select_ipus = 4
-config.configure_ipu_system()
-strategy = ipu.ipu_strategy.IPUStrategy()
+if popdist.isPopdistEnvSet():
+    popdist.tensorflow.set_ipu_config(config, ipus_per_replica=1, configure_device=True)
+    config.configure_ipu_system()
+    strategy = popdist_strategy.PopDistStrategy()
+else:
+    config.auto_select_ipus = 4
+    config.configure_ipu_system()
+    strategy = ipu.ipu_strategy.IPUStrategy()
 
 
 @tf.function
@@ -27,6 +36,6 @@ def step():
 
 with strategy.scope():
     results = strategy.run(step)
-Path(sys.argv[1], "collectives.json").write_text(json.dumps(
+Path(sys.argv[1], f"collectives.{popdist.getInstanceIndex()}.json").write_text(json.dumps(
     {k: [v.numpy().tolist() for v in strategy.experimental_local_results(t)]
      for k, t in results.items()}))
