@@ -157,6 +157,9 @@ def get_pipeline_stage_assignment(self):
         make = ipu_keras.SequentialLayerPipelineStageAssignment
         return [make(layer, stages[i] if i < len(stages) else None) for i, layer in enumerate(layers)]
     make = ipu_keras.FunctionalLayerPipelineStageAssignment
+    if not stages:  # the stages keras.ipu.PipelineStage gave the layers' calls
+        stages = [getattr(layer._inbound_nodes[0], "_pipeline_stage", None)  # noqa: SLF001
+                  if layer._inbound_nodes else None for layer in layers]  # noqa: SLF001
     return [make(layer, 0, stages[i] if i < len(stages) else None) for i, layer in enumerate(layers)]
 
 
@@ -227,46 +230,105 @@ def accumulation_steps(model) -> int:
     return opts["ga_steps"] or 1
 
 
+def _node_stages(model) -> List[int]:
+    """The stages ``keras.ipu.PipelineStage`` gave the calls of a functional model's layers."""
+    if isinstance(model, tf.keras.Sequential) or not hasattr(model, "_network_nodes"):
+        return []
+    from keras.src.engine import functional
+
+    stages = []
+    for layer in model.layers:
+        for index, node in enumerate(layer._inbound_nodes):  # noqa: SLF001
+            key = functional._make_node_key(layer.name, index)  # noqa: SLF001
+            stage = getattr(node, "_pipeline_stage", None)
+            if stage is not None and key in model._network_nodes:  # noqa: SLF001
+                stages.append(stage)
+    return stages
+
+
+def shard_count(model) -> int:
+    """The IPUs one replica of ``model`` spans, as Graphcore counts them: max(device_mapping)
+    + 1 when ``set_pipelining_options`` gave one, else the last pipeline stage + 1 (from
+    ``set_pipeline_stage_assignment`` or ``keras.ipu.PipelineStage``); 1 when not pipelined."""
+    if "_ipu_options" not in model.__dict__ or not _is_pipelined(model):
+        return 1
+    opts = _options(model)
+    if opts["device_mapping"]:
+        return max(opts["device_mapping"]) + 1
+    stages = opts["stages"] or _node_stages(model)
+    return max(stages) + 1 if stages else 1
+
+
 def replication_factor(model) -> int:
     """The replicas Graphcore's IPUStrategy trains ``model`` on: the selected IPUs over the
-    model's shards (a power of two); the local replicas of PopDistStrategy / IPUHorovodStrategy;
-    1 otherwise. A ValueError when this IPUStrategy's local replicas cannot be those replicas."""
+    model's shards rounded up to a power of two; the local replicas of PopDistStrategy /
+    IPUHorovodStrategy; 1 otherwise. ValueError when the IPUs cannot hold the model or this
+    IPUStrategy cannot run those replicas (see ``replica_span``)."""
+    return _replicas(model)[0]
+
+
+def replica_span(model) -> int:
+    """How many of the IPUStrategy's local replica devices one replica of ``model`` spans: 1,
+    or the shards of a pipelined model when the IPUs were selected one device each (for
+    example ``auto_select_ipus = 4`` and 2 stages: 2 replicas, each over 2 devices, its stages
+    in order on the first)."""
+    return _replicas(model)[1]
+
+
+def replica_layout(num_ipus: int, shards: int, local_replicas: int, ipus_per_replica: int = 1,
+                   popdist_local_replicas: Optional[int] = None,
+                   single_replica_reason: str = "") -> Tuple[int, int]:
+    """``(replicas, span)`` by Graphcore's rule: a model over ``shards`` IPUs (rounded up to a
+    power of two) on ``num_ipus`` selected IPUs makes ``num_ipus // shards`` replicas. ``span``
+    is how many of an IPUStrategy's ``local_replicas`` devices one replica covers (more than 1
+    when the IPUs were made one device each). ValueError, naming the fix, when the IPUs cannot
+    hold the model, when PopDist runs another number of replicas, or when the devices cannot
+    be grouped into those replicas."""
+    rounded = 2 ** math.ceil(math.log2(shards))
+    if shards > num_ipus:
+        raise ValueError(f"Current device has {num_ipus} IPUs attached, however the current "
+                         f"model requires a multiple of {rounded} IPUs.")
+    replication = num_ipus // rounded
+    if replication == local_replicas:
+        return replication, 1
+    if local_replicas == 1:
+        raise ValueError(
+            f"IPUConfig selects {num_ipus} IPU(s) for a model of {rounded} shard(s), so "
+            f"Graphcore's IPUStrategy would train {replication} replicas; this one has a single "
+            f"replica ({single_replica_reason or 'one IPU device'}). Configure the IPU system "
+            f"before TensorFlow starts and use /device:IPU:0, or select {rounded} IPU(s) "
+            f"(auto_select_ipus).")
+    if popdist_local_replicas is not None and replication != popdist_local_replicas:
+        raise ValueError(
+            f"The model is pipelined over {rounded} IPUs, so the {num_ipus} IPU(s) that "
+            f"popdist.tensorflow.set_ipu_config selected make {replication} replica(s), but this "
+            f"instance runs {popdist_local_replicas}. Give each replica {rounded} IPUs: "
+            f"poprun-lite --ipus-per-replica {rounded} (or POPDIST_NUM_IPUS_PER_REPLICA="
+            f"{rounded}), or popdist.tensorflow.set_ipu_config(config, ipus_per_replica={rounded}).")
+    if ipus_per_replica == 1 and local_replicas % replication == 0:
+        return replication, local_replicas // replication
+    raise ValueError(
+        f"This IPUStrategy has {local_replicas} local replica(s) of {ipus_per_replica} IPU(s), "
+        f"but a model over {rounded} IPU(s) on {num_ipus} IPU(s) makes {replication} "
+        f"replica(s), as Graphcore's counts them. Select a multiple of {rounded} IPUs "
+        f"(auto_select_ipus) with --ipus-per-replica {rounded} or 1.")
+
+
+def _replicas(model) -> Tuple[int, int]:
+    from popdist_launcher import runtime
     from popdist_launcher.ipu import config, ipu_strategy
 
     system = config.get_configured_system()
     strategy = model.distribute_strategy
     if not isinstance(strategy, ipu_strategy.IPUStrategyV1):
         # PopDistStrategy / IPUHorovodStrategy: each local replica reads its own batches.
-        return getattr(strategy.extended, "num_local_replicas", 1)
+        return getattr(strategy.extended, "num_local_replicas", 1), 1
     if system is None:
-        return 1
-    opts = _options(model) if "_ipu_options" in model.__dict__ else None
-    if opts is not None and _is_pipelined(model):
-        known = opts["device_mapping"] or opts["stages"]
-        # Stages set with PipelineStage only: take every selected IPU as a shard.
-        shards = 2 ** math.ceil(math.log2(max(known) + 1)) if known else system.num_ipus
-    else:
-        shards = 1
-    if shards > system.num_ipus:
-        raise ValueError(f"Current device has {system.num_ipus} IPUs attached, however the "
-                         f"current model requires a multiple of {shards} IPUs.")
-    replication = system.num_ipus // shards
-    local = strategy.num_local_replicas
-    if replication == local:
-        return local
-    if local == 1:
-        why = system.missing_devices or "IPUStrategy was given an ipu_device other than IPU:0"
-        raise ValueError(
-            f"IPUConfig selects {system.num_ipus} IPU(s) for a model of {shards} shard(s), so "
-            f"Graphcore's IPUStrategy would train {replication} replicas; this one has a single "
-            f"replica ({why}). Configure the IPU system before TensorFlow starts and use "
-            f"/device:IPU:0, or select {shards} IPU(s) (auto_select_ipus).")
-    raise ValueError(
-        f"This IPUStrategy has {local} local replicas (one per selected IPU, "
-        f"{system.ipus_per_replica} IPU(s) per replica), but the model is pipelined over "
-        f"{shards} IPUs, so Graphcore's would train {replication}. Give each replica {shards} "
-        f"IPUs: poprun-lite --ipus-per-replica {shards} (or POPDIST_NUM_IPUS_PER_REPLICA={shards}), "
-        f"or popdist.tensorflow.set_ipu_config(config, ipus_per_replica={shards}).")
+        return 1, 1
+    popdist_local = runtime.context().num_local_replicas if system.multi_replica_distribution else None
+    return replica_layout(
+        system.num_ipus, shard_count(model), strategy.num_local_replicas, system.ipus_per_replica,
+        popdist_local, system.missing_devices or "IPUStrategy was given an ipu_device other than IPU:0")
 
 
 def _num_batches(x, batch_size, steps) -> Optional[int]:
@@ -289,8 +351,8 @@ def _replica_input(model, x, batch_size, steps, what: str) -> Tuple[Any, Optiona
     with a warning. A dataset is grouped here (R elements per step, so Keras counts steps per
     replica); arrays are grouped by the strategy and get ``steps``. Unchanged without
     replication."""
-    replicas = replication_factor(model)
-    if replicas == 1:
+    replicas, span = _replicas(model)
+    if replicas * span == 1:
         return x, steps, False
     total = _num_batches(x, batch_size, steps)
     if total is None:
@@ -312,17 +374,70 @@ def _replica_input(model, x, batch_size, steps, what: str) -> Tuple[Any, Optiona
               "batches (the effective batch size is the dataset's batch x %d); Keras metrics "
               "and losses are over every replica's batches.", replicas, replicas)
     if isinstance(x, tf.data.Dataset):
-        grouped = model.distribute_strategy.extended.replica_elements(x)
+        extended = model.distribute_strategy.extended
+        grouped = extended.replica_elements(x) if span == 1 else _spread(x, replicas, span)
         return grouped, None if steps is None else steps // replicas, True
     return x, total // replicas, False
 
 
+def _spread(dataset: "tf.data.Dataset", replicas: int, span: int) -> "tf.data.Dataset":
+    """``replica_elements`` for replicas over ``span`` devices each: each element of the result
+    holds the next ``replicas`` elements, each ``span`` times in a row, concatenated on the batch
+    axis, so that the devices of one replica read the same batch."""
+
+    def concat(t):
+        t = tf.repeat(t, span, axis=0)
+        if t.shape[1:].is_fully_defined():  # static shapes let TensorFlow split it evenly
+            return tf.reshape(t, [replicas * span * t.shape[1], *t.shape[2:]])
+        return tf.reshape(t, tf.concat([[-1], tf.shape(t)[2:]], 0))
+
+    def group(*element):
+        out = tf.nest.map_structure(concat, element)
+        return out if len(element) > 1 else out[0]
+
+    return dataset.batch(replicas, drop_remainder=True).map(group)
+
+
+def _is_stage_device(span: int) -> bool:
+    """In a replica context: whether this device replica is the first of its replica's
+    ``span`` devices (the one that runs the stages; the others hold its other IPUs)."""
+    replica_id = tf.get_static_value(tf.distribute.get_replica_context().replica_id_in_sync_group)
+    return span == 1 or replica_id % span == 0
+
+
 def _run_replicated(model, grouped: bool, call: Callable[[], Any]) -> Any:
+    """Run ``call`` (Keras's fit / evaluate / predict) with the strategy reading grouped input;
+    a replica over several devices runs test/predict steps on its first device only."""
     extended = model.distribute_strategy.extended
     if not hasattr(extended, "input_grouped"):
         return call()
-    with extended.input_grouped(grouped):
-        return call()
+    span = replica_span(model)
+    if span == 1:
+        with extended.input_grouped(grouped):
+            return call()
+    test_step, predict_step = model.test_step, model.predict_step
+
+    def spread_test_step(data):
+        return test_step(data) if _is_stage_device(span) else model.get_metrics_result()
+
+    def spread_predict_step(data):
+        if _is_stage_device(span):
+            return predict_step(data)
+        return predict_step(tf.nest.map_structure(lambda t: t[:0], data))  # no rows
+
+    replicas = replication_factor(model)
+    object.__setattr__(extended, "replica_elements", lambda ds: _spread(ds, replicas, span))
+    object.__setattr__(model, "test_step", spread_test_step)
+    object.__setattr__(model, "predict_step", spread_predict_step)
+    model.test_function = model.predict_function = None
+    try:
+        with extended.input_grouped(grouped):
+            return call()
+    finally:
+        for owner, name in ((extended, "replica_elements"), (model, "test_step"),
+                            (model, "predict_step")):
+            object.__delattr__(owner, name)
+        model.test_function = model.predict_function = None
 
 
 def _check_steps(model, steps: Optional[int]) -> None:
@@ -355,11 +470,14 @@ def _make_accumulating_train_function(model, n: int):
                                     name=f"accumulated_{v.name.split(':')[0].replace('/', '_')}")
                         for v in variables]
     optimizer = model.optimizer
+    span = replica_span(model)
     if _is_pipelined(model):
         _log_once("pipeline", "pipelined Keras model: the stages run in order on the replica's "
                   "device, %d micro-batches per update", n)
 
     def micro_step(data, index):
+        if not _is_stage_device(span):  # a replica's other devices: nothing to add
+            return model.get_metrics_result()
         x, y, sample_weight = data_adapter.unpack_x_y_sample_weight(data)
         with tf.GradientTape() as tape:
             y_pred = model(x, training=True)
@@ -428,7 +546,8 @@ def _build_from_data(model, x) -> None:
 
 
 def _make_train_function(self, force: bool = False):
-    if "_ipu_options" not in self.__dict__ or accumulation_steps(self) == 1:
+    if "_ipu_options" not in self.__dict__ or (accumulation_steps(self) == 1 and
+                                               replica_span(self) == 1):
         return _original["make_train_function"](self, force=force)
     if self.train_function is not None and not force:
         return self.train_function
@@ -441,7 +560,7 @@ def _fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callba
          sample_weight=None, initial_epoch=0, steps_per_epoch=None, **kwargs):
     original_x = x
     x, steps, grouped = _replica_input(self, x, batch_size, steps_per_epoch, "fit")
-    if "_ipu_options" in self.__dict__ and accumulation_steps(self) > 1:
+    if "_ipu_options" in self.__dict__ and (accumulation_steps(self) > 1 or replica_span(self) > 1):
         _check_steps(self, _num_batches(x, batch_size, steps))  # per replica
         if not self.built:
             _build_from_data(self, original_x)

@@ -6,12 +6,14 @@ the replica's device, one micro-batch at a time, which computes the same numbers
 infeed through every stage, enqueues the last stage's outputs, and, with an
 ``optimizer_function``, accumulates the gradients of its loss and applies them once (summed, or
 averaged with ``reduction_method=MEAN``/``RUNNING_MEAN``). Options that place stages on IPUs or
-tune IPU memory are accepted and logged once.
+tune IPU memory are accepted and logged once. Replicas follow Graphcore's rule: the selected IPUs
+over the IPUs of one pipeline (``max(device_mapping) + 1``, rounded up to a power of two).
 """
 from __future__ import annotations
 
 import enum
 import logging
+import math
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -105,6 +107,34 @@ def _grads_and_vars(spec: OptimizerFunctionOutput) -> List:
     return list(zip(grads, variables))
 
 
+def check_replication(num_stages: int, device_mapping: Optional[Sequence[int]] = None) -> int:
+    """The replicas Graphcore makes of a pipeline over ``device_mapping`` (default: stage i on
+    IPU i): the selected IPUs over its IPUs rounded up to a power of two. Under an IPUStrategy
+    whose local replicas differ, a ValueError naming the IPUs per replica to launch with."""
+    from popdist_launcher.ipu import config, ipu_strategy
+
+    mapping = list(range(num_stages)) if device_mapping is None else list(device_mapping)
+    if len(mapping) != num_stages or not all(isinstance(d, int) and d >= 0 for d in mapping):
+        raise ValueError(f"device_mapping must give one IPU (an int >= 0) per computational "
+                         f"stage ({num_stages}), got {device_mapping!r}.")
+    shards = max(mapping) + 1
+    rounded = 2 ** math.ceil(math.log2(shards))
+    system = config.get_configured_system()
+    if system is None:
+        return 1
+    replication = max(1, system.num_ipus // rounded)  # stages share IPUs when there are fewer
+    strategy = tf.distribute.get_strategy()
+    local = strategy.num_local_replicas if isinstance(strategy, ipu_strategy.IPUStrategyV1) else 1
+    if local > 1 and local != replication:
+        raise ValueError(
+            f"The pipeline spans {rounded} IPUs, so the {system.num_ipus} selected IPUs make "
+            f"{replication} replica(s), but this IPUStrategy runs {local} (one per "
+            f"{system.ipus_per_replica} IPU(s)). Give each replica {rounded} IPUs: poprun-lite "
+            f"--ipus-per-replica {rounded} (or POPDIST_NUM_IPUS_PER_REPLICA={rounded}), or "
+            f"popdist.tensorflow.set_ipu_config(config, ipus_per_replica={rounded}).")
+    return replication
+
+
 def pipeline(computational_stages: Sequence[Callable], gradient_accumulation_count: Optional[int] = None,
              gradient_accumulation_dtype=None, gradient_accumulation_for_captured_grads: bool = True,
              repeat_count: int = 1, batch_serialization_iterations: int = 1,
@@ -139,6 +169,7 @@ def pipeline(computational_stages: Sequence[Callable], gradient_accumulation_cou
     if device_mapping is not None or pipeline_schedule is not None or recomputation_mode is not None:
         _log_once("placement", "pipeline device_mapping / pipeline_schedule / recomputation_mode: "
                   "the stages run in order on the replica's device here (same numbers)")
+    check_replication(len(stages), device_mapping)
     method = GradientAccumulationReductionMethod.parse(reduction_method)
     n = gradient_accumulation_count
     inputs = [] if inputs is None else _as_list(inputs)
