@@ -76,6 +76,8 @@ class IPUOutfeedQueue:
                 raise ValueError(f"this IPUOutfeedQueue was first enqueued from "
                                  f"{len(self._queues)} replica(s), now from {replicas}; use one "
                                  f"queue per strategy.")
+        if replica < 0:
+            return tf.no_op()
         with tf.device("/device:CPU:0"):
             return self._queues[replica].enqueue(flat)
 
@@ -142,10 +144,15 @@ def _local_replica() -> Tuple[int, int]:
     context = tf.distribute.get_replica_context() if tf.distribute.has_strategy() else None
     if context is None:
         return 0, 1
-    replicas = len(context.strategy.extended.worker_devices)
+    # A replica of a pipelined Keras model may span several devices (keras_extensions).
+    span = getattr(context.strategy.extended, "replica_span", 1)
+    replicas = len(context.strategy.extended.worker_devices) // span
+    device = int(context._replica_id)  # noqa: SLF001 (the local id, a Python int)
+    if device % span:  # a replica's other devices enqueue nothing
+        return -1, replicas
     if replicas == 1:
         return 0, 1
-    return int(context._replica_id), replicas  # noqa: SLF001 (the local id, a Python int)
+    return device // span, replicas
 
 
 class ScopedIPUOutfeedQueue(IPUOutfeedQueue):

@@ -423,19 +423,23 @@ def _run_replicated(model, grouped: bool, call: Callable[[], Any]) -> Any:
     def spread_predict_step(data):
         if _is_stage_device(span):
             return predict_step(data)
-        return predict_step(tf.nest.map_structure(lambda t: t[:0], data))  # no rows
+        nested = getattr(model, "_nested_outputs", None)  # no rows, without calling the model
+        if nested is None:
+            return predict_step(tf.nest.map_structure(lambda t: t[:0], data))
+        return tf.nest.map_structure(lambda t: tf.zeros([0, *t.shape[1:]], t.dtype), nested)
 
     replicas = replication_factor(model)
     object.__setattr__(extended, "replica_elements", lambda ds: _spread(ds, replicas, span))
     object.__setattr__(model, "test_step", spread_test_step)
     object.__setattr__(model, "predict_step", spread_predict_step)
+    object.__setattr__(extended, "replica_span", span)  # outfeeds count replicas, not devices
     model.test_function = model.predict_function = None
     try:
         with extended.input_grouped(grouped):
             return call()
     finally:
-        for owner, name in ((extended, "replica_elements"), (model, "test_step"),
-                            (model, "predict_step")):
+        for owner, name in ((extended, "replica_elements"), (extended, "replica_span"),
+                            (model, "test_step"), (model, "predict_step")):
             object.__delattr__(owner, name)
         model.test_function = model.predict_function = None
 
@@ -502,7 +506,7 @@ def _make_accumulating_train_function(model, n: int):
     def apply_step():
         scale = 1.0 / n if method == GradientAccumulationReductionMethod.MEAN else 1.0
         grads = [tf.identity(acc) * tf.cast(scale, acc.dtype) for acc in accumulators]
-        optimizer.apply_gradients(zip(grads, variables))
+        optimizer.apply_gradients(list(zip(grads, variables)))
         for acc in accumulators:  # tf.function orders these after the reads above
             acc.assign(tf.zeros_like(acc), read_value=False)
 
@@ -609,6 +613,8 @@ def install() -> None:
     import keras
 
     from popdist_launcher.ipu import keras as ipu_keras
-    for namespace in (keras, tf.keras, importlib.import_module("tensorflow.keras")):
+    # ``from tensorflow import keras`` resolves to keras.api._v2.keras, another module object.
+    for namespace in (keras, tf.keras, importlib.import_module("tensorflow.keras"),
+                      importlib.import_module("keras.api._v2.keras")):
         if not hasattr(namespace, "ipu"):
             setattr(namespace, "ipu", ipu_keras)

@@ -76,7 +76,7 @@ def test_replica_layout_errors_name_the_fix():
 
 
 def check(got):
-    for name, method in (("functional", "mean"), ("sequential", "sum")):
+    for name, method, stages in (("functional", "mean", [0, 1, 1]), ("sequential", "sum", [0, 1])):
         w1, w2, losses = two_layer_reference(method)
         result = got[name]
         close(result["w1"], w1.ravel())
@@ -85,7 +85,11 @@ def check(got):
         assert result["iterations"] == 8  # 16 batches / (2 replicas x 2 micro-batches), 2 epochs
         close(result["evaluate"], float(((X @ w1 @ w2 - Y) ** 2).mean()))
         close(result["predict"], (X[:8] @ w1 @ w2).ravel())
-        assert result["stages"] == [0, 1]
+        assert result["stages"] == stages  # functional: Dense, the outfeed layer, Dense
+    # The stage-1 layer's outfeed: one element per micro-batch per replica (16 = 8 steps x 2
+    # epochs), replica r of the first step holding batch r's hidden activations.
+    assert got["activations_shape"] == [16, 2, 2, 2]
+    close(got["activations_first"], [X[0:2] @ W1, X[2:4] @ W1])
     assert got["five_stages"] == ["ValueError", "Current device has 4 IPUs attached, however "
                                   "the current model requires a multiple of 8 IPUs."]
     assert got["pipeline_ops_two_ipus"][0] == "ValueError"

@@ -35,12 +35,26 @@ def dataset():
     return tf.data.Dataset.from_tensor_slices((X, Y)).batch(2, drop_remainder=True)
 
 
+class Outfeed(tf.keras.layers.Layer):
+    """Enqueues its input (as Graphcore's inspecting_tensors tutorial does) and returns it."""
+
+    def __init__(self, queue):
+        super().__init__()
+        self.queue = queue
+
+    def call(self, inputs):
+        if not tf.distribute.in_cross_replica_context():  # not while Keras builds the model
+            self.queue.enqueue(inputs)
+        return inputs
+
+
 def functional():
-    inputs = tf.keras.Input((3,))
+    inputs = tf.keras.Input((3,), batch_size=2)  # an outfeed needs static shapes
     with keras_ipu.PipelineStage(0):
         hidden = tf.keras.layers.Dense(2, use_bias=False,
                                        kernel_initializer=tf.constant_initializer(W1))(inputs)
     with keras_ipu.PipelineStage(1):
+        hidden = Outfeed(activations)(hidden)
         outputs = tf.keras.layers.Dense(1, use_bias=False,
                                         kernel_initializer=tf.constant_initializer(W2))(hidden)
     return tf.keras.Model(inputs, outputs)
@@ -59,6 +73,7 @@ def sequential():
 
 
 strategy = ipu.ipu_strategy.IPUStrategy()
+activations = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
 for name, build, method in (("functional", functional, "mean"), ("sequential", sequential, "sum")):
     with strategy.scope():
         model = build()
@@ -66,6 +81,10 @@ for name, build, method in (("functional", functional, "mean"), ("sequential", s
         model.set_pipelining_options(gradient_accumulation_steps_per_replica=2,
                                      gradient_accumulation_reduction_method=method)
         history = model.fit(dataset(), epochs=2, verbose=0)
+        if name == "functional":  # [micro-batches per replica, replicas, batch, 2]
+            fed = activations.dequeue().numpy()
+            out["activations_shape"] = list(fed.shape)
+            out["activations_first"] = fed[0].tolist()
         out[name] = {
             "w1": model.get_weights()[0].ravel().tolist(),
             "w2": model.get_weights()[1].ravel().tolist(),
