@@ -5,9 +5,11 @@ Gradient accumulation trains as Graphcore's does: each optimizer update uses N m
 (forward and backward pass each), their gradients summed (SUM, the default) or averaged (MEAN,
 RUNNING_MEAN); ``steps_per_execution`` must be a multiple of N and must divide the steps of an
 epoch. A pipelined model (``set_pipelining_options`` with stages from
-``set_pipeline_stage_assignment``) always accumulates; its stages run in order on the replica's
-device, so it computes the same numbers as the unpipelined model. Options that only tune IPU data
-streams or hardware are accepted and logged once.
+``set_pipeline_stage_assignment`` or ``keras.ipu.PipelineStage``) always accumulates; its stages
+run in order on the replica's device, so it computes the same numbers as the unpipelined model.
+Replicas follow Graphcore's rule (``replica_layout``): selected IPUs over the IPUs of one
+pipeline; where the IPUs were made one device each, a replica spans several devices. Options
+that only tune IPU data streams or hardware are accepted and logged once.
 
 Under an IPUStrategy with several local replicas, ``fit`` / ``evaluate`` / ``predict`` follow
 Graphcore's replicated Keras: each replica reads its own batches (consecutive batches go to

@@ -1,7 +1,8 @@
 """Pipelined Keras models on 4 IPUs in Graphcore's style: a functional model split with
 keras.ipu.PipelineStage and a Sequential split with set_pipeline_stage_assignment, 2 stages,
 IPUConfig.auto_select_ipus = 4, so Graphcore's rule gives 2 replicas of 2 IPUs. Writes the
-weights, losses, evaluate/predict results and the errors of other layouts to OUT/keras-pipelining-<instance>.json."""
+weights, losses, evaluate/predict results, a stage's outfeed and the errors of other layouts
+to OUT/keras-pipelining-<instance>.json."""
 import json
 import sys
 
