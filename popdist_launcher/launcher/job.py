@@ -28,7 +28,7 @@ class JobOptions(NamedTuple):
     timeout: Optional[float]
     output: OutputOptions
     placement: str = ""  # POPRUN_PLACEMENT's options (placement.encode)
-    tf_config_mode: str = "worker"  # --tf-config
+    tf_config_mode: str = "auto"  # --tf-config (tf_config.AUTO)
     evaluator: bool = False  # --evaluator
 
 
