@@ -65,8 +65,9 @@ class AfterImportFinder:
         self.hooks: dict = {}  # module name -> ["package.module:function", ...]
 
     def find_spec(self, fullname, path=None, target=None):
-        hooks = self.hooks.pop(fullname, None)
-        if not hooks:
+        # The hooks stay registered until the module's code has run: ``find_spec`` is also
+        # called only to ask whether a module exists (importlib.util.find_spec).
+        if not self.hooks.get(fullname):
             return None
         spec = None
         for finder in sys.meta_path[sys.meta_path.index(self) + 1:]:
@@ -85,7 +86,7 @@ class AfterImportFinder:
                 del loader.exec_module  # one module per loader: back to the class's method
             except AttributeError:
                 pass
-            _run_hooks(hooks, module)
+            _run_hooks(self.hooks.pop(fullname, ()), module)
 
         loader.exec_module = exec_module
         return spec
