@@ -134,3 +134,11 @@ def install(ipu_module=None) -> None:
         sys.meta_path.insert(0, MovedKerasFinder())
     from popdist_launcher._startup import after_import
     after_import("keras.src.engine.training", "popdist_launcher._keras_compat:patch_compile")
+    after_import("keras.losses", "popdist_launcher._keras_compat:add_losses_utils")
+
+
+def add_losses_utils(losses_module) -> None:
+    """``keras.losses.losses_utils`` (Keras 2.6's losses module imported it; Graphcore's programs
+    use ``keras.losses.losses_utils.ReductionV2``)."""
+    if not hasattr(losses_module, "losses_utils"):
+        losses_module.losses_utils = importlib.import_module("keras.src.utils.losses_utils")

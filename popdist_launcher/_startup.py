@@ -35,8 +35,9 @@ class IPUAliasFinder:
     """A meta path finder for ``tensorflow.python.ipu`` and its submodules."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname in KERAS_ALIASES:
-            real = KERAS_TARGET
+        keras_alias = next((a for a in KERAS_ALIASES if fullname == a or fullname.startswith(a + ".")), None)
+        if keras_alias is not None:  # keras.ipu.optimizers is popdist_launcher.ipu.keras.optimizers
+            real = KERAS_TARGET + fullname[len(keras_alias):]
         elif fullname == ALIASED or fullname.startswith(ALIASED + "."):
             real = TARGET + fullname[len(ALIASED):]
         else:

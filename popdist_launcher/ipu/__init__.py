@@ -12,6 +12,9 @@ _OPS = {"cross_replica_ops", "embedding_ops", "image_ops", "math_ops", "nn_ops",
         "normalization_ops", "all_to_all_op", "control_flow_ops", "functional_ops", "rand_ops",
         "reduce_scatter_op", "replication_ops", "slicing_ops", "statistics_ops",
         "within_replica_ops"}
+# ... and its optimizer modules (ipu.cross_replica_optimizer is ipu.optimizers.cross_replica_optimizer).
+_OPTIMIZERS = {"cross_replica_optimizer", "gradient_accumulation_optimizer", "ipu_optimizer",
+               "map_gradient_optimizer", "sharded_optimizer"}
 
 
 def _submodule(package: str, name: str):
@@ -32,6 +35,8 @@ def __getattr__(name):
     module = _submodule(__name__, name)
     if module is None and name in _OPS:
         module = _submodule(f"{__name__}.ops", name)
+    if module is None and name in _OPTIMIZERS:
+        module = _submodule(f"{__name__}.optimizers", name)
     if module is None:
         raise AttributeError(f"module 'popdist_launcher.ipu' has no attribute {name!r}")
     return module
@@ -40,7 +45,7 @@ def __getattr__(name):
 def __dir__():
     import pkgutil
     names = {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
-    return sorted(names | _OPS | {"config"})
+    return sorted(names | _OPS | _OPTIMIZERS | {"config"})
 
 
 __all__ = __dir__()

@@ -492,6 +492,8 @@ def _make_accumulating_train_function(model, n: int):
         grads = tape.gradient(scaled, variables)
         if hasattr(optimizer, "get_unscaled_gradients"):
             grads = optimizer.get_unscaled_gradients(grads)
+        elif hasattr(optimizer, "_accumulation_micro_batch"):  # keras.ipu.optimizers.ALSOptimizer
+            grads = optimizer._accumulation_micro_batch(grads)  # noqa: SLF001
         updates = []
         for acc, grad in zip(accumulators, grads):
             if grad is None:
@@ -508,7 +510,7 @@ def _make_accumulating_train_function(model, n: int):
     def apply_step():
         scale = 1.0 / n if method == GradientAccumulationReductionMethod.MEAN else 1.0
         grads = [tf.identity(acc) * tf.cast(scale, acc.dtype) for acc in accumulators]
-        optimizer.apply_gradients(list(zip(grads, variables)))
+        getattr(optimizer, "_accumulation_apply", optimizer.apply_gradients)(list(zip(grads, variables)))
         for acc in accumulators:  # tf.function orders these after the reads above
             acc.assign(tf.zeros_like(acc), read_value=False)
 

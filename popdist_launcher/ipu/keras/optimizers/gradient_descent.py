@@ -1,0 +1,39 @@
+"""``keras.ipu.optimizers.ALSOptimizerSGD``: automatic loss scaling around Keras's SGD."""
+from __future__ import annotations
+
+from keras.src.optimizers.legacy import gradient_descent
+
+from popdist_launcher.ipu.keras.optimizers.als_optimizer import ALSDefaults, ALSOptimizer
+
+
+class ALSOptimizerSGD(ALSOptimizer):
+    """``ALSOptimizer`` around a (legacy) Keras ``SGD`` made from the first arguments. The
+    gradients are unscaled before SGD applies them, so its moments hold unscaled values
+    and the update is SGD's on the unscaled gradients (Graphcore's folds the unscaling
+    into SGD's coefficients to keep float16 moments in range; in float32 the two agree)."""
+
+    def __init__(self, learning_rate=0.01, momentum=0.0,
+                 initial_loss_scaling_factor=ALSDefaults.initial_loss_scaling_factor,
+                 update_frequency=ALSDefaults.update_frequency,
+                 increase_factor=ALSDefaults.increase_factor,
+                 max_loss_scaling_factor=ALSDefaults.max_loss_scaling_factor,
+                 accumulate_statistics_over_update_period=ALSDefaults.
+                 accumulate_statistics_over_update_period,
+                 ratio_threshold=ALSDefaults.ratio_threshold,
+                 captured_grads_only=ALSDefaults.captured_grads_only,
+                 lpf_alpha=ALSDefaults.lpf_alpha,
+                 histogram_bin_edge=ALSDefaults.histogram_bin_edge,
+                 name: str = "ALSOptimizerSGD") -> None:
+        super().__init__(gradient_descent.SGD(learning_rate=learning_rate, momentum=momentum),
+                         initial_loss_scaling_factor, update_frequency, increase_factor,
+                         max_loss_scaling_factor, accumulate_statistics_over_update_period,
+                         ratio_threshold, captured_grads_only, lpf_alpha, histogram_bin_edge,
+                         name)
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        inner = config.pop("inner_optimizer_config")
+        config.pop("inner_optimizer_type", None)
+        keys = ('learning_rate', 'momentum')
+        return cls(**{k: inner[k] for k in keys if k in inner}, **config)
