@@ -12,6 +12,8 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
+from popdist_launcher.ipu import _jit_functions
+
 log = logging.getLogger(__name__)
 _ids = itertools.count()
 
@@ -38,6 +40,7 @@ class IPUInfeedQueue:
             raise ValueError(f"prefetch_depth must be in [1, 255], got {prefetch_depth}.")
         if device_ordinal is not None and (not isinstance(device_ordinal, int) or device_ordinal < 0):
             raise ValueError(f"device_ordinal must be an int >= 0, got {device_ordinal!r}.")
+        _jit_functions.install()
         self._dataset = dataset
         self._structure = dataset.element_spec
         self._device_ordinal = device_ordinal or 0
@@ -53,6 +56,7 @@ class IPUInfeedQueue:
     def _dequeue(self):
         """The next element (a nested structure of tensors); the loops call this once per
         iteration."""
+        _jit_functions.host_operation("IPUInfeedQueue")
         if self._iterator is None:
             with tf.init_scope(), tf.device("/device:CPU:0"):
                 self._iterator = iter(self._dataset)

@@ -17,6 +17,8 @@ from typing import Any, Optional, Tuple
 
 import tensorflow as tf
 
+from popdist_launcher.ipu import _jit_functions
+
 log = logging.getLogger(__name__)
 _ids = itertools.count()
 _CAPACITY = 2 ** 31 - 1
@@ -43,6 +45,7 @@ class IPUOutfeedQueue:
             raise ValueError(f"device_ordinal must be an int >= 0, got {device_ordinal!r}.")
         if buffer_depth <= 0:
             raise ValueError(f"Outfeed buffer depth cannot be less than 1, got {buffer_depth}.")
+        _jit_functions.install()
         self._device_ordinal = device_ordinal or 0
         self._feed_name = f"outfeed_{next(_ids)}"
         self._structure = None
@@ -57,6 +60,7 @@ class IPUOutfeedQueue:
     def enqueue(self, tensors: Any):
         """Append ``tensors`` (a tensor, or a list, tuple or dict of them) to this replica's
         queue; returns the op."""
+        _jit_functions.host_operation("IPUOutfeedQueue.enqueue")
         replica, replicas = _local_replica()
         flat = [tf.convert_to_tensor(t) for t in tf.nest.flatten(tensors)]
         if self._queues is None:

@@ -20,7 +20,7 @@ import logging
 
 import tensorflow as tf
 
-from popdist_launcher.ipu import config as ipu_config
+from popdist_launcher.ipu import _jit_functions, config as ipu_config
 from popdist_launcher.strategies._tf_internal import distribute_lib
 
 log = logging.getLogger(__name__)
@@ -39,8 +39,11 @@ class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
 
     ``enable_dataset_iterators`` is accepted for Graphcore's signature (datasets are always
     iterated on the host here); ``enable_keras_extensions`` adds the IPU Keras methods to Keras
-    models (True by default, as in Graphcore's).
+    models (True by default, as in Graphcore's). A ``tf.function(jit_compile=True)`` run under
+    it runs without XLA (see ``ipu._jit_functions``).
     """
+
+    _ipu_layer = True
 
     def __init__(self, ipu_device: str = "/device:IPU:0", cpu_device: str = "/device:CPU:0",
                  enable_dataset_iterators: bool = True, enable_keras_extensions: bool = True) -> None:
@@ -62,6 +65,7 @@ class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
         self._ipu_device = ipu_device
         self._cpu_device = cpu_device
         self._device_ordinal = ordinal
+        _jit_functions.install()
         if enable_keras_extensions:
             from popdist_launcher.ipu import keras_extensions
             keras_extensions.install()
@@ -80,6 +84,10 @@ class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
     def num_local_replicas(self) -> int:
         """The replicas this strategy runs: 1, or one per local IPU device IPUConfig made."""
         return len(self.extended.worker_devices)
+
+    def run(self, fn, args=(), kwargs=None, options=None):
+        _jit_functions.host_operation("IPUStrategy.run")
+        return super().run(fn, args=args, kwargs=kwargs, options=options)
 
     def experimental_run_v2(self, fn, args=(), kwargs=None, options=None):
         """The TF 2.0/2.1 name of ``run``, still used by IPU-era code."""

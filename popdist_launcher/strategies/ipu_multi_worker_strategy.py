@@ -18,7 +18,7 @@ import logging
 import tensorflow as tf
 
 from popdist_launcher import tf_config
-from popdist_launcher.ipu import config as ipu_config
+from popdist_launcher.ipu import _jit_functions, config as ipu_config
 from popdist_launcher.strategies._common import is_sharded, resolve_reduce_op
 from popdist_launcher.strategies._tf_internal import (TFConfigClusterResolver,
                                                        collective_all_reduce_strategy)
@@ -101,7 +101,10 @@ class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceE
 
 
 class IPUMultiWorkerStrategy(collective_all_reduce_strategy.CollectiveAllReduceStrategy):
-    """Multi-worker data parallelism with TensorFlow collectives; cluster from TF_CONFIG."""
+    """Multi-worker data parallelism with TensorFlow collectives; cluster from TF_CONFIG. A
+    ``tf.function(jit_compile=True)`` run under it runs without XLA (see ``ipu._jit_functions``)."""
+
+    _ipu_layer = True
 
     def __init__(self, cluster_resolver=None, ipu_device: str = "/device:IPU:0",
                  variables_on_host: bool = False) -> None:
@@ -114,9 +117,14 @@ class IPUMultiWorkerStrategy(collective_all_reduce_strategy.CollectiveAllReduceS
             self, IPUMultiWorkerExtended(self, cluster_resolver, variables_on_host))
         from tensorflow.python.distribute import distribute_lib
         distribute_lib.distribution_strategy_gauge.get_cell("V2").set("IPUMultiWorkerStrategy")
+        _jit_functions.install()
 
     def reduce(self, reduce_op, value, axis=None):
         return super().reduce(resolve_reduce_op(reduce_op), value, axis)
+
+    def run(self, fn, args=(), kwargs=None, options=None):
+        _jit_functions.host_operation("IPUMultiWorkerStrategy.run")
+        return super().run(fn, args=args, kwargs=kwargs, options=options)
 
     def experimental_run_v2(self, fn, args=(), kwargs=None, options=None):
         return self.run(fn, args=args, kwargs=kwargs, options=options)

@@ -20,7 +20,7 @@ from typing import Iterator
 import tensorflow as tf
 
 from popdist_launcher import collectives, runtime
-from popdist_launcher.ipu import config as ipu_config
+from popdist_launcher.ipu import _jit_functions, config as ipu_config
 from popdist_launcher.strategies._tf_internal import (CheckpointInitialValue, distribute_lib,
                                                        distribute_utils, input_lib_v1, input_util,
                                                        mirrored_strategy, nest, reduce_util,
@@ -259,10 +259,14 @@ def _check_replication_mode(options) -> None:
 
 
 class _HorovodStrategyBase(distribute_lib.Strategy):
-    """Shared API of the Horovod-backed strategies."""
+    """Shared API of the Horovod-backed strategies; a ``tf.function(jit_compile=True)`` run
+    under one runs without XLA (see ``ipu._jit_functions``)."""
+
+    _ipu_layer = True
 
     def __init__(self, extended: HorovodExtended) -> None:
         super().__init__(extended)
+        _jit_functions.install()
 
     @property
     def _collective_key_base(self) -> int:
@@ -271,6 +275,10 @@ class _HorovodStrategyBase(distribute_lib.Strategy):
 
     def reduce(self, reduce_op, value, axis=None):
         return super().reduce(resolve_reduce_op(reduce_op), value, axis)
+
+    def run(self, fn, args=(), kwargs=None, options=None):
+        _jit_functions.host_operation(f"{type(self).__name__}.run")
+        return super().run(fn, args=args, kwargs=kwargs, options=options)
 
     def experimental_run_v2(self, fn, args=(), kwargs=None, options=None):
         """The TF 2.0/2.1 name of ``run``, still used by IPU-era code."""
