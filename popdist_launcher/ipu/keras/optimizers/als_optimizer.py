@@ -104,14 +104,15 @@ class ALSOptimizer(_OptimizerV2Wrapper):
             accumulate_statistics_over_update_period=bool(accumulate_statistics_over_update_period),
             ratio_threshold=ratio_threshold, captured_grads_only=bool(captured_grads_only),
             lpf_alpha=float(lpf_alpha), histogram_bin_edge=histogram_bin_edge)
-        first = tf.VariableAggregation.ONLY_FIRST_REPLICA
-        self._hist = self.add_weight("gradient_histogram", (2,), tf.float32, "zeros",
-                                     aggregation=first)
-        self._n = self.add_weight("lsf_update_counter", (), tf.int32, "zeros", aggregation=first)
+        # Each replica keeps its own state (updated without cross-replica calls); read from
+        # outside the replicas, it is the first replica's.
+        local = dict(synchronization=tf.VariableSynchronization.ON_READ,
+                     aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        self._hist = self.add_weight("gradient_histogram", (2,), tf.float32, "zeros", **local)
+        self._n = self.add_weight("lsf_update_counter", (), tf.int32, "zeros", **local)
         lsf = tf.keras.initializers.Constant(float(initial_loss_scaling_factor))
-        self._lsf = self.add_weight("loss_scaling_factor", (), tf.float32, lsf, aggregation=first)
-        self._prev_lsf = self.add_weight("prev_loss_scaling_factor", (), tf.float32, lsf,
-                                         aggregation=first)
+        self._lsf = self.add_weight("loss_scaling_factor", (), tf.float32, lsf, **local)
+        self._prev_lsf = self.add_weight("prev_loss_scaling_factor", (), tf.float32, lsf, **local)
 
     # -- settings, read only as in Graphcore's -----------------------------------------------
     def _setting(name: str) -> property:  # noqa: N805 (a helper of the class body)
