@@ -7,12 +7,19 @@ last dequeue, stacked on a new first axis (``IPUOutfeedMode.ALL``), or only the 
 replicas (a replicated IPUStrategy, PopDistStrategy with --num-replicas), each replica has its
 own queue and the result has a replica axis, as Graphcore's with a replication factor above 1:
 ``[enqueues, replicas, ...]`` (ALL) or ``[replicas, ...]`` (LAST).
+
+Another thread may drain the queue while the program trains (dequeue returns what has arrived
+so far, as on an IPU). Once every thread that enqueues into it (the threads that built its
+enqueues, and the main thread) has ended, such a reader gets ``tf.errors.OutOfRangeError``
+instead of an empty result, so a program whose main thread raised ends instead of waiting for
+its reader forever.
 """
 from __future__ import annotations
 
 import enum
 import itertools
 import logging
+import threading
 from typing import Any, Optional, Tuple
 
 import tensorflow as tf
@@ -51,6 +58,7 @@ class IPUOutfeedQueue:
         self._structure = None
         self._queues = None  # one per local replica
         self._replicated = False
+        self._producers = set()  # the threads that built enqueues into this queue
 
     @property
     def enqueued(self) -> bool:
@@ -63,6 +71,7 @@ class IPUOutfeedQueue:
         _jit_functions.host_operation("IPUOutfeedQueue.enqueue")
         replica, replicas = _local_replica()
         flat = [tf.convert_to_tensor(t) for t in tf.nest.flatten(tensors)]
+        self._producers.add(threading.current_thread())
         if self._queues is None:
             self._structure = tensors
             self._replicated = replicas > 1
@@ -89,9 +98,15 @@ class IPUOutfeedQueue:
         """Everything enqueued since the last dequeue: each tensor stacked on a new first axis
         (ALL; empty arrays when nothing was enqueued), or the last element enqueued (LAST; again
         on the next dequeue until a newer one arrives; an error when nothing was enqueued).
-        With several replicas, a replica axis follows the first (ALL) or comes first (LAST)."""
+        With several replicas, a replica axis follows the first (ALL) or comes first (LAST).
+        Eager, from a thread that does not enqueue into it: an empty list before the first
+        enqueue (as Graphcore's), OutOfRangeError when nothing is left and every thread that
+        enqueues has ended."""
         if self._queues is None:
-            raise ValueError("Trying to dequeue an outfeed which has not been enqueued.")
+            if not tf.executing_eagerly() or self._is_producer():
+                raise ValueError("Trying to dequeue an outfeed which has not been enqueued.")
+            self._check_producers_alive()
+            return []
         with tf.device("/device:CPU:0"):
             per_replica = [self._dequeue_one(queue) for queue in self._queues]
             if not self._replicated:
@@ -99,7 +114,28 @@ class IPUOutfeedQueue:
             else:
                 axis = 0 if self._outfeed_mode == IPUOutfeedMode.LAST else 1
                 flat = [tf.stack(parts, axis=axis) for parts in zip(*per_replica)]
+        if (tf.executing_eagerly() and self._outfeed_mode == IPUOutfeedMode.ALL
+                and flat and flat[0].shape[0] == 0):
+            self._check_producers_alive()
         return tf.nest.pack_sequence_as(self._structure, list(flat))
+
+    def _is_producer(self) -> bool:
+        current = threading.current_thread()
+        return current in self._producers or (not self._producers
+                                              and current is threading.main_thread())
+
+    def _check_producers_alive(self) -> None:
+        """Raise OutOfRangeError in a reader thread when every thread that could still enqueue
+        (those that built enqueues, and the main thread) has ended."""
+        current = threading.current_thread()
+        if current in self._producers:
+            return
+        others = (self._producers | {threading.main_thread()}) - {current}
+        if others and not any(thread.is_alive() for thread in others):
+            raise tf.errors.OutOfRangeError(
+                None, None, f"IPUOutfeedQueue {self._feed_name} is empty and every thread that "
+                f"could enqueue into it has ended ({', '.join(sorted(t.name for t in others))}): "
+                f"nothing more will arrive, so this reader stops.")
 
     def _dequeue_one(self, queue) -> list:
         flat = queue.dequeue_many(queue.size())
@@ -124,6 +160,7 @@ class IPUOutfeedQueue:
     def _delete(self) -> None:
         self._queues = None
         self._structure = None
+        self._producers = set()
 
     def __iter__(self):
         """Eager, mode ALL: the dequeued elements one by one (each with its replica axis when
@@ -134,12 +171,17 @@ class IPUOutfeedQueue:
             raise RuntimeError("IPUOutfeedQueue can only be iterated over if the `outfeed_mode` "
                                "is set to 'IPUOutfeedMode.ALL'.")
         if self._queues is None:
+            self._check_producers_alive()
             return iter(())
-        values = self.dequeue()
-        flat = tf.nest.flatten(values)
-        count = int(flat[0].shape[0]) if flat else 0
-        return (tf.nest.pack_sequence_as(self._structure, [t[i] for t in flat])
-                for i in range(count))
+        flat = tf.nest.flatten(self.dequeue())
+        if not flat or flat[0].shape[0] == 0:
+            return iter(())
+        # One unstack per tensor (not one slice per element): a reader thread that drains the
+        # queue while the program trains costs the training little.
+        with tf.device("/device:CPU:0"):
+            columns = [tf.unstack(t) for t in flat]
+        return (tf.nest.pack_sequence_as(self._structure, list(element))
+                for element in zip(*columns))
 
 
 def _local_replica() -> Tuple[int, int]:
