@@ -327,10 +327,73 @@ def _replicas(model) -> Tuple[int, int]:
         return getattr(strategy.extended, "num_local_replicas", 1), 1
     if system is None:
         return 1, 1
+    if strategy.num_local_replicas == 1 and not system.multi_replica_distribution:
+        emulated = emulated_replicas(model)
+        if emulated > 1:
+            return emulated, 1
     popdist_local = runtime.context().num_local_replicas if system.multi_replica_distribution else None
     return replica_layout(
         system.num_ipus, shard_count(model), strategy.num_local_replicas, system.ipus_per_replica,
         popdist_local, system.missing_devices or "IPUStrategy was given an ipu_device other than IPU:0")
+
+
+def emulated_replicas(model) -> int:
+    """The replicas Graphcore's rule gives a model under an IPUStrategy that has a single
+    device (TensorFlow started before configure_ipu_system could make one device per
+    replica): they run one after another on that device (1: no emulation)."""
+    from popdist_launcher.ipu import config, ipu_strategy
+
+    system = config.get_configured_system()
+    strategy = model.distribute_strategy
+    if system is None or not isinstance(strategy, ipu_strategy.IPUStrategyV1) or \
+            strategy.num_local_replicas != 1 or system.multi_replica_distribution:
+        return 1
+    shards = shard_count(model)
+    rounded = 2 ** math.ceil(math.log2(shards))
+    if shards > system.num_ipus:
+        raise ValueError(f"Current device has {system.num_ipus} IPUs attached, however the "
+                         f"current model requires a multiple of {rounded} IPUs.")
+    replicas = system.num_ipus // rounded
+    if replicas > 1:
+        _log_once("emulated", "IPUConfig selects %d IPUs for a model of %d shard(s): %d "
+                  "replicas, as Graphcore's IPUStrategy trains; %s so they run one after "
+                  "another on one device, each on its own batches, their gradients summed (a "
+                  "layer that couples the samples of a batch, such as BatchNormalization, sees "
+                  "each replica's batch in training and all replicas' batches at once in "
+                  "evaluate/predict).", system.num_ipus, rounded, replicas,
+                  system.missing_devices or "the strategy has a single device,")
+    return replicas
+
+
+def _emulated_input(model, x, y, sample_weight, batch_size, steps):
+    """``(x, y, sample_weight, batch_size, steps, replicas)`` for replicas run one after another
+    on one device (``emulated_replicas``): each step reads the next batch of every replica,
+    concatenated (datasets: ``replicas`` elements; arrays: ``batch_size x replicas`` rows, the
+    rows that fill no such step dropped with a warning); ``steps`` counts per-replica steps."""
+    replicas = emulated_replicas(model)
+    if replicas == 1:
+        return x, y, sample_weight, batch_size, steps, 1
+    total = _num_batches(x, batch_size, steps)
+    if total is None:
+        raise ValueError(f"Could not infer the size of the data for {replicas} replicas. You "
+                         f"must specify the number of steps to run.")
+    if total < replicas:
+        raise ValueError(f"The provided dataset contains {total} batches, but all {replicas} "
+                         f"replicas need at least one each.")
+    if total % replicas:
+        log.warning("Dataset of %d batches is being evenly distributed between %d replicas. The "
+                    "remaining %d batch(es) will be dropped.", total, replicas, total % replicas)
+    if isinstance(x, tf.data.Dataset):
+        return (_spread(x, replicas, 1), y, sample_weight, batch_size,
+                None if steps is None else steps // replicas, replicas)
+    batch_size = batch_size or 32
+    rows = total // replicas * replicas * batch_size
+
+    def cut(data):
+        return tf.nest.map_structure(lambda a: a[:rows] if hasattr(a, "shape") else a, data)
+
+    return (cut(x), cut(y), cut(sample_weight), batch_size * replicas,
+            None if steps is None else steps // replicas, replicas)
 
 
 def _num_batches(x, batch_size, steps) -> Optional[int]:
@@ -354,7 +417,7 @@ def _replica_input(model, x, batch_size, steps, what: str) -> Tuple[Any, Optiona
     replica); arrays are grouped by the strategy and get ``steps``. Unchanged without
     replication."""
     replicas, span = _replicas(model)
-    if replicas * span == 1:
+    if replicas * span == 1 or emulated_replicas(model) > 1:
         return x, steps, False
     total = _num_batches(x, batch_size, steps)
     if total is None:
@@ -414,7 +477,7 @@ def _run_replicated(model, grouped: bool, call: Callable[[], Any]) -> Any:
     if not hasattr(extended, "input_grouped"):
         return call()
     span = replica_span(model)
-    if span == 1:
+    if span == 1 or "replica_span" in extended.__dict__:  # or inside fit's (validation)
         with extended.input_grouped(grouped):
             return call()
     test_step, predict_step = model.test_step, model.predict_step
@@ -477,13 +540,13 @@ def _make_accumulating_train_function(model, n: int):
                         for v in variables]
     optimizer = model.optimizer
     span = replica_span(model)
+    emulated = emulated_replicas(model)
     if _is_pipelined(model):
         _log_once("pipeline", "pipelined Keras model: the stages run in order on the replica's "
                   "device, %d micro-batches per update", n)
 
-    def micro_step(data, index):
-        if not _is_stage_device(span):  # a replica's other devices: nothing to add
-            return model.get_metrics_result()
+    def replica_gradients(data):
+        """The gradients of one replica's batch; its metrics updated."""
         x, y, sample_weight = data_adapter.unpack_x_y_sample_weight(data)
         with tf.GradientTape() as tape:
             y_pred = model(x, training=True)
@@ -494,6 +557,25 @@ def _make_accumulating_train_function(model, n: int):
             grads = optimizer.get_unscaled_gradients(grads)
         elif hasattr(optimizer, "_accumulation_micro_batch"):  # keras.ipu.optimizers.ALSOptimizer
             grads = optimizer._accumulation_micro_batch(grads)  # noqa: SLF001
+        with tf.control_dependencies([g for g in grads if g is not None]):
+            return grads, model.compute_metrics(x, y, y_pred, sample_weight)
+
+    def micro_step(data, index):
+        if not _is_stage_device(span):  # a replica's other devices: nothing to add
+            return model.get_metrics_result()
+        if emulated == 1:
+            grads, metrics = replica_gradients(data)
+        else:  # the replicas' batches, one after another; their gradients summed
+            def part(r):
+                def rows(t):
+                    size = tf.shape(t)[0] // emulated
+                    return t[r * size:(r + 1) * size]
+                return tf.nest.map_structure(rows, data)
+
+            grads, metrics = replica_gradients(part(0))
+            for r in range(1, emulated):
+                more, metrics = replica_gradients(part(r))
+                grads = [None if g is None else g + m for g, m in zip(grads, more)]
         updates = []
         for acc, grad in zip(accumulators, grads):
             if grad is None:
@@ -505,7 +587,7 @@ def _make_accumulating_train_function(model, n: int):
             else:
                 updates.append(acc.assign_add(grad, read_value=False))
         with tf.control_dependencies(updates):
-            return model.compute_metrics(x, y, y_pred, sample_weight)
+            return tf.nest.map_structure(tf.identity, metrics)
 
     def apply_step():
         scale = 1.0 / n if method == GradientAccumulationReductionMethod.MEAN else 1.0
@@ -554,8 +636,8 @@ def _build_from_data(model, x) -> None:
 
 
 def _make_train_function(self, force: bool = False):
-    if "_ipu_options" not in self.__dict__ or (accumulation_steps(self) == 1 and
-                                               replica_span(self) == 1):
+    if emulated_replicas(self) == 1 and ("_ipu_options" not in self.__dict__ or (
+            accumulation_steps(self) == 1 and replica_span(self) == 1)):
         return _original["make_train_function"](self, force=force)
     if self.train_function is not None and not force:
         return self.train_function
@@ -567,6 +649,8 @@ def _fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callba
          validation_split=0.0, validation_data=None, shuffle=True, class_weight=None,
          sample_weight=None, initial_epoch=0, steps_per_epoch=None, **kwargs):
     original_x = x
+    x, y, sample_weight, batch_size, steps_per_epoch, _ = _emulated_input(
+        self, x, y, sample_weight, batch_size, steps_per_epoch)
     x, steps, grouped = _replica_input(self, x, batch_size, steps_per_epoch, "fit")
     if "_ipu_options" in self.__dict__ and (accumulation_steps(self) > 1 or replica_span(self) > 1):
         _check_steps(self, _num_batches(x, batch_size, steps))  # per replica
@@ -579,6 +663,8 @@ def _fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callba
 
 def _evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None,
               steps=None, **kwargs):
+    x, y, sample_weight, batch_size, steps, _ = _emulated_input(self, x, y, sample_weight,
+                                                                batch_size, steps)
     x, steps, grouped = _replica_input(self, x, batch_size, steps, "evaluate")
     return _run_replicated(self, grouped, lambda: _original["evaluate"](
         self, x, y, batch_size=batch_size, verbose=verbose, sample_weight=sample_weight,
@@ -587,6 +673,7 @@ def _evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weig
 
 def _predict(self, x, batch_size=None, verbose="auto", steps=None, **kwargs):
     """Replicas' outputs come back in the order of the input, as Graphcore's."""
+    x, _, _, batch_size, steps, _ = _emulated_input(self, x, None, None, batch_size, steps)
     x, steps, grouped = _replica_input(self, x, batch_size, steps, "predict")
     return _run_replicated(self, grouped, lambda: _original["predict"](
         self, x, batch_size=batch_size, verbose=verbose, steps=steps, **kwargs))
