@@ -48,6 +48,7 @@ class IPUInfeedQueue:
         self._dequeued = False
         self._initialized = False
         self._iterator = None
+        self._replica_iterators = {}  # local replica -> its iterator, when several dequeue
         self._last_loop = None  # (program, output) of the last compiled loop on it (see loops)
         if not tf.executing_eagerly():
             with tf.device("/device:CPU:0"):
@@ -55,12 +56,23 @@ class IPUInfeedQueue:
 
     def _dequeue(self):
         """The next element (a nested structure of tensors); the loops call this once per
-        iteration."""
+        iteration. Dequeued by several local replicas (``strategy.run`` of a replicated
+        strategy), replica r of R reads elements r, R + r, 2R + r ..., as an IPU infeed feeds
+        the replicas of a replicated program consecutive elements."""
+        from popdist_launcher.ipu.ipu_outfeed_queue import _local_replica
         _jit_functions.host_operation("IPUInfeedQueue")
+        self._dequeued = True
+        replica, replicas = _local_replica()
+        if replicas > 1 and replica >= 0 and tf.compat.v1.executing_eagerly_outside_functions():
+            iterator = self._replica_iterators.get(replica)
+            if iterator is None:
+                with tf.init_scope(), tf.device("/device:CPU:0"):
+                    iterator = iter(self._dataset.shard(replicas, replica))
+                self._replica_iterators[replica] = iterator
+            return iterator.get_next()
         if self._iterator is None:
             with tf.init_scope(), tf.device("/device:CPU:0"):
                 self._iterator = iter(self._dataset)
-        self._dequeued = True
         return self._iterator.get_next()
 
     @property
@@ -83,6 +95,7 @@ class IPUInfeedQueue:
             self._initialized = True
             with tf.device("/device:CPU:0"):
                 self._iterator = iter(self._dataset)
+            self._replica_iterators = {}
             return None
         if self._initialized:
             raise ValueError("The IPUInfeedQueue `initializer` function can only be accessed once.")
@@ -94,6 +107,7 @@ class IPUInfeedQueue:
         """Releases the iterator, so the dataset can be fed again from its start."""
         if tf.executing_eagerly():
             self._iterator = None
+            self._replica_iterators = {}
             return None
         return tf.no_op(name=f"{self._id}_deleter")
 

@@ -85,6 +85,17 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
     def _use_merge_call(self) -> bool:
         return True  # every cross-replica reduction goes through _batch_reduce_to
 
+    def _call_for_each_replica(self, fn, args, kwargs):
+        if self._num_local > 1:
+            return super()._call_for_each_replica(fn, args, kwargs)
+        # One local replica: run fn in place, as a one-device strategy does (no replica thread),
+        # so a reduction may sit inside a loop of fn (an optimizer step in an on-device loop).
+        context = distribute_lib.ReplicaContext(self._container_strategy(),
+                                                replica_id_in_sync_group=self._instance_index)
+        args, kwargs = distribute_utils.select_replica(0, (args, kwargs))
+        with tf.device(self._devices[0]), context:
+            return distribute_utils.regroup((fn(*args, **kwargs),))
+
     # ---- variables -----------------------------------------------------------------------
     def _get_variable_creator_initial_value(self, replica_id, device, primary_var, **kwargs):
         if replica_id != 0 or _is_global_step(kwargs):
