@@ -652,7 +652,8 @@ def _fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callba
     x, y, sample_weight, batch_size, steps_per_epoch, _ = _emulated_input(
         self, x, y, sample_weight, batch_size, steps_per_epoch)
     x, steps, grouped = _replica_input(self, x, batch_size, steps_per_epoch, "fit")
-    if "_ipu_options" in self.__dict__ and (accumulation_steps(self) > 1 or replica_span(self) > 1):
+    if emulated_replicas(self) > 1 or "_ipu_options" in self.__dict__ and (
+            accumulation_steps(self) > 1 or replica_span(self) > 1):
         _check_steps(self, _num_batches(x, batch_size, steps))  # per replica
         if not self.built:
             _build_from_data(self, original_x)

@@ -134,6 +134,8 @@ class _OptimizerV2Wrapper(OptimizerV2):
     def get_gradients(self, loss, params):
         """Gradients of ``loss`` w.r.t. ``params`` in a graph (a ``tf.function``), as
         ``OptimizerV2.get_gradients``."""
+        if isinstance(self._opt, _OptimizerV2Wrapper):  # it scales the loss itself
+            return self._opt.get_gradients(loss, params)
         loss = self._loss_for_gradients(loss)
         if _is_legacy(self._opt):
             return self._opt.get_gradients(loss, params)
