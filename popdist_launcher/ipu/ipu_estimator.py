@@ -105,6 +105,7 @@ class IPUEstimator(tf.estimator.Estimator):
             model_dir = _job_model_dir(ctx.num_instances)
         self._user_config = config
         self._ipu_run_config = config.ipu_run_config
+        self._configure_replicas(ctx)
         self._train_strategy = config.train_distribute or self._default_strategy()
         self._eval_strategy = config.eval_distribute or self._train_strategy
         self._num_instances = ctx.num_instances
@@ -138,6 +139,20 @@ class IPUEstimator(tf.estimator.Estimator):
         pass
 
     # ---- configuration -------------------------------------------------------------------
+    def _configure_replicas(self, ctx) -> None:
+        """In a single process (no launcher replicas), IPURunConfig's ``num_replicas`` replicas
+        of ``num_shards`` IPUs, from ``ipu_options``, as Graphcore's IPUEstimator configures
+        them, unless the program configured the IPU system itself."""
+        from popdist_launcher.ipu import config as ipu_config
+
+        run_config = self._ipu_run_config
+        if run_config.ipu_options is None or run_config.num_replicas == 1 or \
+                ctx.num_instances > 1 or ctx.num_local_replicas > 1 or \
+                ipu_config.get_configured_system() is not None:
+            return
+        ipu_config.configure_ipu_system(run_config.ipu_options,
+                                        ipus_per_replica=run_config.num_shards)
+
     @staticmethod
     def _default_strategy():
         from popdist_launcher.strategies import PopDistStrategy
