@@ -1,7 +1,8 @@
 """keras.ipu.optimizers and keras.ipu.layers against NumPy: ALS (loss scaling factor trajectory
 by Graphcore's rule, float16 histogram, weights equal to the unscaled optimizer), gradient
 accumulation (one update per N calls), and Graphcore's 2 replicas of a non-pipelined model on an
-IPUStrategy that TensorFlow started with one device; one process and under poprun-lite -np 2."""
+IPUStrategy that TensorFlow started with one device (one process and under poprun-lite -np 2)
+and of an IPUEstimator with IPURunConfig(num_replicas=2) (one process)."""
 import json
 import subprocess
 import sys
@@ -138,3 +139,15 @@ def test_keras_ipu_optimizers_under_poprun(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     for index in range(2):
         check(json.loads((tmp_path / f"keras-ipu-optimizers-{index}.json").read_text()))
+
+
+@pytest.mark.slow
+def test_ipu_estimator_num_replicas_two_in_one_process(tmp_path):
+    # IPURunConfig(num_replicas=2) with ipu_options selecting 2 IPUs: 2 replicas, each step
+    # replica r reads batch 2s + r, CrossReplicaOptimizer averages their gradients.
+    result = subprocess.run([sys.executable, str(PROGRAMS / "ipu_estimator_replicas.py"),
+                             str(tmp_path)], capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    got = json.loads((tmp_path / "ipu-estimator-replicas.json").read_text())
+    assert (got["step"], got["replicas"]) == (4, 2)
+    close(got["w"], sgd(2, scale=0.5)[0])
