@@ -18,6 +18,21 @@ def _accumulator_dtype(dtype, variable) -> tf.DType:
     return tf.as_dtype(dtype)
 
 
+def _check_single_device(name: str) -> None:
+    """ValueError inside a strategy with several local replica devices: the update every N
+    calls is a conditional cross-replica step, which TensorFlow's replicas cannot take."""
+    if not tf.distribute.has_strategy() or tf.distribute.in_cross_replica_context():
+        return
+    devices = len(tf.distribute.get_strategy().extended.worker_devices)
+    if devices > 1:
+        raise ValueError(
+            f"{name} cannot run inside a strategy with {devices} local replica devices here (its "
+            f"update every num_mini_batches calls would be a conditional cross-replica step). "
+            f"For a Keras model use model.set_gradient_accumulation_options("
+            f"gradient_accumulation_steps_per_replica=N) with the unwrapped optimizer, which "
+            f"gives the same numbers.")
+
+
 class GradientAccumulationOptimizer(_OptimizerV2Wrapper):
     """Wraps a Keras optimizer: each call of ``apply_gradients`` adds the gradients to
     accumulators, and every ``num_mini_batches``-th call has the wrapped optimizer apply them
@@ -25,10 +40,10 @@ class GradientAccumulationOptimizer(_OptimizerV2Wrapper):
     running mean), then clears them. ``iterations`` counts the calls (mini-batches); the
     wrapped optimizer's counts the updates. ``num_mini_batches=1`` gives back ``opt`` itself.
 
-    Accumulators are per replica under a replicated strategy (the wrapped optimizer's update
-    sums the replicas' accumulated gradients, as gradients are summed over replicas without
-    accumulation). ``offload_weight_update_variables`` and
-    ``replicated_optimizer_state_sharding`` place IPU memory and have no effect here.
+    Inside a strategy with several local replica devices it raises a ValueError naming
+    ``model.set_gradient_accumulation_options`` (the same numbers for Keras models).
+    ``offload_weight_update_variables`` and ``replicated_optimizer_state_sharding`` place IPU
+    memory and have no effect here.
     """
 
     def __new__(cls, opt, num_mini_batches, *args, **kwargs):
@@ -75,6 +90,7 @@ class GradientAccumulationOptimizer(_OptimizerV2Wrapper):
                         experimental_aggregate_gradients: bool = True):
         """Accumulate the gradients; apply them with the wrapped optimizer on every
         ``num_mini_batches``-th call. Returns whether this call updated the weights."""
+        _check_single_device(type(self).__name__)
         pairs = [(g, v) for g, v in grads_and_vars if g is not None]
         variables = [v for _, v in pairs]
         counter, accumulators = self._state(variables)
