@@ -641,7 +641,8 @@ class Supervisor:
                 self.router.say(f"poprun-lite: {inst.who} reports a stalled "
                                 f"collective ({reason}); collecting every instance's Python "
                                 f"stacks.")
-                self._collect_stacks(f"{inst.who} reported a stall: {reason}", "stall")
+                self._collect_stacks(f"{inst.who} reported a stall: {reason}", "stall",
+                                     keep=inst.index)
 
     def _on_exit(self, inst: Instance, returncode: int) -> None:
         inst.returncode = returncode
@@ -812,13 +813,20 @@ class Supervisor:
         self._fail(Failure(cause, TIMEOUT_EXIT_CODE, "start-timeout"))
 
     # ---- stacks ------------------------------------------------------------------------------
-    def _collect_stacks(self, reason: str, then: str) -> None:
+    def _collect_stacks(self, reason: str, then: str, keep: Optional[int] = None) -> None:
+        """Ask every running instance for its stacks. ``keep``: an instance whose stacks it
+        wrote itself at the moment that matters (a stall's reporter, which may have moved on
+        by the time a second dump would arrive)."""
+        kept = self.router.stacks.get(keep) if keep is not None else None
         waiting = set()
         for inst in self.instances:
-            if inst.state is InstanceState.RUNNING and inst.conn is not None:
+            if inst.state is InstanceState.RUNNING and inst.conn is not None \
+                    and not (inst.index == keep and kept):
                 waiting.add(inst.index)
                 self._send(inst.conn, p.DUMP)
         self.router.stacks.clear()
+        if kept:
+            self.router.stacks[keep] = kept
         self._stacks_in_report = then != "print"
         self._dump = Dump(reason, then, time.monotonic() + DUMP_WAIT_SECONDS, waiting)
         if not waiting:
