@@ -1,6 +1,9 @@
 """IPUEstimator under the launcher: the same weights as one process on the same global batch,
 whatever the instances, replicas and iterations per loop; chief-only writing; resume."""
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -120,3 +123,20 @@ def test_steps_must_fill_whole_loops(tmp_path):
     result, _ = run(tmp_path, "job", "--iterations-per-loop", "3", np_=1)
     assert result.returncode != 0
     assert "steps=4 is not a multiple of iterations_per_loop=3" in result.stderr
+
+
+@pytest.mark.parametrize("tf1", ["0", "1"], ids=["tf2", "tf1"])
+def test_every_train_call_advances_the_global_step_exactly(tmp_path, tf1):
+    # The loop reads the step it starts from before any step's own increment of the global step
+    # (minimize(global_step=...), the model_fn's assign_add, host_call's apply_gradients). 72
+    # train() calls on a tiny model; more inter-op threads than cores let a misordered read show.
+    env = {**os.environ, "TF_NUM_INTEROP_THREADS": "8", "POPDIST_TF1": tf1}
+    result = subprocess.run([sys.executable, "tests/workers/estimator_step_count.py",
+                             str(tmp_path), "12"], capture_output=True, text=True, env=env,
+                            timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = json.loads((tmp_path / "step-count.json").read_text())
+    assert len(records) == 72
+    wrong = [r for r in records if r["global_step"] != r["expected"]]
+    assert wrong == []
+    assert records[-1]["global_step"] == 2 * 18  # 12 calls of 2 and 4 steps

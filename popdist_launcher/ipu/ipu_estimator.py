@@ -372,8 +372,11 @@ class IPUEstimator(tf.estimator.Estimator):
         offset = self._instance_index * self._num_local
         specs = []
 
-        def replica_fn(features, labels):
-            spec = self._call_user(features, labels, mode, params, config)
+        def replica_fn(features, labels, after):
+            # Entered here, in the replica's own thread (a strategy may run replicas in threads
+            # of their own, which do not see the caller's control dependencies).
+            with tf.control_dependencies(after):
+                spec = self._call_user(features, labels, mode, params, config)
             specs.append(spec)
             return self._replica_outputs(spec, mode)
 
@@ -384,12 +387,14 @@ class IPUEstimator(tf.estimator.Estimator):
                 lambda ctx: tf.nest.map_structure(
                     lambda t: t[ctx.replica_id_in_sync_group - offset], structure))
 
-        def run_step(step_features, step_labels):
+        def run_step(step_features, step_labels, after=()):
+            """One step of every local replica; every op of the model_fn runs after ``after``."""
             # As tf.estimator does: TF1 optimizers then divide each replica's loss by the number
             # of replicas, so summed gradients are the gradient of the global mean loss.
             with strategy.scope(), strategy._scale_loss_for_estimator_enabled():  # noqa: SLF001
                 return strategy.run(replica_fn, args=(distribute(step_features),
-                                                      distribute(step_labels)))
+                                                      distribute(step_labels)),
+                                    kwargs={"after": list(after)})
 
         if mode == ModeKeys.TRAIN:
             return self._train_spec(strategy, features, labels, run_step, specs)
@@ -436,26 +441,31 @@ class IPUEstimator(tf.estimator.Estimator):
     def _train_spec(self, strategy, features, labels, run_step, specs):
         iterations = self._iterations(ModeKeys.TRAIN)
         global_step = tf.compat.v1.train.get_global_step()
+        # The step this run starts from, read before any step of the loop runs: the user's
+        # train_op may increment the global step itself (minimize(..., global_step=...)), and
+        # nothing else orders that increment after this read. It enters the loop as a loop
+        # variable, and every op of the model_fn and host_call waits for it.
         start_step = global_step.read_value()
 
-        def body(i, total_loss):
+        def body(i, total_loss, start):
             step_features = tf.nest.map_structure(lambda t: t[i], features)
             step_labels = None if labels is None else tf.nest.map_structure(lambda t: t[i], labels)
-            outputs = run_step(step_features, step_labels)
+            outputs = run_step(step_features, step_labels, after=[start])
             deps = list(strategy.experimental_local_results(outputs["done"]))
             if "host_call" in outputs:
                 deps += self._run_host_call(strategy, specs[0].host_call[0],
-                                            outputs["host_call"])
+                                            outputs["host_call"], after=[start])
             loss = strategy.reduce(tf.distribute.ReduceOp.MEAN, outputs["loss"], axis=None)
             with tf.control_dependencies(deps):
                 # Set, not add: right whether or not the user's train_op counts steps too.
-                count = global_step.assign(start_step + tf.cast(i + 1, start_step.dtype))
+                count = global_step.assign(start + tf.cast(i + 1, start.dtype))
             with tf.control_dependencies([count]):
-                return i + 1, total_loss + tf.cast(loss, tf.float32)
+                return i + 1, total_loss + tf.cast(loss, tf.float32), tf.identity(start)
 
-        _, total = tf.compat.v1.while_loop(
-            lambda i, _: i < iterations, body,
-            [tf.constant(0), tf.constant(0.0)], parallel_iterations=1, back_prop=False)
+        _, total, _ = tf.compat.v1.while_loop(
+            lambda i, *_: i < iterations, body,
+            [tf.constant(0), tf.constant(0.0), start_step], parallel_iterations=1,
+            back_prop=False)
         spec = specs[0]
         # Every run ends exactly iterations_per_loop steps on, on every instance: the stop hook
         # and checkpoint hooks read this value, and instances must agree on when to stop.
@@ -468,13 +478,14 @@ class IPUEstimator(tf.estimator.Estimator):
             scaffold=getattr(spec, "scaffold", None))
 
     @staticmethod
-    def _run_host_call(strategy, fn: Callable, tensors) -> list:
+    def _run_host_call(strategy, fn: Callable, tensors, after=()) -> list:
         """Run host_call's ``fn`` on the host, once per replica with that replica's tensors, in
         replica context (as Graphcore's IPUEstimator under a strategy): an optimizer's
         ``apply_gradients`` there reduces the gradients over every replica of every instance
-        and updates the mirrored variables. Returns what to run with the step."""
+        and updates the mirrored variables. Its ops run after ``after``. Returns what to run
+        with the step."""
         def on_host(*replica_tensors):
-            with tf.device("/device:CPU:0"):
+            with tf.device("/device:CPU:0"), tf.control_dependencies(list(after)):
                 return fn(*replica_tensors)
 
         # As for the model_fn: TF1 optimizers divide by the number of replicas.
