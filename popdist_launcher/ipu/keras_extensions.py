@@ -546,25 +546,33 @@ def _make_accumulating_train_function(model, n: int):
                   "device, %d micro-batches per update", n)
 
     def replica_gradients(data):
-        """The gradients of one replica's batch; its metrics updated."""
+        """The (loss-scaled) gradients of one replica's batch; its metrics updated."""
         x, y, sample_weight = data_adapter.unpack_x_y_sample_weight(data)
         with tf.GradientTape() as tape:
             y_pred = model(x, training=True)
             loss = model.compute_loss(x, y, y_pred, sample_weight)
             scaled = optimizer.get_scaled_loss(loss) if hasattr(optimizer, "get_scaled_loss") else loss
         grads = tape.gradient(scaled, variables)
-        if hasattr(optimizer, "get_unscaled_gradients"):
-            grads = optimizer.get_unscaled_gradients(grads)
-        elif hasattr(optimizer, "_accumulation_micro_batch"):  # keras.ipu.optimizers.ALSOptimizer
-            grads = optimizer._accumulation_micro_batch(grads)  # noqa: SLF001
         with tf.control_dependencies([g for g in grads if g is not None]):
             return grads, model.compute_metrics(x, y, y_pred, sample_weight)
+
+    def unscaled(grads, first: bool = True):
+        """Gradients without loss scaling. An ALSOptimizer records the statistics of the first
+        replica only (each replica has its own; read from outside, the first's)."""
+        if hasattr(optimizer, "get_unscaled_gradients"):
+            return optimizer.get_unscaled_gradients(grads)
+        if hasattr(optimizer, "_accumulation_micro_batch"):  # keras.ipu.optimizers.ALSOptimizer
+            if first:
+                return optimizer._accumulation_micro_batch(grads)  # noqa: SLF001
+            return optimizer._unscaled(grads)  # noqa: SLF001
+        return grads
 
     def micro_step(data, index):
         if not _is_stage_device(span):  # a replica's other devices: nothing to add
             return model.get_metrics_result()
         if emulated == 1:
             grads, metrics = replica_gradients(data)
+            grads = unscaled(grads)
         else:  # the replicas' batches, one after another; their gradients summed
             def part(r):
                 def rows(t):
@@ -572,9 +580,14 @@ def _make_accumulating_train_function(model, n: int):
                     return t[r * size:(r + 1) * size]
                 return tf.nest.map_structure(rows, data)
 
-            grads, metrics = replica_gradients(part(0))
-            for r in range(1, emulated):
-                more, metrics = replica_gradients(part(r))
+            per_replica = []
+            for r in range(emulated):
+                replica_grads, metrics = replica_gradients(part(r))
+                per_replica.append(replica_grads)
+            # Unscaled with the loss scale all replicas used, before the first updates it.
+            summed = [unscaled(g, first=False) for g in per_replica[1:]]
+            grads = unscaled(per_replica[0])
+            for more in summed:
                 grads = [None if g is None else g + m for g, m in zip(grads, more)]
         updates = []
         for acc, grad in zip(accumulators, grads):

@@ -26,7 +26,7 @@ def capture(tag: str, gradient: tf.Tensor) -> None:
     by_graph = getattr(_captured, "by_graph", None)
     if by_graph is None or by_graph[0] is not graph:
         by_graph = _captured.by_graph = (graph, {})
-    by_graph[1][tag] = gradient
+    by_graph[1].setdefault(tag, gradient)  # replicas run one after another: the first's
 
 
 def _take_captured() -> Dict[str, tf.Tensor]:
