@@ -18,6 +18,11 @@ divided by the replication factor (the remainder dropped with a warning),
 ``steps_per_execution`` and the accumulation count count per-replica steps, gradients are summed
 over the replicas, and ``predict`` returns outputs in the input's order.
 
+When TensorFlow made its devices before ``configure_ipu_system`` (so the IPUStrategy has one
+device where Graphcore's rule gives R replicas), Keras runs the R replicas one after another on
+that device (``emulated_replicas``): each step reads the next batch of every replica and sums
+their gradients, the same numbers as R devices.
+
 ``install()`` adds the methods to ``tf.keras.Model``; IPUStrategy calls it. Models without these
 options train exactly as before.
 """
