@@ -502,21 +502,23 @@ class IPUEstimator(tf.estimator.Estimator):
             metric_ops[name] = (strategy.experimental_local_results(value)[0],
                                 tf.group(strategy.experimental_local_results(update)))
         if "eval_metrics" in outputs:
-            from popdist_launcher import collectives
             fn = spec.eval_metrics[0]
-            tensors = []
-            for t in outputs["eval_metrics"]:
-                if self._num_instances > 1 and _uses_tf_collectives(strategy):
-                    # Every replica's tensor of every instance, in global replica order.
-                    tensors.append(strategy.gather(t, axis=0))
-                    continue
-                local = tf.concat(strategy.experimental_local_results(t), axis=0)
-                tensors.append(collectives.allgather(local) if self._num_instances > 1 else local)
+            tensors = [self._all_replicas(strategy, t) for t in outputs["eval_metrics"]]
             with tf.device("/device:CPU:0"):
                 metric_ops.update(fn(*tensors))
         return tf.estimator.EstimatorSpec(
             ModeKeys.EVAL, loss=loss, eval_metric_ops=metric_ops,
             evaluation_hooks=list(spec.evaluation_hooks), scaffold=getattr(spec, "scaffold", None))
+
+    def _all_replicas(self, strategy, t):
+        """Every replica's ``t`` of every instance, concatenated on dimension 0."""
+        if self._num_instances > 1 and _uses_tf_collectives(strategy):
+            return strategy.gather(t, axis=0)  # in global replica order
+        local = tf.concat(strategy.experimental_local_results(t), axis=0)
+        if self._num_instances == 1:
+            return local
+        from popdist_launcher import collectives
+        return collectives.allgather(local)
 
     def _predict_spec(self, strategy, outputs, specs):
         spec = specs[0]
