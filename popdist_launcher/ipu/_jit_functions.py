@@ -63,7 +63,8 @@ def _host_twin(function):
         twin = function._clone(python_function=None)  # noqa: SLF001 (tf.function's arguments)
         twin._jit_compile = None  # noqa: SLF001 (an ordinary tf.function)
         function.__dict__[_HOST_TWIN] = twin
-        log.debug("tf.function %s runs without XLA under the IPU layer.", function._name)  # noqa: SLF001
+        log.debug("tf.function %s runs without XLA under the IPU layer.",
+                  function._name)  # noqa: SLF001
     return twin
 
 
@@ -78,8 +79,8 @@ def _wrap_call(call):
         try:
             return call(self, *args, **kwds)
         except HostOperationInXla as exc:
-            log.debug("tf.function %s reached %s: traced again without XLA.", self._name,  # noqa: SLF001
-                      exc)
+            log.debug("tf.function %s reached %s: traced again without XLA.",
+                      self._name, exc)  # noqa: SLF001
         finally:
             _RETRYING.reset(token)
         return _host_twin(self)(*args, **kwds)

@@ -1,7 +1,9 @@
 """Small pieces every strategy shares."""
 from __future__ import annotations
 
-from popdist_launcher.strategies._tf_internal import reduce_util
+import tensorflow as tf
+
+from popdist_launcher.strategies._tf_internal import distribute_lib, distribute_utils, reduce_util
 
 SUPPORTED_REDUCE_OPS = (reduce_util.ReduceOp.SUM, reduce_util.ReduceOp.MEAN)
 
@@ -34,3 +36,15 @@ def is_sharded(dataset) -> bool:
         except (AttributeError, NotImplementedError):
             pass
     return False
+
+
+def call_for_the_only_replica(extended, fn, args, kwargs):
+    """``fn`` run in place for an instance's only local replica, as a one-device strategy runs
+    it (TensorFlow's mirrored strategies run it in a replica thread): a reduction (merge_call)
+    may then sit inside a loop of ``fn``, as an optimizer step in Graphcore's on-device loops."""
+    context = distribute_lib.ReplicaContext(
+        extended._container_strategy(),  # noqa: SLF001
+        replica_id_in_sync_group=extended._get_replica_id_in_sync_group(0))  # noqa: SLF001
+    args, kwargs = distribute_utils.select_replica(0, (args, kwargs))
+    with tf.device(extended.worker_devices[0]), context:
+        return distribute_utils.regroup((fn(*args, **kwargs),))

@@ -19,7 +19,8 @@ import tensorflow as tf
 
 from popdist_launcher import tf_config
 from popdist_launcher.ipu import _jit_functions, config as ipu_config
-from popdist_launcher.strategies._common import is_sharded, resolve_reduce_op
+from popdist_launcher.strategies._common import (call_for_the_only_replica, is_sharded,
+                                                 resolve_reduce_op)
 from popdist_launcher.strategies._tf_internal import (TFConfigClusterResolver,
                                                        collective_all_reduce_strategy)
 
@@ -41,6 +42,11 @@ class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceE
         local = tuple(f"{worker_device}/device:{d.split('device:')[-1]}"
                       for d in self._replica_devices)
         return local, kinds.pop()
+
+    def _call_for_each_replica(self, fn, args, kwargs):
+        if len(self.worker_devices) > 1:
+            return super()._call_for_each_replica(fn, args, kwargs)
+        return call_for_the_only_replica(self, fn, args, kwargs)
 
     def _experimental_distribute_dataset(self, dataset, options):
         self._warn_if_sharded_twice(dataset)

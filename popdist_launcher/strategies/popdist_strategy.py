@@ -25,7 +25,8 @@ from popdist_launcher.strategies._tf_internal import (CheckpointInitialValue, di
                                                        distribute_utils, input_lib_v1, input_util,
                                                        mirrored_strategy, nest, reduce_util,
                                                        values_lib)
-from popdist_launcher.strategies._common import is_sharded, resolve_reduce_op
+from popdist_launcher.strategies._common import (call_for_the_only_replica, is_sharded,
+                                                 resolve_reduce_op)
 from popdist_launcher.strategies.horovod_cross_device_ops import HorovodAllReduce
 
 log = logging.getLogger(__name__)
@@ -88,13 +89,7 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
     def _call_for_each_replica(self, fn, args, kwargs):
         if self._num_local > 1:
             return super()._call_for_each_replica(fn, args, kwargs)
-        # One local replica: run fn in place, as a one-device strategy does (no replica thread),
-        # so a reduction may sit inside a loop of fn (an optimizer step in an on-device loop).
-        context = distribute_lib.ReplicaContext(self._container_strategy(),
-                                                replica_id_in_sync_group=self._instance_index)
-        args, kwargs = distribute_utils.select_replica(0, (args, kwargs))
-        with tf.device(self._devices[0]), context:
-            return distribute_utils.regroup((fn(*args, **kwargs),))
+        return call_for_the_only_replica(self, fn, args, kwargs)
 
     # ---- variables -----------------------------------------------------------------------
     def _get_variable_creator_initial_value(self, replica_id, device, primary_var, **kwargs):

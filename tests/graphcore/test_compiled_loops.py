@@ -2,9 +2,9 @@
 guide: ``next(iterator)`` in an on-device loop, ``ipu.loops.repeat`` over an infeed, outfeeds,
 Horovod collectives) run with the numbers of the same loops written without ``jit_compile``
 and of a NumPy reference, as one process (IPUStrategy) and under ``poprun-lite -np 2``
-(PopDistStrategy, also with ``--num-replicas 4``); a compiled function that uses nothing of
-the IPU layer keeps TensorFlow's XLA; an outfeed reader thread whose producer died is woken, so
-the program and the job end."""
+(PopDistStrategy, also with ``--num-replicas 4``; IPUMultiWorkerStrategy); a compiled function
+that uses nothing of the IPU layer keeps TensorFlow's XLA; an outfeed reader thread whose
+producer died is woken, so the program and the job end."""
 import json
 import re
 import subprocess
@@ -31,7 +31,8 @@ def reference():
     """SGD on the mean squared error of each global batch: final weights and each step's loss."""
     w, losses = W0.astype(np.float64), []
     for s in range(STEPS):
-        x, y = X[s * GLOBAL_BATCH:(s + 1) * GLOBAL_BATCH], Y[s * GLOBAL_BATCH:(s + 1) * GLOBAL_BATCH]
+        rows = slice(s * GLOBAL_BATCH, (s + 1) * GLOBAL_BATCH)
+        x, y = X[rows], Y[rows]
         error = x @ w - y
         losses.append(float((error ** 2).mean()))
         w = w - LR * 2 * x.T @ error / GLOBAL_BATCH
@@ -65,15 +66,25 @@ def four_replicas(tmp_path_factory):
                               "--num-replicas", "4")
 
 
-@pytest.fixture(params=["one_process", "two_instances", "four_replicas"])
+@pytest.fixture(scope="module")
+def multi_worker(tmp_path_factory):
+    return run_compiled_loops(tmp_path_factory.mktemp("mw"), "multi-worker", "-np", "2")
+
+
+@pytest.fixture(params=["one_process", "two_instances", "four_replicas", "multi_worker"])
 def runs(request):
     return request.getfixturevalue(request.param)
 
 
 def test_compiled_loops_give_the_numbers_of_the_uncompiled_ones(runs):
+    expected = {"infeed_per_replica", "collective"}
+    if runs[0]["local_replicas"] == 1:
+        expected |= {"guide_loop", "dataset_in_function", "repeat_over_infeed"}
+    if runs[0]["strategy"] != "multi-worker":
+        expected |= {"run_in_loop_scope", "run_in_loop_outside"}
     for result in runs:
         compiled = [k for k in result if k.endswith("_jit")]
-        assert len(compiled) == (7 if result["local_replicas"] == 1 else 4)
+        assert {k[:-len("_jit")] for k in compiled} == expected
         for key in compiled:
             assert result[key] == result[key[:-len("_jit")] + "_plain"], key
 
@@ -119,9 +130,9 @@ def test_infeed_gives_each_replica_its_own_elements(runs):
     assert sorted(seen) == list(range(64 // rows))  # every sample once
 
 
-def test_collective_inside_a_compiled_function(one_process, two_instances):
+def test_collective_inside_a_compiled_function(one_process, two_instances, multi_worker):
     assert [r["collective_jit"] for r in one_process] == [1.0]
-    assert [r["collective_jit"] for r in two_instances] == [3.0, 3.0]
+    assert [r["collective_jit"] for r in two_instances + multi_worker] == [3.0] * 4
 
 
 def test_compiled_function_outside_the_ipu_layer_keeps_xla(one_process, four_replicas):

@@ -3,11 +3,11 @@ guide writes them: ``next(iterator)`` in an on-device loop run with ``strategy.r
 drained by a thread while it trains), ``strategy.run`` inside a compiled loop over a
 distributed dataset (called in and outside the strategy's scope), ``ipu.loops.repeat`` over an
 IPUInfeedQueue (training, and read by each local replica), a dataset iterated inside the
-compiled function, a Horovod collective inside one. Each loop also runs without ``jit_compile`` from the same start. A linear model, SGD 0.1,
-8 steps of a global batch of 8 from X, Y (numpy.random.default_rng(0)). Writes
-OUT/compiled-<instance>.json.
+compiled function, a Horovod collective inside one. Each loop also runs without
+``jit_compile`` from the same start. A linear model, SGD 0.1, 8 steps of a global batch of 8
+from X, Y (numpy.random.default_rng(0)). Writes OUT/compiled-<instance>.json.
 
-usage: compiled_loops.py OUT_DIR ipu|popdist
+usage: compiled_loops.py OUT_DIR ipu|popdist|multi-worker
 """
 import json
 import os
@@ -33,6 +33,9 @@ if sys.argv[2] == "popdist":
     popdist.tensorflow.set_ipu_config(cfg, ipus_per_replica=1, configure_device=True)
     from tensorflow.python.ipu.distributed.popdist_strategy import PopDistStrategy
     strategy = PopDistStrategy()
+elif sys.argv[2] == "multi-worker":  # TensorFlow collectives between the instances
+    cfg.configure_ipu_system()
+    strategy = ipu.ipu_multi_worker_strategy.IPUMultiWorkerStrategyV1()
 else:
     cfg.configure_ipu_system()
     strategy = ipu.ipu_strategy.IPUStrategy()
@@ -198,7 +201,7 @@ def pure_function_outside_the_ipu_layer():
     return {"outside": outside, "inside": int(strategy.experimental_local_results(inside)[0])}
 
 
-result = {"instances": instances, "local_replicas": local_replicas}
+result = {"strategy": sys.argv[2], "instances": instances, "local_replicas": local_replicas}
 for jit in (True, False):
     key = "jit" if jit else "plain"
     if local_replicas == 1:
@@ -207,8 +210,9 @@ for jit in (True, False):
         result[f"guide_loop_{key}"] = guide_loop(jit)
         result[f"dataset_in_function_{key}"] = dataset_in_function(jit)
         result[f"repeat_over_infeed_{key}"] = repeat_over_infeed(jit)
-    result[f"run_in_loop_scope_{key}"] = run_in_loop(jit, in_scope=True)
-    result[f"run_in_loop_outside_{key}"] = run_in_loop(jit, in_scope=False)
+    if sys.argv[2] != "multi-worker":  # it shards distributed datasets itself
+        result[f"run_in_loop_scope_{key}"] = run_in_loop(jit, in_scope=True)
+        result[f"run_in_loop_outside_{key}"] = run_in_loop(jit, in_scope=False)
     result[f"infeed_per_replica_{key}"] = infeed_per_replica(jit)
     result[f"collective_{key}"] = collective_in_function(jit)
 result["pure"] = pure_function_outside_the_ipu_layer()
