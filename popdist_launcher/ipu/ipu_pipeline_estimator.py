@@ -241,7 +241,9 @@ class IPUPipelineEstimator(IPUEstimator):
                         accumulate_outfeed=train,
                         accumulate_outfeed_dtype=spec.loss_accumulator_dtype,
                         reduction_method=spec.reduction_method,
-                        name=f"ipu_pipeline_estimator_{mode}", **spec.pipeline_op_kwargs)
+                        # One name in every mode: TF1 graphs name the stages' variables
+                        # after the loop, and evaluation restores what training saved.
+                        name="ipu_pipeline_estimator", **spec.pipeline_op_kwargs)
                 with tf.control_dependencies([pipeline]):
                     return outfeed.dequeue(repeat_count if train else per_loop)
 
