@@ -1,7 +1,7 @@
 """One training run of the estimator-throughput benchmark; started by
 benchmarks/estimator_throughput.py (see its docstring for the whole picture).
 
-usage: _estimator_worker.py --variant {ipu,plain} --result FILE [options]
+usage: _estimator_worker.py --variant {ipu,plain,ceiling} --result FILE [options]
 
 * ``ipu``: examples/cnn_estimator.py's own ``model_fn`` (IPUEstimatorSpec, CrossReplicaOptimizer
   around MomentumOptimizer) in an ``ipu.ipu_estimator.IPUEstimator`` with
@@ -10,6 +10,10 @@ usage: _estimator_worker.py --variant {ipu,plain} --result FILE [options]
 * ``plain``: the same layers in a ``model_fn`` that returns a plain ``tf.estimator.EstimatorSpec``
   with a plain ``MomentumOptimizer``, in a plain ``tf.estimator.Estimator`` (one Session.run per
   step). Run directly with Python, one process.
+* ``ceiling``: the same layers, loss and MomentumOptimizer with no estimator at all: a bare
+  ``tf.function`` that runs ``--iterations-per-loop`` training steps in a ``tf.range`` loop over
+  an iterator of the same input_fn's dataset, called until ``--steps`` steps have run. What the
+  model's own compute and input pipeline allow: the IPUEstimator's ceiling. One process.
 
 Both train on the digits data (examples/_digits.py) from the same kind of input_fn: it returns
 per-replica batches of ``params['batch_size']``, shuffled, repeated, prefetched. One ``train()``
@@ -46,7 +50,7 @@ _IMPORTED_S = time.perf_counter() - _STARTED
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variant", choices=("ipu", "plain"), required=True)
+    parser.add_argument("--variant", choices=("ipu", "plain", "ceiling"), required=True)
     parser.add_argument("--result", required=True, help="instance 0 writes its JSON here")
     parser.add_argument("--model-dir", required=True,
                         help="checkpoint folder, the same for every instance (created if missing)")
@@ -78,6 +82,38 @@ def plain_model_fn(features, labels, mode, params):
     optimizer = tf.compat.v1.train.MomentumOptimizer(params["learning_rate"], momentum=0.9)
     train_op = optimizer.minimize(loss, global_step=tf.compat.v1.train.get_global_step())
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def train_ceiling(args: argparse.Namespace, dataset: tf.data.Dataset, timer: "RunTimer") -> None:
+    """The bare loop: ``--iterations-per-loop`` steps per call of one tf.function, no estimator,
+    no session, no hooks; ``timer`` notes the time after every call."""
+    layers = tf.keras.layers
+    model = tf.keras.Sequential([
+        layers.Conv2D(32, 3, padding="same", activation="relu"),
+        layers.Conv2D(64, 3, padding="same", activation="relu"),
+        layers.MaxPooling2D(2, 2), layers.Flatten(),
+        layers.Dense(128, activation="relu"), layers.Dense(10)])
+    model.build((None, 8, 8, 1))
+    optimizer = tf.compat.v1.train.MomentumOptimizer(args.learning_rate, momentum=0.9)
+    timer.trainable_parameters = sum(int(v.shape.num_elements()) for v in model.trainable_variables)
+    iterator = iter(dataset)
+
+    @tf.function
+    def run(steps):
+        loss = tf.constant(0.0)
+        for _ in tf.range(steps):
+            features, labels = next(iterator)
+            with tf.GradientTape() as tape:
+                loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, model(features))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    loss = None
+    for _ in range(args.steps // args.iterations_per_loop):
+        loss = run(tf.constant(args.iterations_per_loop)).numpy()
+        timer.after_run(None, None)
+    timer.final_loss = float(loss)
 
 
 def make_input_fn(x_train, y_train):
@@ -148,7 +184,7 @@ def build_estimator(args: argparse.Namespace, model_dir: str, session_config
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
-    steps_per_run = args.iterations_per_loop if args.variant == "ipu" else 1
+    steps_per_run = args.iterations_per_loop if args.variant != "plain" else 1
     if args.steps % steps_per_run or args.steps // steps_per_run < 3:
         raise SystemExit(f"--steps {args.steps} must be a multiple of {steps_per_run} "
                          f"(steps per Session.run), at least 3 runs")
@@ -156,8 +192,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         raise SystemExit(f"--window-steps {args.window_steps} must be a multiple of "
                          f"{steps_per_run} (steps per Session.run)")
     ctx = runtime.context()
-    if args.variant == "plain" and ctx.num_instances > 1:
-        raise SystemExit("the plain variant runs as one process")
+    if args.variant != "ipu" and ctx.num_instances > 1:
+        raise SystemExit(f"the {args.variant} variant runs as one process")
     (x_train, y_train), _ = _digits.load()
     x_train = x_train.reshape(-1, 8, 8, 1)
     session_config = tf.compat.v1.ConfigProto(
@@ -170,10 +206,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     tf_logger.addHandler(final_loss)
     tf_logger.setLevel(logging.INFO)
 
-    estimator = build_estimator(args, args.model_dir, session_config)
     timer = RunTimer()
     train_started = time.perf_counter()
-    estimator.train(make_input_fn(x_train, y_train), hooks=[timer], steps=args.steps)
+    if args.variant == "ceiling":
+        tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
+        train_ceiling(args, make_input_fn(x_train, y_train)({"batch_size": args.global_batch}),
+                      timer)
+    else:
+        estimator = build_estimator(args, args.model_dir, session_config)
+        estimator.train(make_input_fn(x_train, y_train), hooks=[timer], steps=args.steps)
     train_s = time.perf_counter() - train_started
 
     times = timer.after_run_times
@@ -213,7 +255,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "import_s": _IMPORTED_S,
         "train_call_s": train_s,
         "trainable_parameters": timer.trainable_parameters,
-        "final_loss": final_loss.value,
+        "final_loss": getattr(timer, "final_loss", final_loss.value),
     }
     with open(args.result, "w") as f:
         json.dump(result, f, indent=2)
