@@ -34,7 +34,8 @@ def reset_ipu_seed(seed: int, device: str = "/device:IPU:0", cpu_device: str = "
 
 def move_variable_initialization_to_cpu(graph: Optional[tf.Graph] = None) -> None:
     """Place the initializers of the graph's global variables, and the ops they are computed
-    from, on the host CPU (ops that read a resource stay where they are). Distributed variables
+    from, on the host CPU, no longer colocated with their variable (ops that read a resource stay
+    where they are). Distributed variables
     are left to their strategy. A no-op in eager mode (no variable collections)."""
     from popdist_launcher.strategies._tf_internal import values_lib
 
@@ -49,6 +50,8 @@ def move_variable_initialization_to_cpu(graph: Optional[tf.Graph] = None) -> Non
             continue
         seen.add(op)
         op._set_device("/device:CPU:0")  # noqa: SLF001 (TensorFlow has no public setter)
+        if "_class" in op.node_def.attr:  # colocated with the variable: not any more (Graphcore's too)
+            op._clear_attr("_class")  # noqa: SLF001
         pending.extend(t.op for t in op.inputs)
 
 

@@ -219,6 +219,16 @@ def test_pipeline_training_matches_cpu(tf1, method):
     close(got["outfeed"], losses)
 
 
+def test_pipeline_on_a_named_ipu_device(tf1):
+    # tf.device("/device:IPU:0") around ipu_compiler.compile, initializers moved to the CPU:
+    # the IPU device is the local device (as ipu_scope), the same numbers.
+    w1, w2, losses, _ = pipeline_reference(4, 2)
+    got = tf1["pipeline"]["named_device"]
+    close(got["w1"], w1.ravel())
+    close(got["w2"], w2.ravel())
+    close(got["outfeed"], losses)
+
+
 def test_pipeline_outfeed_accumulated_and_masked(tf1):
     # testOutfeedLossAccumulated, testOutfeedMask.
     _, _, losses, _ = pipeline_reference(3, 2)

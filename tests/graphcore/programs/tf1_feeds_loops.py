@@ -234,7 +234,10 @@ out["ga_invalid_count"] = error(lambda: ipu.optimizers.GradientAccumulationOptim
 
 
 # ---- pipelining ------------------------------------------------------------------------------
-def pipeline_run(count, repeat, method="sum", outfeed_loss=True, accumulate=False, mask=None):
+def pipeline_run(count, repeat, method="sum", outfeed_loss=True, accumulate=False, mask=None,
+                 named_device=False):
+    """named_device: placed with tf.device("/device:IPU:0") rather than ipu_scope, initializers
+    moved to the CPU (Graphcore's TF1 model-parallelism notes)."""
     fresh()
     ds = tf.data.Dataset.from_tensor_slices({"x": X, "y": Y}).batch(2, drop_remainder=True)
     infeed = ipu.ipu_infeed_queue.IPUInfeedQueue(ds)
@@ -261,8 +264,10 @@ def pipeline_run(count, repeat, method="sum", outfeed_loss=True, accumulate=Fals
             device_mapping=[0, 1])
 
     lr = tf.compat.v1.placeholder(np.float32, [])
-    with ipu.scopes.ipu_scope("/device:IPU:0"):
+    with tf.compat.v1.device("/device:IPU:0") if named_device else ipu.scopes.ipu_scope("/device:IPU:0"):
         res = ipu.ipu_compiler.compile(model, inputs=[lr])
+    if named_device:
+        ipu.utils.move_variable_initialization_to_cpu()
     deq = outfeed.dequeue()
     with tf.compat.v1.Session() as sess:
         sess.run(infeed.initializer)
@@ -277,7 +282,8 @@ def pipeline_run(count, repeat, method="sum", outfeed_loss=True, accumulate=Fals
 
 out["pipeline"] = {"sum": pipeline_run(4, 2), "mean": pipeline_run(4, 2, "mean"),
                    "accumulated": pipeline_run(3, 2, accumulate=True),
-                   "mask": pipeline_run(2, 1, outfeed_loss=False, mask=[True, False, True])}
+                   "mask": pipeline_run(2, 1, outfeed_loss=False, mask=[True, False, True]),
+                   "named_device": pipeline_run(4, 2, named_device=True)}
 
 fresh()
 infeed = ipu.ipu_infeed_queue.IPUInfeedQueue(tf.data.Dataset.from_tensor_slices(X).batch(4, drop_remainder=True))
