@@ -450,7 +450,11 @@ class IPUEstimator(tf.estimator.Estimator):
         def body(i, total_loss, start):
             step_features = tf.nest.map_structure(lambda t: t[i], features)
             step_labels = None if labels is None else tf.nest.map_structure(lambda t: t[i], labels)
-            outputs = run_step(step_features, step_labels, after=[start])
+            # Names as outside the loop (evaluation and prediction run no loop): TF1 graphs
+            # name Keras layers' variables after the name scope, and evaluation must restore
+            # what training saved.
+            with tf.compat.v1.get_default_graph().name_scope(None):
+                outputs = run_step(step_features, step_labels, after=[start])
             deps = list(strategy.experimental_local_results(outputs["done"]))
             if "host_call" in outputs:
                 deps += self._run_host_call(strategy, specs[0].host_call[0],

@@ -44,9 +44,12 @@ def input_fn(params):
 
 
 def model_fn(features, labels, mode, params):
-    kernel = tf.compat.v1.get_variable("kernel", initializer=initial_kernel, use_resource=True)
-    bias = tf.compat.v1.get_variable("bias", initializer=[0.0], use_resource=True)
-    predictions = tf.matmul(features["x"], kernel) + bias
+    # A Keras layer, as Graphcore's estimator examples build their models: under TF1 its
+    # variables are named after the name scope, and evaluation restores what training saved.
+    linear = tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(initial_kernel),
+                                   name="linear")
+    predictions = linear(features["x"])
+    kernel, bias = linear.kernel, linear.bias
     loss = tf.reduce_mean(tf.reduce_sum((predictions - labels) ** 2, axis=1))
     if mode == tf.estimator.ModeKeys.EVAL:
         return ipu_estimator.IPUEstimatorSpec(
@@ -84,8 +87,8 @@ estimator = ipu_estimator.IPUEstimator(model_fn, config=config, train_batch_size
                                        eval_batch_size=GLOBAL_BATCH)
 estimator.train(input_fn, steps=NUM_SAMPLES // GLOBAL_BATCH)  # one epoch
 evaluation = estimator.evaluate(input_fn, steps=NUM_SAMPLES // GLOBAL_BATCH)
-weights = (estimator.get_variable_value("kernel").ravel().tolist()
-           + estimator.get_variable_value("bias").tolist())
+weights = (estimator.get_variable_value("linear/kernel").ravel().tolist()
+           + estimator.get_variable_value("linear/bias").tolist())
 with open(os.path.join(out_dir, f"estimator-{popdist.getInstanceIndex()}.json"), "w") as f:
     json.dump({"seen": seen, "weights": weights,
                "eval": {k: float(v) for k, v in evaluation.items()}}, f)
