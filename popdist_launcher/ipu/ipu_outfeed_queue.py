@@ -105,19 +105,30 @@ class IPUOutfeedQueue:
         if self._queues is None:
             if not tf.executing_eagerly() or self._is_producer():
                 raise ValueError("Trying to dequeue an outfeed which has not been enqueued.")
-            self._check_producers_alive()
-            return []
+            self._check_producers_alive_before_first_enqueue()
+            if self._queues is None:
+                return []
+        flat = self._dequeue_flat()
+        if (tf.executing_eagerly() and self._outfeed_mode == IPUOutfeedMode.ALL
+                and flat and flat[0].shape[0] == 0):
+            try:
+                self._check_producers_alive()
+            except tf.errors.OutOfRangeError:
+                # The producers may have enqueued and ended after this dequeue read the queue's
+                # size; nothing can arrive any more, so one more look sees all they left.
+                flat = self._dequeue_flat()
+                if flat[0].shape[0] == 0:
+                    raise
+        return tf.nest.pack_sequence_as(self._structure, list(flat))
+
+    def _dequeue_flat(self) -> list:
+        """Everything enqueued so far, flat, replicas combined (see dequeue)."""
         with tf.device("/device:CPU:0"):
             per_replica = [self._dequeue_one(queue) for queue in self._queues]
             if not self._replicated:
-                flat = per_replica[0]
-            else:
-                axis = 0 if self._outfeed_mode == IPUOutfeedMode.LAST else 1
-                flat = [tf.stack(parts, axis=axis) for parts in zip(*per_replica)]
-        if (tf.executing_eagerly() and self._outfeed_mode == IPUOutfeedMode.ALL
-                and flat and flat[0].shape[0] == 0):
-            self._check_producers_alive()
-        return tf.nest.pack_sequence_as(self._structure, list(flat))
+                return per_replica[0]
+            axis = 0 if self._outfeed_mode == IPUOutfeedMode.LAST else 1
+            return [tf.stack(parts, axis=axis) for parts in zip(*per_replica)]
 
     def _is_producer(self) -> bool:
         current = threading.current_thread()
@@ -136,6 +147,15 @@ class IPUOutfeedQueue:
                 None, None, f"IPUOutfeedQueue {self._feed_name} is empty and every thread that "
                 f"could enqueue into it has ended ({', '.join(sorted(t.name for t in others))}): "
                 f"nothing more will arrive, so this reader stops.")
+
+    def _check_producers_alive_before_first_enqueue(self) -> None:
+        """As _check_producers_alive, for a queue nothing had been enqueued into when the reader
+        looked: no error when a producer enqueued (and ended) since."""
+        try:
+            self._check_producers_alive()
+        except tf.errors.OutOfRangeError:
+            if self._queues is None:
+                raise
 
     def _dequeue_one(self, queue) -> list:
         flat = queue.dequeue_many(queue.size())
@@ -171,8 +191,9 @@ class IPUOutfeedQueue:
             raise RuntimeError("IPUOutfeedQueue can only be iterated over if the `outfeed_mode` "
                                "is set to 'IPUOutfeedMode.ALL'.")
         if self._queues is None:
-            self._check_producers_alive()
-            return iter(())
+            self._check_producers_alive_before_first_enqueue()
+            if self._queues is None:
+                return iter(())
         flat = tf.nest.flatten(self.dequeue())
         if not flat or flat[0].shape[0] == 0:
             return iter(())
