@@ -6,7 +6,8 @@ Each launcher starts N (default 4) instances of ``python -c pass`` (this interpr
 local machine, loopback only:
 
 * ``bare``        N x ``subprocess.Popen`` then wait: the floor, no launcher at all;
-* ``poprun-lite`` ``poprun-lite -np N python -c pass``;
+* ``poprun-lite`` ``poprun-lite -np N python -c pass`` (``--backend B`` when given: its default is
+  mpi);
 * ``mpirun``      ``mpirun -np N --oversubscribe --allow-run-as-root python -c pass``;
 * ``horovodrun``  ``horovodrun -np N --gloo -H localhost:N python -c pass``.
 
@@ -30,6 +31,10 @@ existed before the run (those can never become our descendants) and only looks u
 pids that are new, so a sample costs a directory listing plus a few small /proc reads. Processes
 that are orphaned before the sampler first sees them are missed (as with any ppid-based walk).
 
+Before the runs the launcher's package is byte-compiled: with PYTHONDONTWRITEBYTECODE set (as in
+many development shells) a source edited since its last ``.pyc`` would otherwise be compiled
+again by every launch, which measures the compiler (up to ~12 ms), not the launcher.
+
 Each launcher gets one uncounted warm-up run. Measured runs are interleaved: every round runs
 each launcher once, in an order rotated from round to round, so machine noise is spread over all
 launchers. horovodrun takes seconds per run, so it has its own, smaller, repeat count.
@@ -43,6 +48,7 @@ Run: ``PATH=.venv/bin:$PATH .venv/bin/python benchmarks/launch_overhead.py``
 from __future__ import annotations
 
 import argparse
+import compileall
 import datetime
 import os
 import platform
@@ -65,7 +71,7 @@ from _common import (bin_path, finish, kill_each, loadavg_keys, save_figure,  # 
 
 MIB = 1024 * 1024
 # The issue's targets for poprun-lite.
-TARGET_VS_MPIRUN = 1.5          # median wall time within 1.5x of mpirun's
+TARGET_VS_MPIRUN = 2.5          # median wall time within 2.5x of mpirun's (issue 18)
 TARGET_VS_HOROVODRUN = 0.05     # median wall time under 5% of horovodrun's
 TARGET_LAUNCHER_BYTES = 40 * 1000 * 1000  # launcher peak RSS under 40 MB (the stricter 10^6 MB)
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
@@ -267,11 +273,13 @@ def run_once(launcher: Launcher, program: List[str], np_: int, timeout_s: float,
     )
 
 
-def make_launchers(np_: int, program: List[str], repeats: int,
-                   horovod_repeats: int) -> List[Launcher]:
+def make_launchers(np_: int, program: List[str], repeats: int, horovod_repeats: int,
+                   backend: Optional[str] = None) -> List[Launcher]:
+    chosen = ["--backend", backend] if backend else []
     return [
         Launcher("bare", None, repeats),
-        Launcher("poprun-lite", [bin_path("poprun-lite"), "-np", str(np_), *program], repeats),
+        Launcher("poprun-lite", [bin_path("poprun-lite"), *chosen, "-np", str(np_), *program],
+                 repeats),
         Launcher("mpirun", [bin_path("mpirun"), "-np", str(np_), "--oversubscribe",
                             "--allow-run-as-root", *program], repeats),
         Launcher("horovodrun", [bin_path("horovodrun"), "-np", str(np_), "--gloo",
@@ -358,7 +366,7 @@ def targets(stats: Dict[str, Dict[str, Any]],
     peak = stats["poprun-lite"].get("launcher_peak_rss_mib")
     peak_bytes = peak["max"] * MIB if peak else None
     return {
-        "poprun_lite_within_1.5x_of_mpirun": {
+        f"poprun_lite_within_{TARGET_VS_MPIRUN:g}x_of_mpirun": {
             "measured_median_ratio": vs_mpi and vs_mpi["median"], "threshold": TARGET_VS_MPIRUN,
             "pass": None if vs_mpi is None else vs_mpi["median"] <= TARGET_VS_MPIRUN},
         "poprun_lite_under_5pct_of_horovodrun": {
@@ -472,12 +480,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds allowed per run")
     parser.add_argument("--interval-ms", type=float, default=2.0,
                         help="memory sampling interval")
+    parser.add_argument("--backend", default=None,
+                        help="poprun-lite's --backend (default: its own default, mpi)")
     parser.add_argument("--out", default=DEFAULT_OUT,
                         help="JSON output; the chart goes next to it with a .png suffix")
     args = parser.parse_args(argv)
 
     program = [sys.executable, "-c", "pass"]
-    launchers = make_launchers(args.np, program, args.repeats, args.horovodrun_repeats)
+    launchers = make_launchers(args.np, program, args.repeats, args.horovodrun_repeats,
+                               args.backend)
+    import popdist_launcher
+    compileall.compile_dir(os.path.dirname(popdist_launcher.__file__), quiet=1)
     load_before = os.getloadavg()
     print(f"launch overhead: {args.np} x {' '.join(program)}", file=sys.stderr)
     run_all(launchers, program, args.np, args.timeout, args.interval_ms / 1000)
@@ -491,7 +504,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "what": f"wall time and peak RSS of starting {args.np} x `python -c pass` per launcher",
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(load_before),
-        "settings": {"np": args.np, "program": program, "repeats": args.repeats,
+        "settings": {"np": args.np, "program": program, "backend": args.backend or "default",
+                     "repeats": args.repeats,
                      "horovodrun_repeats": args.horovodrun_repeats, "warmup_runs": 1,
                      "timeout_s": args.timeout, "sample_interval_ms": args.interval_ms},
         "launchers": stats,

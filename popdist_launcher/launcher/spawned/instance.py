@@ -602,4 +602,7 @@ def main(args: "list[str] | None" = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # nothing left to finalize: mpirun sees the rank end without the teardown
