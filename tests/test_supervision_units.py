@@ -1,12 +1,14 @@
 """The fast layer under the supervision tests: the wire format, output routing, log files, the
-ssh and mpirun command lines, and the supervisor driven by stand-in engines (real processes,
-no TensorFlow)."""
+ssh and mpirun command lines, the supervisor's parts (connection hub, stdin forwarding, stack
+collection) and the supervisor driven by stand-in engines (real processes, no TensorFlow)."""
 import hashlib
 import hmac
 import os
 import pty
+import selectors
 import shlex
 import signal
+import socket
 import sys
 
 import pytest
@@ -14,10 +16,13 @@ import pytest
 from popdist_launcher.launcher import output as out
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.backends.ssh import SshBackend
+from popdist_launcher.launcher.hub import Hub
 from popdist_launcher.launcher.spawned import protocol as p
 from popdist_launcher.launcher.supervisor import JobState, Supervisor
 from popdist_launcher.launcher.plan import Host, build_plan
 from popdist_launcher.launcher.remote import SshOptions
+from popdist_launcher.launcher.stacks import StackCollector
+from popdist_launcher.launcher.stdin_forward import StdinForwarder
 
 
 # ---- the wire format -------------------------------------------------------------------------
@@ -336,3 +341,100 @@ def test_a_wrapper_runs_nothing_for_a_peer_that_does_not_know_the_secret(tmp_pat
     server.close()
     assert wrapper.returncode != 0 and not marker.exists()
     assert b"does not know the job's secret" in err
+
+
+# ---- the supervisor's parts: connection hub, stdin forwarding, stack collection --------------
+def test_hub_frames_out_and_in_and_ends_cleanly():
+    sel = selectors.DefaultSelector()
+    hub = Hub(sel, backlog=2)
+    path = hub.listen_unix("unit")
+    folder = os.path.dirname(path)
+    wrapper = socket.socket(socket.AF_UNIX)
+    wrapper.connect(path)
+    hub.accept(hub.listeners[0])
+    (conn,) = hub.conns
+    reader = p.FrameReader()
+    assert reader.feed(wrapper.recv(4096)) == [(p.CHALLENGE, conn.challenge)]
+    big = b"x" * (4 << 20)  # more than the socket takes at once: the rest waits for EVENT_WRITE
+    hub.send(conn, p.STDIN, big)
+    assert conn.out and sel.get_key(conn.sock).events & selectors.EVENT_WRITE
+    got = []
+    wrapper.setblocking(False)
+    while len(got) < 1:
+        hub.write(conn)
+        try:
+            got += reader.feed(wrapper.recv(1 << 20))
+        except BlockingIOError:
+            pass
+    assert got == [(p.STDIN, big)] and not conn.out
+    assert sel.get_key(conn.sock).events == selectors.EVENT_READ
+    wrapper.sendall(p.frame(p.STARTED, b"42") + p.frame(p.EXIT, b"0"))
+    assert hub.receive(conn) == [(p.STARTED, b"42"), (p.EXIT, b"0")]
+    wrapper.close()
+    assert hub.receive(conn) is None and conn.closed
+    hub.close_all()
+    assert not os.path.exists(folder) and not hub.listeners
+    sel.close()
+
+
+class _Inst:
+    def __init__(self, index, conn):
+        self.index, self.conn = index, conn
+
+
+def test_stdin_waits_for_instance_0_and_ends_once():
+    sel = selectors.DefaultSelector()
+    hub = Hub(sel, backlog=1)
+    ours, theirs = socket.socketpair()
+    target = {"conn": None, "ended": False}
+    forwarder = StdinForwarder(sel, hub, lambda: (target["conn"], target["ended"]))
+    forwarder.queue.append(b"line 1\n")
+    forwarder.eof = True
+    forwarder.flush()  # not connected yet: kept
+    assert forwarder.queue == [b"line 1\n"]
+    target["conn"] = hub.add(ours, 0)
+    forwarder.flush()
+    forwarder.flush()  # nothing more: EOF went once
+    theirs.setblocking(False)
+    assert p.FrameReader().feed(theirs.recv(4096)) == [(p.STDIN, b"line 1\n"), (p.STDIN_EOF, b"")]
+    target["ended"] = True
+    forwarder.queue.append(b"late")
+    forwarder.flush()
+    assert forwarder.queue == []
+    hub.close_all()
+    theirs.close()
+    sel.close()
+
+
+def test_stack_collection_waits_for_the_running_and_keeps_a_stall_reporter():
+    sel = selectors.DefaultSelector()
+    hub = Hub(sel, backlog=3)
+    pairs = [socket.socketpair() for _ in range(3)]
+    insts = [_Inst(i, hub.add(ours, i)) for i, (ours, _) in enumerate(pairs)]
+    console = Console()
+    router = out.Router(3, out.OutputOptions(), console=console.fds)
+    router.add_stacks(2, "reporter's own stacks", "stall")
+    collector = StackCollector(router, hub)
+    assert not collector.collect(insts, "instance 2 reported a stall", "stall", keep=2)
+    assert collector.in_report and collector.deadline is not None
+    asked = []
+    for i, (_, theirs) in enumerate(pairs):
+        theirs.setblocking(False)
+        try:
+            if p.FrameReader().feed(theirs.recv(64)) == [(p.DUMP, b"")]:
+                asked.append(i)
+        except BlockingIOError:
+            pass
+    assert asked == [0, 1]  # instance 2's own stacks are kept, not asked for again
+    assert not collector.on_stacks(0, "stacks of 0")
+    collector.ended(1)  # exited meanwhile: not waited for
+    assert collector.dump.waiting == set()
+    dump = collector.finish()
+    assert dump.then == "stall" and collector.dump is None and collector.finish() is None
+    assert set(router.stacks) == {0, 2}
+    router.close_all()
+    console.read()
+    hub.close_all()
+    for _, theirs in pairs:
+        theirs.close()
+    sel.close()

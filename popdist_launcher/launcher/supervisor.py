@@ -8,7 +8,9 @@ wrappers' reports, the same way on every backend: the first instance to exit non
 job (the others get SIGTERM, then SIGKILL after the grace period); SIGINT, SIGTERM and SIGHUP
 are forwarded as they are and stop the job; SIGUSR1 and SIGUSR2 are forwarded; SIGQUIT prints
 every instance's Python stacks; ``--timeout`` collects the stacks, then stops the job. An engine
-(mpirun, srun, ssh) that ends before its instances started is the job's failure.
+(mpirun, srun, ssh) that ends before its instances started is the job's failure. The wrappers'
+connections are ``hub.py``'s, stdin forwarding ``stdin_forward.py``'s and stack collection
+``stacks.py``'s; the attempts of a job are ``agent.py``'s.
 """
 from __future__ import annotations
 
@@ -28,7 +30,10 @@ from popdist_launcher.launcher.spawned import rendezvous
 from popdist_launcher.launcher._say import debug
 from popdist_launcher.launcher import processes, report
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
+from popdist_launcher.launcher.hub import Conn, Hub
 from popdist_launcher.launcher.output import STDERR, STDOUT, Router
+from popdist_launcher.launcher.stacks import StackCollector
+from popdist_launcher.launcher.stdin_forward import StdinForwarder
 from popdist_launcher.launcher.spawned import instance as wrapper
 from popdist_launcher.launcher.spawned import protocol as p
 from popdist_launcher.launcher.plan import LaunchPlan
@@ -36,7 +41,6 @@ from popdist_launcher.launcher.plan import LaunchPlan
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 DUMP_SIGNAL = signal.SIGQUIT  # to the launcher: print every instance's Python stacks, go on
-DUMP_WAIT_SECONDS = 4.0       # how long stacks are waited for
 UNRESPONSIVE_SECONDS = 5.0    # after SIGKILL was sent, a wrapper that still has not answered
 DRAIN_SECONDS = 5.0           # after RELEASE, for wrappers to flush and engines to exit
 TIMEOUT_EXIT_CODE = 124       # as timeout(1)
@@ -84,20 +88,6 @@ class Failure(NamedTuple):
     kind: str  # "instance", "engine", "start-timeout", "timeout", "lost"
 
 
-class Conn:
-    """One wrapper's connection; ``index`` is known once it proved it belongs to the job."""
-
-    __slots__ = ("sock", "reader", "out", "index", "challenge", "closed")
-
-    def __init__(self, sock: socket.socket, index: Optional[int] = None) -> None:
-        self.sock = sock
-        self.reader = p.FrameReader()
-        self.out = bytearray()
-        self.index = index
-        self.challenge = b""
-        self.closed = False
-
-
 class Instance:
     __slots__ = ("index", "host", "state", "pid", "returncode", "conn", "stopped", "launch",
                  "name")
@@ -139,13 +129,6 @@ class Started:
         return self.popen is not None
 
 
-class Dump(NamedTuple):
-    reason: str
-    then: str  # "print", "timeout" or "stall"
-    deadline: float
-    waiting: set
-
-
 class Supervisor:
     def __init__(self, plan: LaunchPlan, backend: Backend, router: Router,
                  rendezvous_socket: Optional[socket.socket] = None,
@@ -163,16 +146,13 @@ class Supervisor:
         self._sel = selectors.DefaultSelector()
         self._secret = os.urandom(16).hex()
         self._started: List[Started] = []
-        self._conns: List[Conn] = []
-        self._listeners: List[socket.socket] = []
-        self._unix_dir: Optional[str] = None
+        self._hub = Hub(self._sel, plan.num_instances)
+        self._stacks = StackCollector(router, self._hub)
+        first = self.instances[0]
+        self._stdin = StdinForwarder(self._sel, self._hub, lambda: (first.conn, first.settled))
         self._failure: Optional[Failure] = None
         self._signal: Optional[int] = None
-        self._dump: Optional[Dump] = None
-        self._stacks_in_report = False  # collected because of a timeout or a stall
         self._watchdog: Optional[processes.Watchdog] = None
-        self._stdin_queue: List[bytes] = []  # for instance 0, until its wrapper connected
-        self._stdin_eof = False
         now = time.monotonic()
         self._start_deadline: Optional[float] = now + plan.start_timeout
         self._job_deadline = now + timeout if timeout else None
@@ -236,14 +216,15 @@ class Supervisor:
     # ---- starting ----------------------------------------------------------------------------
     def _start_all(self) -> None:
         launches_remote = any(not i.host.local for i in self.plan.instances)
-        wiring = Wiring(self._listen_unix(), self._listen_tcp() if launches_remote else None,
-                        self.plan.start_timeout)
+        wiring = Wiring(self._hub.listen_unix(self._secret[:8]),
+                        self._hub.listen_tcp(self.plan.rendezvous_address)
+                        if launches_remote else None, self.plan.start_timeout)
         launches = self.backend.launches(self.plan, wiring, self._secret)
         if self.plan.evaluator:
             launches.append(Launch("evaluator", (self.plan.num_instances,)))
-        if not any(launch.argv for launch in launches) and self._unix_dir is not None:
-            self._close_listeners(unix_only=True)
-        self._setup_stdin()
+        if not any(launch.argv for launch in launches) and self._hub.unix_dir is not None:
+            self._hub.close_listeners(unix_only=True)
+        self._stdin.setup()
         for launch in launches:
             if launch.argv is None:
                 self._fork(launch)
@@ -253,48 +234,6 @@ class Supervisor:
                 break
         if self._rendezvous_socket is not None:
             self._sel.register(self._rendezvous_socket, selectors.EVENT_READ, ("rendezvous",))
-
-    def _listen_unix(self) -> str:
-        base = os.environ.get("TMPDIR") or "/tmp"
-        folder = os.path.join(base, f"poprun-lite-{os.getpid()}-{self._secret[:8]}")
-        os.mkdir(folder, 0o700)
-        self._unix_dir = folder
-        path = os.path.join(folder, "launcher.sock")
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.bind(path)
-        self._listen(sock)
-        return path
-
-    def _listen_tcp(self) -> tuple:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind((self.plan.rendezvous_address, 0))
-        self._listen(sock)
-        return sock.getsockname()[:2]
-
-    def _listen(self, sock: socket.socket) -> None:
-        sock.listen(min(4096, max(128, self.plan.num_instances)))
-        sock.setblocking(False)
-        self._listeners.append(sock)
-        self._sel.register(sock, selectors.EVENT_READ, ("listen",))
-
-    def _close_listeners(self, unix_only: bool = False) -> None:
-        for sock in list(self._listeners):
-            if unix_only and sock.family != socket.AF_UNIX:
-                continue
-            self._sel.unregister(sock)
-            sock.close()
-            self._listeners.remove(sock)
-        if self._unix_dir is not None:
-            for name in ("launcher.sock",):
-                try:
-                    os.unlink(os.path.join(self._unix_dir, name))
-                except OSError:
-                    pass
-            try:
-                os.rmdir(self._unix_dir)
-            except OSError:
-                pass
-            self._unix_dir = None
 
     def _spec(self, index: int) -> dict:
         env = {"PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
@@ -332,11 +271,11 @@ class Supervisor:
         child.close()
         started = Started(launch, pid, None)
         self._track(started)
-        conn = self._add_conn(parent, index)
+        conn = self._hub.add(parent, index)
         inst = self.instances[index]
         inst.conn, inst.state, inst.launch = conn, InstanceState.CONNECTED, started
         if index == 0:
-            self._flush_stdin()
+            self._stdin.flush()
 
     def _spawn(self, launch: Launch) -> None:
         debug("starting %s: %s", launch.label, " ".join(launch.argv))
@@ -370,61 +309,6 @@ class Supervisor:
         self._started.append(started)
         self._sel.register(started.pidfd, selectors.EVENT_READ, ("exit", started))
 
-    def _add_conn(self, sock: socket.socket, index: Optional[int] = None) -> Conn:
-        sock.setblocking(False)
-        conn = Conn(sock, index)
-        self._conns.append(conn)
-        self._sel.register(sock, selectors.EVENT_READ, ("conn", conn))
-        return conn
-
-    # ---- stdin: the launcher's goes to instance 0 ---------------------------------------------
-    def _setup_stdin(self) -> None:
-        try:
-            os.fstat(0)
-        except OSError:
-            self._stdin_eof = True
-            return
-        try:
-            self._sel.register(0, selectors.EVENT_READ, ("stdin",))
-        except (PermissionError, ValueError, OSError):  # a regular file or /dev/null: read it now
-            while True:
-                try:
-                    data = os.read(0, 1 << 20)
-                except OSError:
-                    data = b""
-                if not data:
-                    break
-                self._stdin_queue.append(data)
-            self._stdin_eof = True
-
-    def _on_stdin(self) -> None:
-        try:
-            data = os.read(0, 1 << 16)
-        except BlockingIOError:
-            return
-        except OSError:  # EIO: a terminal that is not ours (a background job)
-            data = b""
-        if data:
-            self._stdin_queue.append(data)
-        else:
-            self._sel.unregister(0)
-            self._stdin_eof = True
-        self._flush_stdin()
-
-    def _flush_stdin(self) -> None:
-        inst = self.instances[0]
-        if inst.conn is None or inst.conn.closed or inst.settled:
-            if inst.settled:
-                self._stdin_queue.clear()
-            return
-        for data in self._stdin_queue:
-            self._send(inst.conn, p.STDIN, data)
-        self._stdin_queue.clear()
-        if self._stdin_eof:
-            self._send(inst.conn, p.STDIN_EOF)
-            self._stdin_eof = False  # sent once
-            self._stdin_queue = []
-
     # ---- the loop ----------------------------------------------------------------------------
     def _loop(self) -> None:
         while self.state not in FINAL:
@@ -436,7 +320,7 @@ class Supervisor:
             deadlines = [d for d in (self._start_deadline, self._job_deadline,
                                      self._kill_deadline, self._unresponsive_deadline,
                                      self._drain_deadline, self.router.held_deadline,
-                                     self._dump.deadline if self._dump else None) if d is not None]
+                                     self._stacks.deadline) if d is not None]
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             for key, mask in self._sel.select(timeout):
                 if self._sel.get_map().get(key.fileobj) is not key:
@@ -445,7 +329,7 @@ class Supervisor:
                 if kind == "conn":
                     conn = key.data[1]
                     if mask & selectors.EVENT_WRITE:
-                        self._write(conn)
+                        self._hub.write(conn)
                     if mask & selectors.EVENT_READ and not conn.closed:
                         self._read(conn)
                 elif kind == "engine-out":
@@ -453,11 +337,11 @@ class Supervisor:
                 elif kind == "exit":
                     self._on_process_exit(key.data[1])
                 elif kind == "listen":
-                    self._accept(key.fileobj)
+                    self._hub.accept(key.fileobj)
                 elif kind == "signal":
                     self._on_signals(key.fileobj)
                 elif kind == "stdin":
-                    self._on_stdin()
+                    self._stdin.on_readable()
                 elif kind == "rendezvous":
                     self._start_rendezvous()
 
@@ -472,7 +356,7 @@ class Supervisor:
                 self.router.say(f"poprun-lite: --timeout {self._timeout:g} s expired; collecting "
                                 f"every instance's Python stacks, then stopping the job.")
                 self._collect_stacks(f"--timeout {self._timeout:g} s expired", "timeout")
-        if self._dump is not None and now >= self._dump.deadline:
+        if self._stacks.dump is not None and now >= self._stacks.dump.deadline:
             self._finish_dump()
         if self._kill_deadline is not None and now >= self._kill_deadline:
             self._kill_deadline = None
@@ -487,8 +371,8 @@ class Supervisor:
                     processes.signal_group(started.pid, signal.SIGKILL)
         if self._drain_deadline is not None and now >= self._drain_deadline:
             self._drain_deadline = None
-            for conn in self._conns:
-                self._close(conn)
+            for conn in self._hub.conns:
+                self._hub.close(conn)
             for started in self._started:
                 if started.returncode is None:
                     processes.signal_group(started.pid, signal.SIGKILL)
@@ -508,71 +392,14 @@ class Supervisor:
             if all(i.settled for i in self.instances):
                 self._begin_drain()
         if self.state is JobState.DRAINING:
-            if all(c.closed for c in self._conns) and \
+            if all(c.closed for c in self._hub.conns) and \
                     all(s.returncode is not None for s in self._started):
                 self._finish()
 
     # ---- wrapper connections -----------------------------------------------------------------
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                sock, _ = listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                return
-            if sock.family == socket.AF_INET:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = self._add_conn(sock)
-            conn.challenge = os.urandom(16)
-            self._send(conn, p.CHALLENGE, conn.challenge)
-
-    def _send(self, conn: Conn, kind: int, payload: bytes = b"") -> None:
-        if conn.closed:
-            return
-        data = p.frame(kind, payload)
-        if not conn.out:
-            try:
-                n = conn.sock.send(data)
-            except BlockingIOError:
-                n = 0
-            except OSError:
-                return  # its reader will see the end
-            data = data[n:]
-            if not data:
-                return
-            self._sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE,
-                             ("conn", conn))
-        conn.out += data
-
-    def _write(self, conn: Conn) -> None:
-        try:
-            n = conn.sock.send(conn.out)
-        except BlockingIOError:
-            return
-        except OSError:
-            conn.out.clear()
-            n = 0
-        del conn.out[:n]
-        if not conn.out and not conn.closed:
-            self._sel.modify(conn.sock, selectors.EVENT_READ, ("conn", conn))
-
-    def _close(self, conn: Conn) -> None:
-        if conn.closed:
-            return
-        conn.closed = True
-        self._sel.unregister(conn.sock)
-        conn.sock.close()
-
     def _read(self, conn: Conn) -> None:
-        try:
-            data = conn.sock.recv(1 << 18)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self._close(conn)
+        frames = self._hub.receive(conn)
+        if frames is None:  # the connection ended
             if conn.index is not None:
                 inst = self.instances[conn.index]
                 for stream in (STDOUT, STDERR):
@@ -581,10 +408,10 @@ class Supervisor:
                     self._lose(inst, "lost its wrapper (the connection closed without an exit "
                                      "status)")
             return
-        for kind, payload in conn.reader.feed(data):
+        for kind, payload in frames:
             if conn.index is None:
                 if kind != p.HELLO or not self._hello(conn, payload):
-                    self._close(conn)
+                    self._hub.close(conn)
                     return
                 continue
             self._on_frame(self.instances[conn.index], kind, payload)
@@ -611,12 +438,12 @@ class Supervisor:
         run = self.state in (JobState.STARTING, JobState.RUNNING)
         spec = self._spec(index)
         proof = p.mac(self._secret.encode(), p.LAUNCHER_PROOF + their_challenge, index).encode()
-        self._send(conn, p.SPEC, proof + p.encode_spec(spec["argv"], spec["env"], spec["cwd"],
-                                                       spec["stdin"], run))
+        self._hub.send(conn, p.SPEC, proof + p.encode_spec(spec["argv"], spec["env"], spec["cwd"],
+                                                           spec["stdin"], run))
         if not run:
             inst.state = InstanceState.EXITED  # never started: nothing to wait for
         if index == 0:
-            self._flush_stdin()
+            self._stdin.flush()
         return True
 
     def _on_frame(self, inst: Instance, kind: int, payload: bytes) -> None:
@@ -637,7 +464,7 @@ class Supervisor:
             self._on_stacks(inst, payload.decode("utf-8", "replace"))
         elif kind == p.STALL:
             reason = payload.decode("utf-8", "replace").strip()
-            if self._dump is None and self.state in (JobState.STARTING, JobState.RUNNING):
+            if self._stacks.dump is None and self.state in (JobState.STARTING, JobState.RUNNING):
                 self.router.say(f"poprun-lite: {inst.who} reports a stalled "
                                 f"collective ({reason}); collecting every instance's Python "
                                 f"stacks.")
@@ -649,9 +476,8 @@ class Supervisor:
         inst.state = InstanceState.EXITED
         debug("instance %d %s", inst.index, processes.describe_exit(returncode))
         if inst.index == 0:
-            self._stdin_queue.clear()
-        if self._dump is not None and inst.index in self._dump.waiting:
-            self._dump.waiting.discard(inst.index)
+            self._stdin.drop()
+        self._stacks.ended(inst.index)
         if returncode != 0:
             cause = report.Cause(f"{inst.who} {processes.describe_exit(returncode)} "
                                  f"(host {inst.host}), pid {inst.pid}.", inst.index)
@@ -660,7 +486,7 @@ class Supervisor:
     def _lose(self, inst: Instance, what: str) -> None:
         inst.state = InstanceState.LOST
         if inst.conn is not None:
-            self._close(inst.conn)
+            self._hub.close(inst.conn)
         if inst.pid is not None and inst.launch is not None and not inst.launch.engine:
             try:  # a wrapper of this host died: its program's group (not a reused pid) goes
                 if os.getpgid(inst.pid) == inst.pid:
@@ -746,7 +572,7 @@ class Supervisor:
             return
         for signum in data:
             if signum == DUMP_SIGNAL:
-                if self._dump is None:
+                if self._stacks.dump is None:
                     self.router.say("poprun-lite: SIGQUIT: collecting every instance's Python "
                                     "stacks (the job goes on).")
                     self._collect_stacks("on request (SIGQUIT to poprun-lite)", "print")
@@ -772,7 +598,7 @@ class Supervisor:
 
     def _signal_instance(self, inst: Instance, signum: int) -> None:
         if inst.conn is not None and not inst.settled:
-            self._send(inst.conn, p.SIGNAL, bytes([signum]))
+            self._hub.send(inst.conn, p.SIGNAL, bytes([signum]))
 
     def _begin_stop(self, signum: int) -> None:
         self._to(JobState.STOPPING)
@@ -814,35 +640,17 @@ class Supervisor:
 
     # ---- stacks ------------------------------------------------------------------------------
     def _collect_stacks(self, reason: str, then: str, keep: Optional[int] = None) -> None:
-        """Ask every running instance for its stacks. ``keep``: an instance whose stacks it
-        wrote itself at the moment that matters (a stall's reporter, which may have moved on
-        by the time a second dump would arrive)."""
-        kept = self.router.stacks.get(keep) if keep is not None else None
-        waiting = set()
-        for inst in self.instances:
-            if inst.state is InstanceState.RUNNING and inst.conn is not None \
-                    and not (inst.index == keep and kept):
-                waiting.add(inst.index)
-                self._send(inst.conn, p.DUMP)
-        self.router.stacks.clear()
-        if kept:
-            self.router.stacks[keep] = kept
-        self._stacks_in_report = then != "print"
-        self._dump = Dump(reason, then, time.monotonic() + DUMP_WAIT_SECONDS, waiting)
-        if not waiting:
+        running = [i for i in self.instances
+                   if i.state is InstanceState.RUNNING and i.conn is not None]
+        if self._stacks.collect(running, reason, then, keep):
             self._finish_dump()
 
     def _on_stacks(self, inst: Instance, text: str) -> None:
-        reason = self._dump.reason if self._dump else "written by the program itself"
-        if text or self._dump is not None:
-            self.router.add_stacks(inst.index, text, reason)
-        if self._dump is not None:
-            self._dump.waiting.discard(inst.index)
-            if not self._dump.waiting:
-                self._finish_dump()
+        if self._stacks.on_stacks(inst.index, text):
+            self._finish_dump()
 
     def _finish_dump(self) -> None:
-        dump, self._dump = self._dump, None
+        dump = self._stacks.finish()
         if dump is None:
             return
         if dump.then == "print":
@@ -856,14 +664,14 @@ class Supervisor:
         self._to(JobState.DRAINING)
         self._kill_deadline = self._unresponsive_deadline = self._start_deadline = None
         self._job_deadline = None
-        if self._dump is not None:
+        if self._stacks.dump is not None:
             self._finish_dump()
-        for conn in self._conns:
+        for conn in self._hub.conns:
             if conn.index is None:
-                self._close(conn)
+                self._hub.close(conn)
             else:
-                self._send(conn, p.RELEASE)
-        self._close_listeners()
+                self._hub.send(conn, p.RELEASE)
+        self._hub.close_listeners()
         self._drain_deadline = time.monotonic() + DRAIN_SECONDS
 
     def _finish(self) -> None:
@@ -890,8 +698,8 @@ class Supervisor:
         return ends
 
     def _cleanup(self) -> None:
-        for conn in self._conns:
-            self._close(conn)
+        for conn in self._hub.conns:
+            self._hub.close(conn)
         for started in self._started:
             if started.returncode is None:
                 processes.signal_group(started.pid, signal.SIGKILL)
@@ -904,7 +712,7 @@ class Supervisor:
             if started.popen is not None:
                 for pipe in (started.popen.stdout, started.popen.stderr):
                     pipe.close()
-        self._close_listeners()
+        self._hub.close_listeners()
         if self._rendezvous_socket is not None:
             self._rendezvous_socket.close()
         if self._rendezvous_proc is not None:
@@ -923,7 +731,7 @@ class Supervisor:
         if failure is not None:
             tails = {i.index: {STDERR: self.router.tail(i.index, STDERR),
                                STDOUT: self.router.tail(i.index, STDOUT)} for i in self.instances}
-            stacks = self.router.stacks if self._stacks_in_report else {}
+            stacks = self.router.stacks if self._stacks.in_report else {}
             self.router.say(report.failure_report(failure.cause, self._ends(), tails, stacks))
             return JobResult(JobState.FAILED, failure.exit_code, failure.cause.instance,
                              self._signal)
