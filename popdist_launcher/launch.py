@@ -1,4 +1,4 @@
-"""``poprun-lite``: the command line. Options -> LaunchPlan -> backend -> supervisor.
+"""``poprun-lite``: the command line. Options -> JobOptions -> agent (plan, backend, supervisor).
 
 This module is on every job's start-up path: it never imports TensorFlow or Horovod.
 """
@@ -14,7 +14,8 @@ from popdist_launcher import __version__, _contract, tf_config as tf_config_lib
 from popdist_launcher.launcher import ports
 from popdist_launcher.launcher import topology
 from popdist_launcher.launcher import _say as verbosity
-from popdist_launcher.launcher import job
+from popdist_launcher.launcher.agent import Agent
+from popdist_launcher.launcher.options import JobOptions
 from popdist_launcher.launcher.output import OutputDirError, OutputOptions
 from popdist_launcher.launcher.plan import PlanError, check_counts, parse_exports, resolve_program
 from popdist_launcher.launcher.remote import SshOptions, agent_from_environ
@@ -511,14 +512,16 @@ def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional
     output = OutputOptions(tag_output=tag_output, only_instance=only_output_from_instance,
                            output_dir=output_dir, tag_host=tag_output_host,
                            timestamp=timestamp_output, instance_hosts=_instance_hosts(layout))
-    options = job.JobOptions(argv, num_instances, num_replicas, ipus_per_replica, exported,
-                             start_timeout, grace_period, port_range, max_restarts, timeout, output,
-                             placement=encode_placement("numa" if numa_aware else bind_to,
-                                                        thread_budget, gpus_per_instance,
-                                                        report_bindings),
-                             tf_config_mode=tf_config, evaluator=evaluator)
+    options = JobOptions(
+        layout=layout, argv=argv, num_instances=num_instances, num_replicas=num_replicas,
+        ipus_per_replica=ipus_per_replica, exported_env=exported, start_timeout=start_timeout,
+        grace_period=grace_period, port_range=port_range, max_restarts=max_restarts,
+        timeout=timeout, output=output,
+        placement=encode_placement("numa" if numa_aware else bind_to, thread_budget,
+                                   gpus_per_instance, report_bindings),
+        tf_config_mode=tf_config, evaluator=evaluator)
     try:
-        return job.run(layout, options, _say, click.echo if print_topology else None)
+        return Agent(options, _say).run(click.echo if print_topology else None)
     except OutputDirError as exc:
         raise click.UsageError(str(exc), ctx) from None
     except (ports.PortError, topology.TopologyError) as exc:

@@ -712,7 +712,7 @@ class Supervisor:
             if started.popen is not None:
                 for pipe in (started.popen.stdout, started.popen.stderr):
                     pipe.close()
-        self._hub.close_listeners()
+        self._hub.close_all()
         if self._rendezvous_socket is not None:
             self._rendezvous_socket.close()
         if self._rendezvous_proc is not None:

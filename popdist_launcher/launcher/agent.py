@@ -1,0 +1,109 @@
+"""The job's agent, as torch.distributed.elastic's: plan an attempt, start and monitor it (one
+Supervisor), and after a failure re-plan the next (--max-restarts: fresh ports, the same layout),
+each attempt with its own ``attempt-<n>/`` log folder."""
+from __future__ import annotations
+
+import os
+from typing import Callable, List, Optional, Sequence, Tuple
+
+from popdist_launcher.launcher.backends.base import Wiring
+from popdist_launcher.launcher.options import JobOptions
+from popdist_launcher.launcher.output import LogFiles, Router, open_output_dir
+from popdist_launcher.launcher.plan import LaunchPlan, build_plan, format_topology, horovod_tuning
+from popdist_launcher.launcher.spawned import rendezvous
+from popdist_launcher.launcher.supervisor import JobResult, JobState, Supervisor
+from popdist_launcher.launcher.topology import Layout
+
+
+class Agent:
+    """Runs every attempt of one job; the exit code is the last attempt's."""
+
+    def __init__(self, options: JobOptions, say: Callable[[str], None]) -> None:
+        self.options = options
+        self.layout = options.layout
+        self.say = say
+        self.job_id = os.urandom(6).hex()  # POPRUN_JOB_ID: the same for every attempt
+        self.attempt = 0
+        self.retried_start = False
+
+    def run(self, print_topology: Optional[Callable[[str], None]] = None) -> int:
+        """Raises OutputDirError and the port/topology errors of ``Layout.prepare`` (one
+        sentence each)."""
+        options = self.options
+        root_fd = open_output_dir(options.output.output_dir) if options.output.output_dir and \
+            print_topology is None else None
+        try:
+            while True:
+                with self.layout.prepare(options.port_range, int(options.evaluator)) as prepared:
+                    plan = self._plan(prepared)
+                    if print_topology is not None:
+                        print_topology(format_topology(plan, self.layout.backend.name,
+                                                       commands(self.layout, plan),
+                                                       " (besides what it inherits)"))
+                        return 0
+                    result, supervisor = self._start_and_monitor(plan, prepared, root_fd)
+                if not self._replan(result, supervisor):
+                    return result.exit_code
+        finally:
+            if root_fd is not None:
+                os.close(root_fd)
+
+    def _plan(self, prepared) -> LaunchPlan:
+        """This attempt's plan: the layout's hosts with the ports just reserved."""
+        options, layout = self.options, self.layout
+        return build_plan(
+            options.argv, options.num_instances, prepared.tf_ports,
+            prepared.rendezvous_address, num_replicas=options.num_replicas,
+            ipus_per_replica=options.ipus_per_replica, hosts=prepared.hosts,
+            counts=layout.counts, exported_env=options.exported_env,
+            start_timeout=options.start_timeout, grace_period=options.grace_period,
+            restart_count=self.attempt, controller=layout.controller,
+            tuning=horovod_tuning(layout.controller, os.environ), job_id=self.job_id,
+            rendezvous_secret=rendezvous.new_secret(), placement=options.placement,
+            tf_config_mode=options.tf_config_mode, evaluator=options.evaluator,
+            evaluator_port=prepared.local_ports[0] if options.evaluator else 0)
+
+    def _start_and_monitor(self, plan: LaunchPlan, prepared,
+                           root_fd: Optional[int]) -> Tuple[JobResult, Supervisor]:
+        """Start the attempt's instances and supervise them until the attempt ends."""
+        options = self.options
+        logs = LogFiles(root_fd, options.output.output_dir, self.attempt) \
+            if root_fd is not None else None
+        router = Router(plan.num_instances, options.output, logs,
+                        extra=("evaluator",) if plan.evaluator else ())
+        supervisor = Supervisor(plan, self.layout.backend, router,
+                                rendezvous_socket=prepared.take_rendezvous_socket(),
+                                timeout=options.timeout)
+        prepared.release_binds()
+        try:
+            return supervisor.run(), supervisor
+        finally:
+            router.close_all()
+
+    def _replan(self, result: JobResult, supervisor: Supervisor) -> bool:
+        """Whether another attempt follows: once more after the engine's known start-up
+        transient (not a restart), and after a failure while restarts are left."""
+        if result.state is JobState.FAILED and not self.retried_start \
+                and supervisor.engine_failed_to_start():
+            self.retried_start = True
+            self.say(f"poprun-lite: {self.layout.backend.name} failed before starting any "
+                     f"instance; starting it once more.")
+            return True
+        if result.state is not JobState.FAILED or self.attempt == self.options.max_restarts:
+            return False
+        self.attempt += 1
+        self.say(f"poprun-lite: restarting the job on every host (restart {self.attempt} of "
+                 f"{self.options.max_restarts}, fresh ports); POPRUN_RESTART_COUNT="
+                 f"{self.attempt}.")
+        return True
+
+
+def commands(layout: Layout, plan: LaunchPlan) -> List[Tuple[str, Sequence[str]]]:
+    """Who each start command starts, and the command, as --print-topology shows them."""
+    wiring = Wiring("LAUNCHER_SOCKET", ("LAUNCHER_ADDRESS", 0), plan.start_timeout)
+    shown = []
+    for launch in layout.backend.launches(plan, wiring, secret="SECRET"):
+        who = ", ".join(str(i) for i in launch.instances)
+        who = f"instance {who}" if len(launch.instances) == 1 else f"instances {who}"
+        shown.append((who, launch.argv or plan.program))
+    return shown
