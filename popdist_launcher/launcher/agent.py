@@ -1,6 +1,5 @@
 """The job's agent, as torch.distributed.elastic's: plan an attempt, start and monitor it (one
-Supervisor), and after a failure re-plan the next (--max-restarts: fresh ports, the same layout),
-each attempt with its own ``attempt-<n>/`` log folder."""
+Supervisor, one ``attempt-<n>/`` log folder), re-plan after a failure (--max-restarts)."""
 from __future__ import annotations
 
 import os
