@@ -526,7 +526,9 @@ class Supervisor:
             self.router.say(f"[{label}]: {text}")
 
     def _on_process_exit(self, started: Started) -> None:
-        self._reap(started)
+        # Its pidfd is readable: it has ended. Waiting is at once, except under a tracer
+        # (strace -f), which may hold the exit status a moment after the pidfd tells.
+        self._reap(started, block=True)
         code = started.returncode
         debug("%s %s", started.launch.label, processes.describe_exit(code))
         never = [i for i in started.launch.instances
