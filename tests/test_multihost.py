@@ -123,6 +123,31 @@ def test_signal_forwarded_to_remote_instances(hosts, pid_dir):
     assert wait_gone(read_pids(pid_dir, "pid"), timeout=15) == []
 
 
+def test_a_host_that_stops_answering_mid_job_is_named_and_the_job_ends(hosts, pid_dir):
+    # Cut from the network, hostB sends no FIN or RST: only the wrapper connections' keepalive
+    # tells the launcher (without it the job waited for ever), and hostB's wrappers end their
+    # programs the same way.
+    job = poprun_background("-np", "4", *over_ssh(hosts), program("behave.py"), str(pid_dir),
+                            "sleep:300")
+    try:
+        wait_for_files([pid_dir / f"pid-{i}" for i in range(4)], timeout=60)
+        hosts.set_down("hostB")
+        out, err = job.communicate(timeout=180)
+    finally:
+        if job.poll() is None:
+            job.kill()
+        hosts.set_up("hostB")
+    assert job.returncode == 1, err
+    cause = err[err.index("job failed: root cause"):].splitlines()[1]
+    assert "(host hostB) was lost: its host stopped answering" in cause, err
+    assert "Traceback" not in err
+    assert wait_gone(read_pids(pid_dir, "pid")[:2], timeout=15) == []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and hosts.pids_in("hostB", include_sshd_sessions=False):
+        time.sleep(0.2)
+    assert hosts.pids_in("hostB", include_sshd_sessions=False) == []
+
+
 def test_a_host_that_does_not_answer_is_named_within_the_start_timeout(hosts):
     hosts.set_down("hostB")
     start = time.monotonic()

@@ -438,3 +438,25 @@ def test_stack_collection_waits_for_the_running_and_keeps_a_stall_reporter():
     for _, theirs in pairs:
         theirs.close()
     sel.close()
+
+
+def test_tcp_wrapper_connections_have_keepalive_on_both_ends():
+    # A host cut from the network sends nothing: keepalive and the user timeout end the
+    # connection after protocol.LOST_AFTER_S on the launcher's side and on the wrapper's.
+    from popdist_launcher.launcher.spawned.instance import connect
+
+    sel = selectors.DefaultSelector()
+    hub = Hub(sel, backlog=2)
+    address, port = hub.listen_tcp("127.0.0.1")
+    wrapper = connect([f"tcp:{address}:{port}"], timeout=10)
+    hub.accept(hub.listeners[0])
+    (conn,) = hub.conns
+    for sock in (conn.sock, wrapper):
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == p.KEEPALIVE_IDLE_S
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == p.KEEPALIVE_INTERVAL_S
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == p.KEEPALIVE_PROBES
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == p.LOST_AFTER_S * 1000
+    wrapper.close()
+    hub.close_all()
+    sel.close()

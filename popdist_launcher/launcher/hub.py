@@ -13,7 +13,7 @@ from popdist_launcher.launcher.spawned import protocol as p
 class Conn:
     """One wrapper's connection; ``index`` is known once it proved it belongs to the job."""
 
-    __slots__ = ("sock", "reader", "out", "index", "challenge", "closed")
+    __slots__ = ("sock", "reader", "out", "index", "challenge", "closed", "timed_out")
 
     def __init__(self, sock: socket.socket, index: Optional[int] = None) -> None:
         self.sock = sock
@@ -22,6 +22,7 @@ class Conn:
         self.index = index
         self.challenge = b""
         self.closed = False
+        self.timed_out = False  # the peer's host stopped answering (keepalive, user timeout)
 
 
 class Hub:
@@ -85,8 +86,9 @@ class Hub:
                 sock, _ = listener.accept()
             except OSError:  # BlockingIOError: none left
                 return
-            if sock.family == socket.AF_INET:
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                p.keep_alive(sock)
             conn = self.add(sock)
             conn.challenge = os.urandom(16)
             self.send(conn, p.CHALLENGE, conn.challenge)
@@ -136,6 +138,9 @@ class Hub:
             data = conn.sock.recv(1 << 18)
         except (BlockingIOError, InterruptedError):
             return []
+        except TimeoutError:  # ETIMEDOUT: keepalive probes or sent data went unanswered
+            conn.timed_out = True
+            data = b""
         except OSError:
             data = b""
         if not data:

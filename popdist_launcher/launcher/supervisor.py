@@ -404,7 +404,10 @@ class Supervisor:
                 inst = self.instances[conn.index]
                 for stream in (STDOUT, STDERR):
                     self.router.close(inst.index, stream)
-                if not inst.settled:
+                if not inst.settled and conn.timed_out:
+                    self._lose(inst, f"was lost: its host stopped answering (no reply to the "
+                                     f"connection's keepalive for {p.LOST_AFTER_S} s)")
+                elif not inst.settled:
                     self._lose(inst, "lost its wrapper (the connection closed without an exit "
                                      "status)")
             return

@@ -504,6 +504,7 @@ def connect(addresses: "list[str]", timeout: float):
                 sock.settimeout(timeout)
                 sock.connect(where)
                 sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+                p.keep_alive(sock)
             return sock
         except OSError as exc:
             problems.append(f"{address}: {exc.strerror or exc}")

@@ -29,6 +29,15 @@ STDIN_EOF = 24  # the launcher's stdin ended
 DUMP = 25       # write the program's Python stacks (all threads)
 RELEASE = 26    # the job is over: end every descendant, flush output, exit 0
 
+# A host that stops answering (powered off, cut from the network) is found by TCP keepalive
+# on both ends of every wrapper connection: probes after KEEPALIVE_IDLE_S of silence, every
+# KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES unanswered end it; unacknowledged data gives up after
+# LOST_AFTER_S. The launcher then reports the host lost, and the wrapper ends its program.
+KEEPALIVE_IDLE_S = 4
+KEEPALIVE_INTERVAL_S = 2
+KEEPALIVE_PROBES = 3
+LOST_AFTER_S = KEEPALIVE_IDLE_S + KEEPALIVE_INTERVAL_S * KEEPALIVE_PROBES  # 10
+
 SECRET_ENV = "POPRUN_JOB_SECRET"
 # Names the wrapper removes from what the program inherits (space-separated), e.g. TF_CONFIG
 # under --tf-config none when the launcher's own environment (a TFJob pod) has one.
@@ -120,3 +129,15 @@ class FrameReader:
         payload = bytes(buf[HEADER.size:end])
         del buf[:end]
         return kind, payload
+
+
+def keep_alive(sock) -> None:
+    """Turn on the keepalive above for a TCP socket (Linux options; skipped where missing)."""
+    import _socket as socket  # the C module: the wrapper never imports the socket module
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", KEEPALIVE_IDLE_S), ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
+                        ("TCP_KEEPCNT", KEEPALIVE_PROBES),
+                        ("TCP_USER_TIMEOUT", LOST_AFTER_S * 1000)):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
