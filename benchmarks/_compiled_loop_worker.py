@@ -54,6 +54,17 @@ cross_entropy = tf.keras.losses.SparseCategoricalCrossentropy(
 def loss_fn(y, logits):
     return cross_entropy(y, logits) / args.batch
 
+def make_step(model, optimizer):
+    """One training step on a batch; returns its loss."""
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                      model.trainable_variables))
+        return loss
+    return step
+
+
 if family.startswith("ipu"):
     from tensorflow.python import ipu
 
@@ -62,15 +73,7 @@ if family.startswith("ipu"):
     config.configure_ipu_system()
     strategy = ipu.ipu_strategy.IPUStrategy()
     with strategy.scope():
-        model = make_model()
-        optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.9)
-
-        def step(x, y):
-            with tf.GradientTape() as tape:
-                loss = loss_fn(y, model(x, training=True))
-            optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
-                                          model.trainable_variables))
-            return loss
+        step = make_step(make_model(), tf.keras.optimizers.SGD(0.01, momentum=0.9))
 
         if family == "ipu-iterator":
             iterator = iter(dataset)
@@ -98,17 +101,8 @@ if family.startswith("ipu"):
                 strategy.run(loop)
                 return outfeed.dequeue()[-1]
 else:  # stock TensorFlow, no IPU layer: XLA compiles the step itself (no host op inside)
-    model = make_model()
-    optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.9)
-
-    @tf.function(jit_compile=jit)
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
-                                      model.trainable_variables))
-        return loss
-
+    step = tf.function(make_step(make_model(), tf.keras.optimizers.SGD(0.01, momentum=0.9)),
+                       jit_compile=jit)
     iterator = iter(dataset)
 
     def call():

@@ -382,12 +382,7 @@ def _emulated_input(model, x, y, sample_weight, batch_size, steps):
     if total is None:
         raise ValueError(f"Could not infer the size of the data for {replicas} replicas. You "
                          f"must specify the number of steps to run.")
-    if total < replicas:
-        raise ValueError(f"The provided dataset contains {total} batches, but all {replicas} "
-                         f"replicas need at least one each.")
-    if total % replicas:
-        log.warning("Dataset of %d batches is being evenly distributed between %d replicas. The "
-                    "remaining %d batch(es) will be dropped.", total, replicas, total % replicas)
+    _check_batches_per_replica(total, replicas)
     if isinstance(x, tf.data.Dataset):
         return (_spread(x, replicas, 1), y, sample_weight, batch_size,
                 None if steps is None else steps // replicas, replicas)
@@ -399,6 +394,17 @@ def _emulated_input(model, x, y, sample_weight, batch_size, steps):
 
     return (cut(x), cut(y), cut(sample_weight), batch_size * replicas,
             None if steps is None else steps // replicas, replicas)
+
+
+def _check_batches_per_replica(total: int, replicas: int) -> None:
+    """Graphcore's error when some replica would get no batch, and its warning when the last
+    ``total % replicas`` batches are dropped."""
+    if total < replicas:
+        raise ValueError(f"The provided dataset contains {total} batches, but all {replicas} "
+                         f"replicas need at least one each.")
+    if total % replicas:
+        log.warning("Dataset of %d batches is being evenly distributed between %d replicas. The "
+                    "remaining %d batch(es) will be dropped.", total, replicas, total % replicas)
 
 
 def _num_batches(x, batch_size, steps) -> Optional[int]:
@@ -434,12 +440,7 @@ def _replica_input(model, x, batch_size, steps, what: str) -> Tuple[Any, Optiona
             f"The provided set of data has a partial batch, which could result in data being "
             f"dropped. Either adjust the `batch_size` of your model (currently set to "
             f"{batch_size or 32}) or pad your dataset to ensure there are no partial batches.")
-    if total < replicas:
-        raise ValueError(f"The provided dataset contains {total} batches, but all {replicas} "
-                         f"replicas need at least one each.")
-    if total % replicas:
-        log.warning("Dataset of %d batches is being evenly distributed between %d replicas. The "
-                    "remaining %d batch(es) will be dropped.", total, replicas, total % replicas)
+    _check_batches_per_replica(total, replicas)
     _log_once("replicated_metrics", "%d local replicas: each replica reads its own "
               "batches (the effective batch size is the dataset's batch x %d); Keras metrics "
               "and losses are over every replica's batches.", replicas, replicas)

@@ -87,6 +87,8 @@ def check(got):
     assert fit["histogram"] == [0.0, 0.0]
     close([fit["lr"], fit["lr_set"]], [0.1, 0.5])  # the wrapped SGD's learning rate
     assert fit["config"] == [2, 8, "SGD"]
+    assert got["als_configs"] == {"ALSOptimizerSGD": True, "ALSOptimizerAdam": True,
+                                     "ALSOptimizerRMSProp": True}
     # B: float16 gradients c x LSF against the bin edge 64: down when > 20% overflow, up again.
     c = np.array([0.5, 1.0, 2.0, 40.0])
     want = als_trajectory(9, 2.0, freq=2, inc=2, maximum=64, threshold=0.2, edge=64, c=c)

@@ -9,8 +9,9 @@ import numpy as np
 import popdist
 import tensorflow as tf
 from keras.ipu.layers import CaptureUpstreamGradients
-from keras.ipu.optimizers import (ALSGradientAccumulationOptimizer, ALSOptimizer,
-                                  ALSOptimizerSGD, GradientAccumulationOptimizer)
+from keras.ipu.optimizers import (ALSGradientAccumulationOptimizer, ALSOptimizer, ALSOptimizerAdam,
+                                  ALSOptimizerRMSProp, ALSOptimizerSGD,
+                                  GradientAccumulationOptimizer)
 from keras.optimizer_v2.gradient_descent import SGD
 from tensorflow.python import ipu
 
@@ -51,6 +52,13 @@ out["als_fit"]["lr_set"] = float(als.inner_optimizer.learning_rate)
 again = ALSOptimizer.from_config(als.get_config())
 out["als_fit"]["config"] = [again.update_frequency, again.max_loss_scaling_factor,
                             type(again.inner_optimizer).__name__]
+# ALSOptimizerSGD / Adam / RMSProp come back from their configuration with their inner arguments.
+out["als_configs"] = {
+    cls.__name__: cls.from_config(cls(update_frequency=3, **kw).get_config()).get_config() ==
+    cls(update_frequency=3, **kw).get_config()
+    for cls, kw in ((ALSOptimizerSGD, dict(learning_rate=0.1, momentum=0.5)),
+                    (ALSOptimizerAdam, dict(learning_rate=0.2, beta_1=0.8)),
+                    (ALSOptimizerRMSProp, dict(learning_rate=0.3, rho=0.7, centered=True)))}
 
 # B: float16 gradients fill the histogram; the LSF goes down and up again.
 C = np.array([0.5, 1.0, 2.0, 40.0], np.float16)

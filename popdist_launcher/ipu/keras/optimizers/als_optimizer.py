@@ -260,6 +260,21 @@ class ALSOptimizer(_OptimizerV2Wrapper):
         return config
 
 
+class ALSOptimizerAround(ALSOptimizer):
+    """Base of ALSOptimizerSGD, Adam and RMSProp: an ALSOptimizer that makes its wrapped Keras
+    optimizer from its own first arguments (``INNER_ARGUMENTS``), and is rebuilt from its
+    configuration through them."""
+
+    INNER_ARGUMENTS: tuple = ()
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        inner = config.pop("inner_optimizer_config")
+        config.pop("inner_optimizer_type", None)
+        return cls(**{k: inner[k] for k in cls.INNER_ARGUMENTS if k in inner}, **config)
+
+
 class ALSGradientAccumulationOptimizer(GradientAccumulationOptimizer):
     """Gradient accumulation for an ``ALSOptimizer``: every ``apply_gradients`` call (one per
     micro-batch) records the statistics and updates the LSF as the ALSOptimizer does, and

@@ -3,14 +3,16 @@ from __future__ import annotations
 
 from keras.src.optimizers.legacy import rmsprop
 
-from popdist_launcher.ipu.keras.optimizers.als_optimizer import ALSDefaults, ALSOptimizer
+from popdist_launcher.ipu.keras.optimizers.als_optimizer import ALSDefaults, ALSOptimizerAround
 
 
-class ALSOptimizerRMSProp(ALSOptimizer):
+class ALSOptimizerRMSProp(ALSOptimizerAround):
     """``ALSOptimizer`` around a (legacy) Keras ``RMSprop`` made from the first arguments. The
     gradients are unscaled before RMSprop applies them, so its moments hold unscaled values
     and the update is RMSprop's on the unscaled gradients (Graphcore's folds the unscaling
     into RMSprop's coefficients to keep float16 moments in range; in float32 the two agree)."""
+
+    INNER_ARGUMENTS = ("learning_rate", "rho", "momentum", "epsilon", "centered")
 
     def __init__(self, learning_rate=0.001, rho=0.9, momentum=0.0, epsilon=1e-7, centered=False,
                  initial_loss_scaling_factor=ALSDefaults.initial_loss_scaling_factor,
@@ -24,16 +26,9 @@ class ALSOptimizerRMSProp(ALSOptimizer):
                  lpf_alpha=ALSDefaults.lpf_alpha,
                  histogram_bin_edge=ALSDefaults.histogram_bin_edge,
                  name: str = "ALSOptimizerRMSProp") -> None:
-        super().__init__(rmsprop.RMSprop(learning_rate=learning_rate, rho=rho, momentum=momentum, epsilon=epsilon, centered=centered),
+        super().__init__(rmsprop.RMSprop(learning_rate=learning_rate, rho=rho, momentum=momentum,
+                                         epsilon=epsilon, centered=centered),
                          initial_loss_scaling_factor, update_frequency, increase_factor,
                          max_loss_scaling_factor, accumulate_statistics_over_update_period,
                          ratio_threshold, captured_grads_only, lpf_alpha, histogram_bin_edge,
                          name)
-
-    @classmethod
-    def from_config(cls, config, custom_objects=None):
-        config = dict(config)
-        inner = config.pop("inner_optimizer_config")
-        config.pop("inner_optimizer_type", None)
-        keys = ('learning_rate', 'rho', 'momentum', 'epsilon', 'centered')
-        return cls(**{k: inner[k] for k in keys if k in inner}, **config)
