@@ -24,7 +24,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Deque, Dict, List, NamedTuple, Optional
+from typing import Callable, Deque, Dict, List, NamedTuple, Optional
 
 from popdist_launcher.launcher.spawned import rendezvous
 from popdist_launcher.launcher._say import debug
@@ -56,9 +56,10 @@ class JobState(enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     INTERRUPTED = "interrupted"
+    STOPPED = "stopped"  # ended on the launcher's request (request_stop): an elastic re-plan
 
 
-FINAL = (JobState.SUCCEEDED, JobState.FAILED, JobState.INTERRUPTED)
+FINAL = (JobState.SUCCEEDED, JobState.FAILED, JobState.INTERRUPTED, JobState.STOPPED)
 TRANSITIONS = {
     JobState.STARTING: (JobState.RUNNING, JobState.STOPPING, JobState.DRAINING),
     JobState.RUNNING: (JobState.STOPPING, JobState.DRAINING),
@@ -152,6 +153,7 @@ class Supervisor:
         self._stdin = StdinForwarder(self._sel, self._hub, lambda: (first.conn, first.settled))
         self._failure: Optional[Failure] = None
         self._signal: Optional[int] = None
+        self._stop_reason: Optional[str] = None
         self._watchdog: Optional[processes.Watchdog] = None
         now = time.monotonic()
         self._start_deadline: Optional[float] = now + plan.start_timeout
@@ -181,6 +183,29 @@ class Supervisor:
             wake_w.close()
         return self._result()
 
+    @property
+    def failure(self) -> Optional[Failure]:
+        """What ended the attempt, when it failed (its root cause, kind and exit code)."""
+        return self._failure
+
+    def watch(self, fileobj, callback: Callable[[], None]) -> None:
+        """Call ``callback`` from the loop whenever ``fileobj`` is readable (before ``run``)."""
+        self._sel.register(fileobj, selectors.EVENT_READ, ("watch", callback))
+
+    def request_stop(self, reason: str) -> None:
+        """End the attempt on the launcher's own request (a membership change): every instance
+        gets SIGTERM, then SIGKILL after the grace period; the attempt ends STOPPED, and the
+        instances' exits on the way are not failures."""
+        if self._failure is not None or self._signal is not None or \
+                self._stop_reason is not None or self.state not in (JobState.STARTING,
+                                                                   JobState.RUNNING):
+            return
+        self._stop_reason = reason
+        running = sum(1 for i in self.instances if not i.settled)
+        self.router.say(f"poprun-lite: {reason}; stopping {running} instance(s) (SIGKILL after "
+                        f"{self.plan.grace_period:g} s).")
+        self._begin_stop(signal.SIGTERM)
+
     def engine_failed_to_start(self) -> bool:
         """Whether an engine failed by a known start-up transient before any instance started
         (nothing of the user's program ran): worth starting once more."""
@@ -204,7 +229,7 @@ class Supervisor:
     def _fail(self, failure: Failure) -> None:
         """The first failure is the job's; it stops the job."""
         if self._failure is not None or self._signal is not None or \
-                self.state in (JobState.DRAINING,) + FINAL:
+                self._stop_reason is not None or self.state in (JobState.DRAINING,) + FINAL:
             return
         self._failure = failure
         running = sum(1 for i in self.instances if not i.settled)
@@ -344,6 +369,8 @@ class Supervisor:
                     self._stdin.on_readable()
                 elif kind == "rendezvous":
                     self._start_rendezvous()
+                elif kind == "watch":
+                    key.data[1]()
 
     def _on_deadlines(self, now: float) -> None:
         self.router.show_held(now)
@@ -684,6 +711,8 @@ class Supervisor:
             self._to(JobState.FAILED)
         elif self._signal is not None:
             self._to(JobState.INTERRUPTED)
+        elif self._stop_reason is not None:
+            self._to(JobState.STOPPED)
         else:
             self._to(JobState.SUCCEEDED)
 
@@ -742,6 +771,8 @@ class Supervisor:
                              self._signal)
         if self._signal is not None:
             return JobResult(JobState.INTERRUPTED, 128 + self._signal, None, self._signal)
+        if self._stop_reason is not None:
+            return JobResult(JobState.STOPPED, 0, None, None)
         return JobResult(JobState.SUCCEEDED, 0, None, None)
 
     # ---- rendezvous --------------------------------------------------------------------------
