@@ -1,0 +1,95 @@
+"""A Horovod elastic custom training loop, written as for ``horovodrun`` elastic (plain Horovod API):
+state committed every K steps, rolled back to the last commit when a peer fails.
+
+usage: elastic_loop.py OUT_JSON [TOTAL [COMMIT_EVERY]]       (defaults: 60 steps, commit every 10)
+environment: ELASTIC_PID_DIR  each worker writes its pid to <dir>/pid-<hostname>-<pid>
+             ELASTIC_STEP_SLEEP  seconds to sleep after each step (default 0)
+
+Step n trains on global batch n % BATCHES of elastic_reference.py, split across the ranks, so
+the final weights equal elastic_reference.loop_reference(TOTAL) at any history of world sizes.
+Rank 0 prints ``step <n> size <s> t=<time.time()>`` after each step (n = steps done) and
+``committed <n>`` before each commit; every worker prints ``reset rank <r> size <s> host <h>
+t=<time>`` after a reset and ``done rank <r> size <s> step <n>`` at the end. The final rank 0
+writes OUT_JSON: kernel, bias, step, size, host, and its own resets and steps run.
+"""
+import json
+import os
+import socket
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import tensorflow as tf  # noqa: E402
+import horovod.tensorflow as hvd  # noqa: E402
+
+from elastic_reference import (BATCHES, FEATURES, INITIAL_BIAS, INITIAL_KERNEL, LR,  # noqa: E402
+                               data, rows)
+
+out_path = sys.argv[1]
+total = int(sys.argv[2]) if len(sys.argv) > 2 else 60
+commit_every = int(sys.argv[3]) if len(sys.argv) > 3 else 10
+step_sleep = float(os.environ.get("ELASTIC_STEP_SLEEP", "0"))
+host = socket.gethostname()
+if os.environ.get("ELASTIC_PID_DIR"):
+    with open(os.path.join(os.environ["ELASTIC_PID_DIR"], f"pid-{host}-{os.getpid()}"), "w") as f:
+        f.write(str(os.getpid()))
+
+hvd.init()
+tf.keras.backend.set_floatx("float64")  # the reference's float64 maths, to the last bits
+x_all, y_all = data()
+model = tf.keras.Sequential([tf.keras.layers.Dense(
+    1, kernel_initializer=tf.keras.initializers.Constant(INITIAL_KERNEL),
+    bias_initializer=tf.keras.initializers.Constant(INITIAL_BIAS))])
+model.build((None, FEATURES))
+optimizer = tf.keras.optimizers.legacy.SGD(LR)
+# Every sync broadcasts the optimizer's variables: create them now (a step with zero gradients
+# leaves the weights as they are), so a worker that joins later has the same ones as the others.
+optimizer.apply_gradients([(tf.zeros_like(v), v) for v in model.trainable_variables])
+
+
+@tf.function
+def train_step(x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+    tape = hvd.DistributedGradientTape(tape)
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+
+counters = {"resets": 0, "steps_run": 0}
+
+
+def on_reset():
+    counters["resets"] += 1
+    print(f"reset rank {hvd.rank()} size {hvd.size()} host {host} t={time.time():.3f}", flush=True)
+
+
+state = hvd.elastic.TensorFlowKerasState(model, optimizer, step=0)
+state.register_reset_callbacks([on_reset])
+
+
+@hvd.elastic.run
+def train(state):
+    while state.step < total:
+        rank, size = hvd.rank(), hvd.size()
+        part = rows(state.step % BATCHES, rank, size)
+        train_step(tf.constant(x_all[part]), tf.constant(y_all[part]))
+        state.step += 1
+        counters["steps_run"] += 1
+        if rank == 0:
+            print(f"step {state.step} size {size} t={time.time():.3f}", flush=True)
+        if step_sleep:
+            time.sleep(step_sleep)
+        if state.step % commit_every == 0:
+            if rank == 0:
+                print(f"committed {state.step}", flush=True)
+            state.commit()
+
+
+train(state)
+print(f"done rank {hvd.rank()} size {hvd.size()} step {state.step}", flush=True)
+if hvd.rank() == 0:
+    kernel, bias = model.get_weights()
+    with open(out_path, "w") as f:
+        json.dump({"kernel": kernel.ravel().tolist(), "bias": bias.ravel().tolist(),
+                   "step": state.step, "size": hvd.size(), "host": host, **counters}, f)
