@@ -62,17 +62,15 @@ def client_address(address: str, port: int, secret: str) -> str:
 MIN_SECRET_CHARS = 32
 
 
-def serve(fd: int, slots: list, allowed: list, secret: str) -> None:
-    """Serve Horovod's rendezvous on the listening socket ``fd`` until stdin closes."""
-    if len(secret) < MIN_SECRET_CHARS:
-        raise SystemExit(f"poprun-lite rendezvous: ${SECRET_ENV} must hold the job's secret (at "
-                         f"least {MIN_SECRET_CHARS} characters); the launcher sets it.")
+def make_server(fd: int, handler_cls: type, allowed, secret: str):
+    """Horovod's rendezvous HTTP server (not yet serving) on the listening socket ``fd``, with
+    ``handler_cls`` (a Horovod RendezvousHandler subclass) behind the secret: requests whose path
+    does not start with ``/SECRET:PORT/`` get 403 and touch nothing. ``allowed``: client addresses
+    accepted besides loopback (empty: any); a set may grow while the server runs."""
     import hmac
     import socket
-    import threading
-    import types
 
-    from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
+    from horovod.runner.http.http_server import RendezvousHTTPServer
 
     class AdoptedRendezvousServer(RendezvousHTTPServer):
         """Horovod's server, serving on the inherited listening socket instead of binding one."""
@@ -92,10 +90,10 @@ def serve(fd: int, slots: list, allowed: list, secret: str) -> None:
                 host = host[7:]
             return not allowed or host in allowed or host.startswith("127.") or host == "::1"
 
-    server = AdoptedRendezvousServer(("", 0), RendezvousHandler, False)
+    server = AdoptedRendezvousServer(("", 0), handler_cls, False)
     prefix = f"/{secret}:{server.server_port}/".encode()
 
-    class SecretRendezvousHandler(RendezvousHandler):
+    class SecretRendezvousHandler(handler_cls):
         """Horovod's handler behind the secret: requests without it get 403 and touch nothing."""
 
         def parse_request(self) -> bool:
@@ -110,6 +108,20 @@ def serve(fd: int, slots: list, allowed: list, secret: str) -> None:
 
     server.RequestHandlerClass = SecretRendezvousHandler
     server.daemon_threads = True
+    return server
+
+
+def serve(fd: int, slots: list, allowed: list, secret: str) -> None:
+    """Serve Horovod's rendezvous on the listening socket ``fd`` until stdin closes."""
+    if len(secret) < MIN_SECRET_CHARS:
+        raise SystemExit(f"poprun-lite rendezvous: ${SECRET_ENV} must hold the job's secret (at "
+                         f"least {MIN_SECRET_CHARS} characters); the launcher sets it.")
+    import threading
+    import types
+
+    from horovod.runner.http.http_server import RendezvousHandler
+
+    server = make_server(fd, RendezvousHandler, allowed, secret)
     server.init([types.SimpleNamespace(**slot) for slot in slots])
     thread = threading.Thread(target=server.serve_forever, name="rendezvous", daemon=True)
     thread.start()
