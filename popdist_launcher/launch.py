@@ -22,7 +22,7 @@ from popdist_launcher import __version__, _contract, tf_config as tf_config_lib
 from popdist_launcher.launcher import ports
 from popdist_launcher.launcher import topology
 from popdist_launcher.launcher import _say as verbosity
-from popdist_launcher.launcher.agent import Agent
+from popdist_launcher.launcher.agent import run_job
 from popdist_launcher.launcher.options import JobOptions
 from popdist_launcher.launcher.output import OutputDirError, OutputOptions
 from popdist_launcher.launcher.plan import PlanError, check_counts, parse_exports, resolve_program
@@ -122,6 +122,8 @@ def _config_kind(param: click.Parameter) -> str:
         return "instances"
     if param.multiple:
         return "strings"
+    if param.nargs == 2:
+        return "pair"
     if getattr(param, "is_flag", False):
         return "boolean"
     if isinstance(param.type, click.types.IntParamType):
@@ -426,6 +428,35 @@ def _export_path(ctx: click.Context, param: click.Parameter,
 @click.option("--max-restarts", type=click.IntRange(0), default=0, show_envvar=True,
               help="When an instance fails, stop the job everywhere and start it again, up to "
                    "this many times (POPRUN_RESTART_COUNT tells the program the attempt).")
+@click.option("--min-np", type=int, default=None, show_envvar=True,
+              help="Elastic: the fewest instances the job runs with; below it for longer than "
+                   "--elastic-timeout the job ends.  [default: -np]")
+@click.option("--max-np", type=int, default=None, show_envvar=True,
+              help="Elastic: the most instances the job runs with.  [default: every slot the "
+                   "hosts offer]")
+@click.option("--host-discovery-script", default=None, metavar="COMMAND", show_envvar=True,
+              help="Elastic: a command printing the hosts available now, one 'host' or "
+                   "'host:slots' per line; run at start and every second while the job runs.")
+@click.option("--slots-per-host", type=int, default=None, show_envvar=True,
+              help="Elastic: slots of a host named without (a bare discovery line, -H NAME).  "
+                   "[default: 1]")
+@click.option("--elastic-timeout", type=float, default=None, callback=_seconds(False),
+              show_envvar=True,
+              help="Elastic: seconds the job may stay below --min-np (waiting for hosts) before "
+                   "it ends.  [default: 600]")
+@click.option("--reset-limit", type=int, default=None, show_envvar=True,
+              help="Elastic: the most times the job may re-form after a failure or a host "
+                   "change.  [default: no limit]")
+@click.option("--blacklist-cooldown-range", type=int, nargs=2, default=None,
+              metavar="LOW HIGH", show_envvar=True,
+              help="Elastic: a failed host may return after LOW..HIGH seconds (doubling with "
+                   "each failure).  [default: a failed host never returns]")
+@click.option("--elastic-mode", type=click.Choice(["auto", "horovod", "restart"]),
+              default="auto", show_envvar=True,
+              help="Elastic: horovod = Horovod's elastic protocol (survivors keep running; "
+                   "hvd.elastic programs), restart = stop every instance and start the job again "
+                   "on the hosts left (any program; resume from its checkpoint); auto = horovod "
+                   "when the program's source uses hvd.elastic.")
 @click.option("--print-topology/--no-print-topology", default=False, show_default=False,
               show_envvar=True,
               help="Print instances, replicas, ports and each instance's environment; start "
@@ -462,7 +493,11 @@ def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional
         numa_aware: bool, bind_to: str, thread_budget: bool, gpus_per_instance: str,
         report_bindings: bool, timeline_filename: Optional[str], autotune: bool,
         autotune_log_file: Optional[str], tf_config: str, tf1: bool, evaluator: bool,
-        max_restarts: int, print_topology: bool,
+        max_restarts: int, min_np: Optional[int], max_np: Optional[int],
+        host_discovery_script: Optional[str], slots_per_host: Optional[int],
+        elastic_timeout: Optional[float], reset_limit: Optional[int],
+        blacklist_cooldown_range: Optional[Tuple[int, int]], elastic_mode: str,
+        print_topology: bool,
         export_config: Optional[str], overwrite_config: bool, verbose: int, program: str,
         args: Sequence[str], **ipu_only: Any) -> int:
     """Run PROGRAM [ARGS]... as NUM_INSTANCES cooperating instances.
@@ -471,9 +506,18 @@ def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional
     A PROGRAM ending in .py runs with this Python.
     """
     _configure_logging(verbose)
+    elastic_given = min_np is not None or max_np is not None or bool(host_discovery_script)
     try:
+        for flag, value in (("--min-np", min_np), ("--max-np", max_np)):
+            if value is not None and value < 1:
+                raise PlanError(f"{flag} must be at least 1 (got {value}).")
+        if not elastic_given:
+            _only_elastic(slots_per_host=slots_per_host, elastic_timeout=elastic_timeout,
+                          reset_limit=reset_limit, blacklist_cooldown_range=blacklist_cooldown_range,
+                          elastic_mode=None if elastic_mode == "auto" else elastic_mode)
         if num_instances is None:
-            num_instances = ctx.params["num_instances"] = _default_instances(host, hostfile)
+            num_instances = ctx.params["num_instances"] = min_np if min_np is not None else \
+                _default_instances(host, hostfile)
         check_counts(num_instances, num_replicas, ipus_per_replica)
         if grace_period < 0:
             raise PlanError(f"--grace-period must be 0 or more seconds, got {grace_period:g}.")
@@ -495,9 +539,33 @@ def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional
                             "none gives none; use --tf-config auto (the default), worker or chief "
                             "with --evaluator.")
         argv = resolve_program(program, args)
+        elastic = None
+        if elastic_given:
+            if backend == "mpi":
+                raise PlanError(
+                    "--min-np/--max-np/--host-discovery-script need Gloo: an MPI world is fixed "
+                    "when mpirun starts; use --backend ssh (or local on one host), or drop the "
+                    "elastic options.")
+            if max_restarts:
+                raise PlanError("--max-restarts is for fixed worlds; with --min-np/--max-np/"
+                                "--host-discovery-script use --reset-limit.")
+            if evaluator:
+                raise PlanError("--evaluator needs a fixed cluster; drop it or the elastic "
+                                "options.")
+            from popdist_launcher.launcher import elastic_setup
+            elastic = elastic_setup.check(
+                num_instances, min_np, max_np, host_discovery_script, slots_per_host,
+                elastic_timeout, reset_limit, blacklist_cooldown_range, elastic_mode, argv,
+                host=host, hostfile=hostfile, oversubscribe=oversubscribe, backend=backend,
+                start_timeout=start_timeout,
+                choose=lambda n, slots, chosen: topology.choose(
+                    n, backend=chosen, environ=os.environ, subnet=host_subnet,
+                    iface=network_interface, oversubscribe=oversubscribe,
+                    ssh=SshOptions(ssh_port, ssh_identity, ssh_config, start_timeout, ()),
+                    host_slots=slots))
         exported = _horovod_settings(timeline_filename, autotune, autotune_log_file) \
             + (((_contract.TF1, "1"),) if tf1 else ()) + parse_exports(env, os.environ)
-        layout = topology.choose(
+        layout = elastic.relayout(elastic.hosts, elastic.first_size) if elastic else topology.choose(
             num_instances, host=host, hostfile=hostfile, oversubscribe=oversubscribe,
             backend=backend, environ=os.environ, subnet=host_subnet, iface=network_interface,
             mpi_global_args=mpi_global_args, mpi_local_args=mpi_local_args,
@@ -519,7 +587,7 @@ def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional
         _say(f"{PROG}: note: {line}")
     output = OutputOptions(tag_output=tag_output, only_instance=only_output_from_instance,
                            output_dir=output_dir, tag_host=tag_output_host,
-                           timestamp=timestamp_output, instance_hosts=_instance_hosts(layout))
+                           timestamp=timestamp_output)
     options = JobOptions(
         layout=layout, argv=argv, num_instances=num_instances, num_replicas=num_replicas,
         ipus_per_replica=ipus_per_replica, exported_env=exported, start_timeout=start_timeout,
@@ -527,13 +595,23 @@ def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional
         timeout=timeout, output=output,
         placement=encode_placement("numa" if numa_aware else bind_to, thread_budget,
                                    gpus_per_instance, report_bindings),
-        tf_config_mode=tf_config, evaluator=evaluator)
+        tf_config_mode=tf_config, evaluator=evaluator, elastic=elastic)
     try:
-        return Agent(options, _say).run(click.echo if print_topology else None)
+        return run_job(options, _say, click.echo if print_topology else None)
     except OutputDirError as exc:
         raise click.UsageError(str(exc), ctx) from None
     except (ports.PortError, topology.TopologyError) as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def _only_elastic(**given: Any) -> None:
+    """Elastic settings without an elastic job (no --min-np, --max-np or --host-discovery-script)
+    would be silently ignored: refuse them."""
+    named = ["--" + name.replace("_", "-") for name, value in given.items() if value is not None]
+    if named:
+        raise PlanError(f"{', '.join(named)} only {'applies' if len(named) == 1 else 'apply'} to "
+                        f"elastic jobs; add --min-np, --max-np or --host-discovery-script, or "
+                        f"drop {'it' if len(named) == 1 else 'them'}.")
 
 
 def _default_instances(host: Optional[str], hostfile: Optional[str]) -> int:
@@ -578,17 +656,6 @@ def _inert_notes(ipu_only: Dict[str, Any], instance_args_unused: bool) -> List[s
         notes.append("--instance-mpi-local-args has no effect on this backend: it adds mpirun "
                      "arguments for single instances; use --backend mpi to apply them.")
     return notes
-
-
-def _instance_hosts(layout: topology.Layout) -> Tuple[str, ...]:
-    """Each instance's host name for --tag-output-host (this machine's name for localhost)."""
-    import socket
-    from popdist_launcher.launcher import hosts as hostlib
-    names = []
-    for slot, count in layout.used:
-        name = socket.gethostname() if slot.name in hostlib.LOCAL_NAMES else slot.name
-        names.extend([name] * count)
-    return tuple(names)
 
 
 def _configurable_values(ctx: click.Context) -> Dict[str, Any]:

@@ -14,6 +14,19 @@ from popdist_launcher.launcher.supervisor import JobResult, JobState, Supervisor
 from popdist_launcher.launcher.topology import Layout
 
 
+def run_job(options: JobOptions, say: Callable[[str], None],
+            print_topology: Optional[Callable[[str], None]] = None) -> int:
+    """Run the job with the agent its options call for; the exit code is the job's."""
+    elastic = options.elastic
+    if elastic is not None and print_topology is None:
+        if elastic.mode == "horovod":
+            from popdist_launcher.launcher import elastic_horovod
+            return elastic_horovod.run(options, say)
+        from popdist_launcher.launcher.elastic_restarts import ElasticAgent
+        return ElasticAgent(options, say).run()
+    return Agent(options, say).run(print_topology)
+
+
 class Agent:
     """Runs every attempt of one job; the exit code is the last attempt's."""
 
@@ -24,6 +37,8 @@ class Agent:
         self.job_id = os.urandom(6).hex()  # POPRUN_JOB_ID: the same for every attempt
         self.attempt = 0
         self.retried_start = False
+        self.num_instances = options.num_instances  # this attempt's (elastic jobs re-plan them)
+        self.num_replicas = options.num_replicas
 
     def run(self, print_topology: Optional[Callable[[str], None]] = None) -> int:
         """Raises OutputDirError and the port/topology errors of ``Layout.prepare`` (one
@@ -41,8 +56,9 @@ class Agent:
                                                        " (besides what it inherits)"))
                         return 0
                     result, supervisor = self._start_and_monitor(plan, prepared, root_fd)
-                if not self._replan(result, supervisor):
-                    return result.exit_code
+                code = self._replan(result, supervisor)
+                if code is not None:
+                    return code
         finally:
             if root_fd is not None:
                 os.close(root_fd)
@@ -51,8 +67,8 @@ class Agent:
         """This attempt's plan: the layout's hosts with the ports just reserved."""
         options, layout = self.options, self.layout
         return build_plan(
-            options.argv, options.num_instances, prepared.tf_ports,
-            prepared.rendezvous_address, num_replicas=options.num_replicas,
+            options.argv, self.num_instances, prepared.tf_ports,
+            prepared.rendezvous_address, num_replicas=self.num_replicas,
             ipus_per_replica=options.ipus_per_replica, hosts=prepared.hosts,
             counts=layout.counts, exported_env=options.exported_env,
             start_timeout=options.start_timeout, grace_period=options.grace_period,
@@ -68,33 +84,44 @@ class Agent:
         options = self.options
         logs = LogFiles(root_fd, options.output.output_dir, self.attempt) \
             if root_fd is not None else None
-        router = Router(plan.num_instances, options.output, logs,
+        output = options.output._replace(instance_hosts=self.layout.instance_hosts())
+        router = Router(plan.num_instances, output, logs,
                         extra=("evaluator",) if plan.evaluator else ())
         supervisor = Supervisor(plan, self.layout.backend, router,
                                 rendezvous_socket=prepared.take_rendezvous_socket(),
                                 timeout=options.timeout)
         prepared.release_binds()
+        self._supervising(supervisor)
         try:
             return supervisor.run(), supervisor
         finally:
             router.close_all()
 
-    def _replan(self, result: JobResult, supervisor: Supervisor) -> bool:
-        """Whether another attempt follows: once more after the engine's known start-up
-        transient (not a restart), and after a failure while restarts are left."""
+    def _supervising(self, supervisor: Supervisor) -> None:
+        """Called with each attempt's supervisor before it runs (elastic jobs watch hosts)."""
+
+    def _replan(self, result: JobResult, supervisor: Supervisor) -> Optional[int]:
+        """None when another attempt follows (after a failure while restarts are left), else the
+        job's exit code."""
+        if self._retry_start(result, supervisor):
+            return None
+        if result.state is not JobState.FAILED or self.attempt == self.options.max_restarts:
+            return result.exit_code
+        self.attempt += 1
+        self.say(f"poprun-lite: restarting the job on every host (restart {self.attempt} of "
+                 f"{self.options.max_restarts}, fresh ports); POPRUN_RESTART_COUNT="
+                 f"{self.attempt}.")
+        return None
+
+    def _retry_start(self, result: JobResult, supervisor: Supervisor) -> bool:
+        """Start once more (not a restart) after the engine's known start-up transient."""
         if result.state is JobState.FAILED and not self.retried_start \
                 and supervisor.engine_failed_to_start():
             self.retried_start = True
             self.say(f"poprun-lite: {self.layout.backend.name} failed before starting any "
                      f"instance; starting it once more.")
             return True
-        if result.state is not JobState.FAILED or self.attempt == self.options.max_restarts:
-            return False
-        self.attempt += 1
-        self.say(f"poprun-lite: restarting the job on every host (restart {self.attempt} of "
-                 f"{self.options.max_restarts}, fresh ports); POPRUN_RESTART_COUNT="
-                 f"{self.attempt}.")
-        return True
+        return False
 
 
 def commands(layout: Layout, plan: LaunchPlan) -> List[Tuple[str, Sequence[str]]]:

@@ -25,6 +25,9 @@ KINDS = {
                and math.isfinite(v), "a finite number", "30.0"),
     "boolean": (lambda v: isinstance(v, bool), "true or false", "true"),
     "string": (lambda v: isinstance(v, str), "a string in quotes", '"VALUE"'),
+    "pair": (lambda v: isinstance(v, list) and len(v) == 2 and all(
+        isinstance(x, int) and not isinstance(x, bool) for x in v), "a list of two whole numbers",
+        "[10, 100]"),
     "strings": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
                 "a list of strings", '["A=1", "B"]'),
     "instances": (lambda v: _is_index(v) or isinstance(v, str)

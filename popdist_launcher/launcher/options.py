@@ -3,7 +3,7 @@ host layout it chose; the CLI builds it and the agent takes it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Callable, Optional, Sequence, Tuple
 
 from popdist_launcher.launcher.output import OutputOptions
 from popdist_launcher.launcher.topology import Layout
@@ -28,3 +28,23 @@ class JobOptions:
     placement: str = ""  # POPRUN_PLACEMENT's options (placement.encode)
     tf_config_mode: str = "auto"  # --tf-config (tf_config.AUTO)
     evaluator: bool = False  # --evaluator
+    elastic: Optional["ElasticOptions"] = None  # --min-np, --max-np, --host-discovery-script
+
+
+@dataclass(frozen=True)
+class ElasticOptions:
+    """An elastic job's settings (horovodrun's elastic options), as the command line checked
+    them; ``relayout(hosts, n)`` lays ``n`` instances out on ``hosts`` ((name, slots) pairs) with
+    the job's backend and host options."""
+
+    min_np: int
+    max_np: Optional[int]  # None: every slot the hosts offer
+    hosts: Tuple[Tuple[str, int], ...]  # the hosts at start (-H/--hostfile, or the script's)
+    relayout: Callable[[Sequence[Tuple[str, int]], int], Layout]
+    first_size: int  # instances of the first attempt: every slot at start, up to max_np
+    discovery_script: Optional[str] = None
+    slots_per_host: int = 1
+    elastic_timeout: float = 600.0
+    reset_limit: Optional[int] = None
+    cooldown_range: Optional[Tuple[int, int]] = None
+    mode: str = "restart"  # "horovod": Horovod's elastic driver; "restart": elastic restarts

@@ -17,7 +17,12 @@ from popdist_launcher.launcher._say import debug
 
 
 class RemoteError(RuntimeError):
-    """A host could not be reached or probed; the message names it and says what to check."""
+    """A host could not be reached or probed; the message names it and says what to check,
+    ``hosts`` the hosts that failed."""
+
+    def __init__(self, message: str, hosts: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.hosts = tuple(hosts)
 
 
 # Where Open MPI (and PRRTE, its runtime since 5.0) read the remote-shell agent and its options
@@ -140,32 +145,32 @@ def probe_hosts(hosts: Sequence[str], ports_per_host: Sequence[int], options: Ss
                                        stderr=subprocess.PIPE, text=True, process_group=0)
     deadline = time.monotonic() + options.connect_timeout + 10
     results: Dict[str, Probe] = {}
-    problems: List[str] = []
+    problems: Dict[str, str] = {}  # host -> what went wrong there
     for host, proc in procs.items():
         try:
             out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
             proc.communicate()
-            problems.append(f"{host} did not answer within --start-timeout "
-                            f"{options.connect_timeout:g} s")
+            problems[host] = f"{host} did not answer within --start-timeout " \
+                             f"{options.connect_timeout:g} s"
             continue
         reply = _last_json(out)
         if proc.returncode == 0 and reply and "address" in reply:
             results[host] = Probe(reply["address"], reply.get("iface", ""), tuple(reply["ports"]),
                                   reply.get("hostname", ""), reply.get("hostname_address", ""))
         elif reply and "error" in reply:
-            problems.append(f"{host}: {reply['error']}")
+            problems[host] = f"{host}: {reply['error']}"
         else:
             why = (err.strip().splitlines() or [f"ssh exited with {proc.returncode}"])[-1]
             if "timed out" in why:
                 why += f" (--start-timeout {options.connect_timeout:g} s)"
-            problems.append(f"{host} could not be reached or probed over ssh: {why}")
+            problems[host] = f"{host} could not be reached or probed over ssh: {why}"
     if problems:
         shell = f"'{' '.join(options.agent)} HOST true'" if options.agent else "'ssh HOST true'"
-        raise RemoteError("; ".join(problems) + f". Check that {shell} works without a "
+        raise RemoteError("; ".join(problems.values()) + f". Check that {shell} works without a "
                           "password and that poprun-lite is installed at the same path on every "
-                          "host.")
+                          "host.", list(problems))
     return results
 
 

@@ -22,7 +22,12 @@ LOOPBACK = "127.0.0.1"
 
 
 class TopologyError(ValueError):
-    """Hosts, slots or backend options that cannot work together; one sentence for the user."""
+    """Hosts, slots or backend options that cannot work together; one sentence for the user;
+    ``hosts`` names the hosts that could not be reached, when that was the problem."""
+
+    def __init__(self, message: str, hosts: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.hosts = tuple(hosts)
 
 
 class Prepared:
@@ -69,6 +74,14 @@ class Layout(NamedTuple):
     def used(self) -> List[Tuple[hostlib.HostSlots, int]]:
         return [(h, n) for h, n in zip(self.slots, self.counts) if n]
 
+    def instance_hosts(self) -> Tuple[str, ...]:
+        """Each instance's host name for --tag-output-host (this machine's name for localhost)."""
+        names: List[str] = []
+        for slot, count in self.used:
+            name = socket.gethostname() if slot.name in hostlib.LOCAL_NAMES else slot.name
+            names.extend([name] * count)
+        return tuple(names)
+
     @property
     def all_local(self) -> bool:
         return all(hostlib.is_local(h.name) for h, _ in self.used)
@@ -102,7 +115,7 @@ class Layout(NamedTuple):
                                  subnet=self.subnet, iface=self.iface, port_range=port_range)
             peer = probes[remote[0][0].name].address
         except RemoteError as exc:
-            raise TopologyError(str(exc)) from None
+            raise TopologyError(str(exc), exc.hosts) from None
         address, iface = _local_choice(self.subnet, self.iface, peer)
         if self.controller == "gloo":
             for name, probe in probes.items():
@@ -195,8 +208,10 @@ def choose(num_instances: int, host: Optional[str] = None, hostfile: Optional[st
            environ: Mapping[str, str] = os.environ, subnet: Optional[str] = None,
            iface: Optional[str] = None, mpi_global_args: str = "", mpi_local_args: str = "",
            ssh: SshOptions = SshOptions(),
-           instance_mpi_local_args: Sequence[Tuple[int, str]] = ()) -> Layout:
-    """Check the host options against each other and lay the instances out."""
+           instance_mpi_local_args: Sequence[Tuple[int, str]] = (),
+           host_slots: Optional[Sequence[hostlib.HostSlots]] = None) -> Layout:
+    """Check the host options against each other and lay the instances out; ``host_slots``
+    (an elastic job's hosts now) stands for -H."""
     if host and hostfile:
         raise TopologyError("-H and --hostfile both name hosts; give one of them.")
     if subnet:
@@ -208,7 +223,9 @@ def choose(num_instances: int, host: Optional[str] = None, hostfile: Optional[st
                                 f"notation such as 10.1.0.0/16.") from None
     in_slurm = bool(environ.get("SLURM_JOB_ID") and environ.get("SLURM_JOB_NODELIST"))
     try:
-        if host:
+        if host_slots is not None:
+            slots, source = list(host_slots), "the elastic job's hosts"
+        elif host:
             slots, source = hostlib.parse_host_list(host), "-H"
         elif hostfile:
             text = hostlib.read_hostfile(hostfile)
@@ -226,7 +243,7 @@ def choose(num_instances: int, host: Optional[str] = None, hostfile: Optional[st
         from popdist_launcher.launcher.backends.mpi import find_mpirun
         # An MPI remote-shell agent in the environment (a Kubernetes MPIJob's launcher) may not
         # be ssh and may not carry stdin: other hosts are then reached through mpirun.
-        backend = "slurm" if (in_slurm and not host and not hostfile) else (
+        backend = "slurm" if (in_slurm and not host and not hostfile and not host_slots) else (
             ("mpi" if ssh.agent and find_mpirun() else "ssh") if not all_local else
             "mpi" if num_instances > 1 and mpi_transport_available() else "local")
     if backend != "mpi":

@@ -2,9 +2,11 @@
 checkpoint; its input is a deterministic function of the step, so an interrupted and resumed run
 must end with the weights of an uninterrupted one.
 
-usage: restart_training.py OUT_DIR CKPT_DIR STEPS [KILL_AT_STEP]
-On the first attempt (POPRUN_RESTART_COUNT=0) instance 1 kills itself with SIGKILL when it reaches
-KILL_AT_STEP. Writes OUT_DIR/final-<i>.json: weights, the step it resumed at, the attempt.
+usage: restart_training.py OUT_DIR CKPT_DIR STEPS [KILL_AT_STEP [KILLED]]
+On the first attempt (POPRUN_RESTART_COUNT=0) instance 1 (or each instance of the comma-separated
+KILLED) kills itself with SIGKILL when it reaches KILL_AT_STEP. The global batch stays 8 whatever
+the number of instances. Writes OUT_DIR/final-<i>.json: weights, the step it resumed at, the
+attempt, the number of instances.
 """
 import json
 import os
@@ -20,6 +22,7 @@ from popdist_launcher.strategies import PopDistStrategy  # noqa: E402
 
 out_dir, ckpt_dir, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 kill_at = int(sys.argv[4]) if len(sys.argv) > 4 else -1
+killed = [int(i) for i in sys.argv[5].split(",")] if len(sys.argv) > 5 else [1]
 GLOBAL_BATCH, FEATURES, LR = 8, 4, 0.05
 ctx = popdist_launcher.init()
 strategy = PopDistStrategy()
@@ -55,7 +58,7 @@ def train_step(x, y):
 per_instance = GLOBAL_BATCH // ctx.num_instances
 lo = ctx.instance_index * per_instance
 for step in range(resumed_at, steps):
-    if step == kill_at and ctx.restart_count == 0 and ctx.instance_index == 1:
+    if step == kill_at and ctx.restart_count == 0 and ctx.instance_index in killed:
         os.kill(os.getpid(), signal.SIGKILL)
     x, y = batch(step)
     train_step(tf.constant(x[lo:lo + per_instance]), tf.constant(y[lo:lo + per_instance]))
@@ -65,4 +68,4 @@ for step in range(resumed_at, steps):
 
 with open(os.path.join(out_dir, f"final-{ctx.instance_index}.json"), "w") as f:
     json.dump({"w": w.numpy().ravel().tolist(), "resumed_at": resumed_at,
-               "attempt": ctx.restart_count}, f)
+               "attempt": ctx.restart_count, "num_instances": ctx.num_instances}, f)

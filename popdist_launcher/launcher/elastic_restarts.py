@@ -1,0 +1,280 @@
+"""Elastic restarts, for programs without Horovod's elastic protocol: when an instance or a host
+fails, or the discovery script reports a change, stop every instance (grace period), blacklist a
+failed host (with the cooldown), re-plan on the hosts available (--min-np .. --max-np instances,
+replicas per instance kept) and start the next attempt with fresh ports and rendezvous."""
+from __future__ import annotations
+
+import selectors
+import signal
+import time
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
+
+from popdist_launcher.launcher import membership
+from popdist_launcher.launcher.agent import Agent
+from popdist_launcher.launcher.options import JobOptions
+from popdist_launcher.launcher.plan import PlanError
+from popdist_launcher.launcher.supervisor import JobResult, JobState, Supervisor
+from popdist_launcher.launcher.topology import TopologyError
+
+Hosts = List[Tuple[str, int]]
+BELOW_MIN_EXIT_CODE = 1
+
+
+class Attempt(NamedTuple):
+    """One attempt, for the final summary."""
+
+    index: int
+    hosts: Tuple[str, ...]
+    instances: int
+    seconds: float
+    outcome: str
+
+
+class ElasticAgent(Agent):
+    """The agent of an elastic job in restart mode (``--elastic-mode restart``)."""
+
+    def __init__(self, options: JobOptions, say: Callable[[str], None]) -> None:
+        super().__init__(options, say)
+        elastic = options.elastic
+        assert elastic is not None
+        self.elastic = elastic
+        self.replicas_per_instance = (options.num_replicas or options.num_instances) \
+            // options.num_instances
+        self.num_instances = elastic.first_size
+        self.num_replicas = elastic.first_size * self.replicas_per_instance
+        self.blacklist = membership.Blacklist(elastic.cooldown_range)
+        self.poller = membership.Poller(elastic.discovery_script, elastic.slots_per_host) \
+            if elastic.discovery_script else None
+        self.members = membership.Membership(list(elastic.hosts), self.blacklist, self.poller)
+        self.log = membership.MembershipLog(say, options.output.output_dir)
+        self.hosts: Hosts = _used(self.layout)
+        self.attempts: List[Attempt] = []
+        self.resets = 0
+        self.started_at = time.monotonic()
+        self.stop_reason: Optional[str] = None  # why the running attempt was stopped
+        self.supervisor: Optional[Supervisor] = None
+
+    # ---- the job -----------------------------------------------------------------------------
+    def run(self, print_topology: Optional[Callable[[str], None]] = None) -> int:
+        if self.poller is not None:
+            self.poller.start()
+        self.log.record(f"starting {self.num_instances} instance(s) on {_names(self.hosts)} "
+                        f"(attempt 0)")
+        try:
+            while True:
+                try:
+                    return super().run(print_topology)
+                except TopologyError as exc:  # a host could not be probed at the start
+                    code = self._unreachable(exc)
+                    if code is not None:
+                        return code
+        finally:
+            if self.poller is not None:
+                self.poller.close()
+
+    def _supervising(self, supervisor: Supervisor) -> None:
+        self.supervisor = supervisor
+        self.started_at = time.monotonic()
+        self.stop_reason = None
+        if self.poller is not None:
+            supervisor.watch(self.poller, self._on_discovery)
+
+    def _replan(self, result: JobResult, supervisor: Supervisor) -> Optional[int]:
+        self.supervisor = None
+        if self._retry_start(result, supervisor):
+            return None
+        failure = supervisor.failure
+        if result.state is JobState.SUCCEEDED:
+            self._record("succeeded")
+            return self._end(0)
+        if result.state is JobState.INTERRUPTED:
+            self._record(f"interrupted by {signal.Signals(result.signal_received).name}")
+            return self._end(result.exit_code)
+        if result.state is JobState.STOPPED:
+            why = self.stop_reason or "stopped"
+            self._record(why)
+            changes = [why]
+        else:
+            assert failure is not None
+            why = failure.cause.headline.rstrip(".")
+            self._record(why)
+            if failure.kind == "timeout":
+                return self._end(result.exit_code)
+            changes = [self._blame(supervisor, why)]
+        return self._next_attempt(changes, result.exit_code)
+
+    def _unreachable(self, exc: TopologyError) -> Optional[int]:
+        """A host of the next attempt could not be probed: blacklist it and plan again."""
+        if not exc.hosts:
+            raise exc
+        self._record(str(exc).rstrip("."))
+        changes = [self._blacklist(host, "could not be reached") for host in exc.hosts]
+        return self._next_attempt(changes, 1)
+
+    # ---- planning ----------------------------------------------------------------------------
+    def _next_attempt(self, changes: List[str], exit_code: int) -> Optional[int]:
+        """Plan the next attempt (None), or end the job (its exit code)."""
+        limit = self.elastic.reset_limit
+        if limit is not None and self.resets >= limit:
+            self.say(f"poprun-lite: --reset-limit {limit} reached; ending the job.")
+            return self._end(exit_code or 1)
+        hosts = self._wait_for_hosts()
+        if hosts is None:
+            return self._end(BELOW_MIN_EXIT_CODE)
+        if isinstance(hosts, int):  # a signal while waiting
+            return self._end(hosts)
+        n = _fit(hosts, self.elastic.max_np)
+        try:
+            self.layout = self.elastic.relayout(hosts, n)
+        except PlanError as exc:
+            self.say(f"poprun-lite: cannot lay out the next attempt: {exc}")
+            return self._end(exit_code or 1)
+        self.resets += 1
+        self.attempt += 1
+        self.num_instances, self.num_replicas = n, n * self.replicas_per_instance
+        before = {name for name, _ in self.hosts}
+        self.hosts = _used(self.layout)
+        after = {name for name, _ in self.hosts}
+        gained = [name for name, _ in self.hosts if name not in before]
+        detail = "; ".join(dict.fromkeys(c for c in changes if c))
+        if gained:
+            detail += f"{'; ' if detail else ''}{', '.join(gained)} added"
+        lost = sorted(before - after)
+        if lost and not any(name in detail for name in lost):
+            detail += f"{'; ' if detail else ''}{', '.join(lost)} left out"
+        self.log.record(f"{detail} -> {n} instance(s) on {_names(self.hosts)} (attempt "
+                        f"{self.attempt}, POPRUN_RESTART_COUNT={self.attempt})")
+        return None
+
+    def _wait_for_hosts(self):
+        """The usable hosts once they offer --min-np slots; None after --elastic-timeout s;
+        128+N when a stopping signal arrives while waiting."""
+        elastic = self.elastic
+        hosts = self.members.usable()
+        if _slots(hosts) >= elastic.min_np:
+            return hosts
+        deadline = time.monotonic() + elastic.elastic_timeout
+        self.log.record(f"{_slots(hosts)} slot(s) usable, --min-np {elastic.min_np} needed; "
+                        f"waiting up to {elastic.elastic_timeout:g} s (--elastic-timeout) for "
+                        f"hosts")
+        received: List[int] = []
+        stopping = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        previous = {s: signal.signal(s, lambda signum, frame: received.append(signum))
+                    for s in stopping}
+        sel = selectors.DefaultSelector()
+        try:
+            if self.poller is not None:
+                sel.register(self.poller, selectors.EVENT_READ)
+            while not received:
+                now = time.monotonic()
+                if now >= deadline:
+                    return None
+                sel.select(min(1.0, deadline - now))
+                if self.poller is not None:
+                    for answer in self.poller.read():
+                        self._note(self.members.on_answer(answer))
+                hosts = self.members.usable()
+                if _slots(hosts) >= elastic.min_np:
+                    return hosts
+            return 128 + received[0]
+        finally:
+            sel.close()
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    # ---- what happened -----------------------------------------------------------------------
+    def _blame(self, supervisor: Supervisor, why: str) -> str:
+        """Blacklist the host a failure is blamed on, when the job can go on without it; the
+        membership line's text."""
+        failure = supervisor.failure
+        if failure.cause.instance is not None:
+            blamed = [supervisor.instances[failure.cause.instance].host]
+        else:  # an engine (ssh, srun) that failed before its instances started
+            blamed = list(dict.fromkeys(i.host for i in supervisor.instances
+                                        if i.pid is None and i.settled))
+        blamed = [self._member_name(host) for host in blamed]
+        rest = [(name, slots) for name, slots in self.members.usable() if name not in blamed]
+        if not blamed or _slots(rest) < self.elastic.min_np:
+            return f"{why}; restarting on the same hosts"
+        return "; ".join(self._blacklist(host, why) for host in blamed)
+
+    def _blacklist(self, host: str, why: str) -> str:
+        cooldown = self.blacklist.add(host)
+        until = "for the rest of the job" if cooldown is None else f"for {cooldown:.1f} s"
+        return f"{host} removed ({why}; blacklisted {until})"
+
+    def _member_name(self, host: str) -> str:
+        """The membership's name of an instance's host (instances on this host say localhost)."""
+        names = [name for name, _ in self.hosts]
+        return host if host in names or len(names) != 1 else names[0]
+
+    def _on_discovery(self) -> None:
+        """The discovery script answered while an attempt runs: stop the attempt when the
+        answer changes its hosts (one gone, or one more usable while below --max-np)."""
+        for answer in self.poller.read():
+            self._note(self.members.on_answer(answer))
+        supervisor = self.supervisor
+        if supervisor is None or self.stop_reason is not None:
+            return
+        usable = self.members.usable()
+        names = {name for name, _ in usable}
+        gone = [name for name, _ in self.hosts if name not in names]
+        room = self.elastic.max_np is None or self.num_instances < self.elastic.max_np
+        new = [name for name, _ in usable if name not in {n for n, _ in self.hosts}]
+        if gone:
+            self.stop_reason = f"{', '.join(gone)} left the discovery script's hosts"
+        elif new and room and _fit(usable, self.elastic.max_np) > self.num_instances:
+            self.stop_reason = f"{', '.join(new)} joined the discovery script's hosts"
+        if self.stop_reason is not None:
+            supervisor.request_stop(f"{self.stop_reason}; re-forming the job")
+
+    def _note(self, change) -> None:
+        if change.warning:
+            self.say(f"poprun-lite: warning: {change.warning}")
+
+    def _record(self, outcome: str) -> None:
+        self.attempts.append(Attempt(self.attempt, tuple(name for name, _ in self.hosts),
+                                     self.num_instances, time.monotonic() - self.started_at,
+                                     outcome))
+
+    def _end(self, code: int) -> int:
+        if self.attempts and (len(self.attempts) > 1 or code):
+            lines = [f"poprun-lite: the job ran {len(self.attempts)} attempt(s):"]
+            for a in self.attempts:
+                lines.append(f"  attempt {a.index}: {a.instances} instance(s) on "
+                             f"{', '.join(a.hosts)}, {a.seconds:.1f} s: {a.outcome}")
+            if code == BELOW_MIN_EXIT_CODE and not self._enough():
+                lines.append(f"poprun-lite: the job ends: below --min-np {self.elastic.min_np} "
+                             f"for --elastic-timeout {self.elastic.elastic_timeout:g} s "
+                             f"({self._hosts_out()}).")
+            self.say("\n".join(lines))
+        return code
+
+    def _enough(self) -> bool:
+        return _slots(self.members.usable()) >= self.elastic.min_np
+
+    def _hosts_out(self) -> str:
+        out = [name for name, _ in self.members.hosts if self.blacklist.blocked(name)]
+        known = {name for name, _ in self.members.hosts}
+        gone = [name for name in self.attempts[-1].hosts if name not in known]
+        parts = [f"{', '.join(out)} blacklisted"] if out else []
+        if gone:
+            parts.append(f"{', '.join(gone)} no longer discovered")
+        return "; ".join(parts) or "no hosts left"
+
+
+def _used(layout) -> Hosts:
+    return [(slot.name, count) for slot, count in layout.used]
+
+
+def _slots(hosts: Sequence[Tuple[str, int]]) -> int:
+    return sum(slots for _, slots in hosts)
+
+
+def _fit(hosts: Sequence[Tuple[str, int]], max_np: Optional[int]) -> int:
+    total = _slots(hosts)
+    return total if max_np is None else min(total, max_np)
+
+
+def _names(hosts: Sequence[Tuple[str, int]]) -> str:
+    return ", ".join(f"{name} ({count})" for name, count in hosts)
