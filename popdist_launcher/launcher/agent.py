@@ -18,12 +18,12 @@ def run_job(options: JobOptions, say: Callable[[str], None],
             print_topology: Optional[Callable[[str], None]] = None) -> int:
     """Run the job with the agent its options call for; the exit code is the job's."""
     elastic = options.elastic
-    if elastic is not None and print_topology is None:
-        if elastic.mode == "horovod":
+    if elastic is not None:
+        if elastic.mode == "horovod" and print_topology is None:
             from popdist_launcher.launcher import elastic_horovod
             return elastic_horovod.run(options, say)
         from popdist_launcher.launcher.elastic_restarts import ElasticAgent
-        return ElasticAgent(options, say).run()
+        return ElasticAgent(options, say).run(print_topology)
     return Agent(options, say).run(print_topology)
 
 

@@ -56,6 +56,8 @@ class ElasticAgent(Agent):
 
     # ---- the job -----------------------------------------------------------------------------
     def run(self, print_topology: Optional[Callable[[str], None]] = None) -> int:
+        if print_topology is not None:  # the first attempt's topology
+            return super().run(print_topology)
         if self.poller is not None:
             self.poller.start()
         self.log.record(f"starting {self.num_instances} instance(s) on {_names(self.hosts)} "
@@ -74,6 +76,7 @@ class ElasticAgent(Agent):
 
     def _supervising(self, supervisor: Supervisor) -> None:
         self.supervisor = supervisor
+        supervisor.failure_title = f"attempt {self.attempt} of the elastic job"
         self.started_at = time.monotonic()
         self.stop_reason = None
         if self.poller is not None:
@@ -184,8 +187,9 @@ class ElasticAgent(Agent):
 
     # ---- what happened -----------------------------------------------------------------------
     def _blame(self, supervisor: Supervisor, why: str) -> str:
-        """Blacklist the host a failure is blamed on, when the job can go on without it; the
-        membership line's text."""
+        """Blacklist the host a failure is blamed on (as horovodrun does), unless it is the job's
+        only host: there its instances are slots that fail and start again. The membership
+        line's text."""
         failure = supervisor.failure
         if failure.cause.instance is not None:
             blamed = [supervisor.instances[failure.cause.instance].host]
@@ -193,8 +197,8 @@ class ElasticAgent(Agent):
             blamed = list(dict.fromkeys(i.host for i in supervisor.instances
                                         if i.pid is None and i.settled))
         blamed = [self._member_name(host) for host in blamed]
-        rest = [(name, slots) for name, slots in self.members.usable() if name not in blamed]
-        if not blamed or _slots(rest) < self.elastic.min_np:
+        known = [name for name, _ in self.members.hosts]
+        if not blamed or set(known) <= set(blamed):
             return f"{why}; restarting on the same hosts"
         return "; ".join(self._blacklist(host, why) for host in blamed)
 

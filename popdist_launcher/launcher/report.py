@@ -51,9 +51,11 @@ def describe(end: InstanceEnd) -> str:
 
 
 def failure_report(cause: Cause, ends: Dict[int, InstanceEnd],
-                   tails: Dict[int, Dict[str, List[str]]], stacks: Dict[int, str]) -> str:
-    """The report's text: ``tails`` holds each instance's last stderr and stdout lines."""
-    lines = ["", P + "===== job failed: root cause =====", P + cause.headline]
+                   tails: Dict[int, Dict[str, List[str]]], stacks: Dict[int, str],
+                   what: str = "job") -> str:
+    """The report's text: ``tails`` holds each instance's last stderr and stdout lines; ``what``
+    failed: the job, or one attempt of an elastic job."""
+    lines = ["", P + f"===== {what} failed: root cause =====", P + cause.headline]
     index = cause.instance
     if index is not None:
         who = ends[index].who if index in ends else f"instance {index}"

@@ -1,0 +1,175 @@
+"""Elastic restarts through the real CLI: a failed host is left out and the job goes on from its
+checkpoint on fewer instances (PopDist custom loop, IPUEstimator), the discovery script grows and
+shrinks the job, below --min-np for --elastic-timeout ends it, and on one host a killed instance
+is started again. Hosts are network namespaces (tests/netns_hosts)."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import poprun, poprun_background, program, wait_gone
+from netns_hosts import TestHosts, require_test_hosts
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "workers"))
+import elastic_estimator  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def hosts(tmp_path):
+    require_test_hosts()
+    with TestHosts(names=("hostA", "hostB"), workdir=tmp_path) as test_hosts:
+        yield test_hosts
+
+
+def ssh_options(hosts):
+    return ["--ssh-config", hosts.ssh_config, "--host-subnet", hosts.subnet]
+
+
+def nothing_left(hosts):
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        left = {n: hosts.pids_in(n, include_sshd_sessions=False) for n in ("hostA", "hostB")}
+        if not any(left.values()):
+            return
+        time.sleep(0.2)
+    assert left == {"hostA": [], "hostB": []}
+
+
+def records(folder, attempt):
+    return sorted((json.loads(p.read_text()) for p in folder.glob(f"a{attempt}-i*.json")),
+                  key=lambda r: r["index"])
+
+
+def wait_records(folder, attempt, count, job, timeout=90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(records(folder, attempt)) == count:
+            return records(folder, attempt)
+        assert job.poll() is None, job.communicate()[1][-3000:]
+        time.sleep(0.1)
+    raise AssertionError(f"attempt {attempt} did not start {count} instances in {timeout} s")
+
+
+def test_a_failed_host_is_left_out_and_training_resumes_on_fewer_instances(hosts, tmp_path):
+    clean, resumed = tmp_path / "clean", tmp_path / "resumed"
+    for d in (clean, resumed):
+        (d / "ckpt").mkdir(parents=True)
+    # The reference: the same 8 steps in one plain process (the global batch is 8 either way).
+    subprocess.run([sys.executable, "tests/workers/restart_training.py", str(clean),
+                    str(clean / "ckpt"), "8"], check=True, timeout=300, capture_output=True)
+    expected = json.loads((clean / "final-0.json").read_text())["w"]
+    logs = tmp_path / "logs"
+    result = poprun("-np", "4", "--min-np", "2", "-H", "hostA:2,hostB:2", *ssh_options(hosts),
+                    "--output-dir", str(logs), "tests/workers/restart_training.py", str(resumed),
+                    str(resumed / "ckpt"), "8", "3", "2,3", timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    finals = [json.loads((resumed / f"final-{i}.json").read_text()) for i in range(2)]
+    assert not (resumed / "final-2.json").exists()
+    for final in finals:
+        assert final["attempt"] == 1 and final["num_instances"] == 2
+        assert final["resumed_at"] in (2, 3)
+        np.testing.assert_allclose(final["w"], expected, rtol=1e-5, atol=1e-6)
+    change = [line for line in result.stderr.splitlines() if "-> 2 instance(s) on hostA" in line]
+    assert len(change) == 1, result.stderr[-3000:]
+    assert "hostB removed (instance " in change[0] and "killed by SIGKILL" in change[0]
+    assert "blacklisted for the rest of the job" in change[0]
+    assert "attempt 1, POPRUN_RESTART_COUNT=1" in change[0]
+    logged = (logs / "membership.log").read_text()
+    assert "-> 2 instance(s) on hostA" in logged and "hostB removed" in logged
+    assert "the job ran 2 attempt(s)" in result.stderr
+    nothing_left(hosts)
+
+
+def test_an_ipu_estimator_resumes_from_its_model_dir_with_the_step_count_and_weights(
+        hosts, tmp_path):
+    model_dir, out = tmp_path / "model", tmp_path / "out"
+    out.mkdir()
+    result = poprun("-np", "4", "--min-np", "2", "-H", "hostA:2,hostB:2", *ssh_options(hosts),
+                    "tests/workers/elastic_estimator.py", str(model_dir), str(out), "6", "3",
+                    "2,3", timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    final = json.loads((out / "final.json").read_text())
+    assert final["global_step"] == 6
+    assert final["attempt"] == 1 and final["num_instances"] == 2
+    assert 1 <= final["resumed_at"] <= 4
+    w, b = elastic_estimator.reference(6)
+    np.testing.assert_allclose(final["w"], w, rtol=1e-5, atol=1e-6)
+    assert final["b"] == pytest.approx(b, rel=1e-5, abs=1e-6)
+    assert "-> 2 instance(s) on hostA" in result.stderr
+    nothing_left(hosts)
+
+
+def test_the_discovery_script_grows_and_shrinks_the_job(hosts, tmp_path):
+    hosts_file, runs = tmp_path / "hosts.txt", tmp_path / "runs"
+    runs.mkdir()
+    hosts_file.write_text("hostA:2\n")
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\ncat {hosts_file}\n")
+    script.chmod(0o755)
+    logs = tmp_path / "logs"
+    job = poprun_background("-np", "2", "--min-np", "2", "--max-np", "4",
+                            "--host-discovery-script", str(script), *ssh_options(hosts),
+                            "--output-dir", str(logs), "--grace-period", "3",
+                            program("elastic_member.py"), str(runs), "-", "done")
+    try:
+        first = wait_records(runs, 0, 2, job)
+        assert [r["host"] for r in first] == ["hostA", "hostA"]
+        hosts_file.write_text("hostA:2\nhostB:2\n")
+        grown = wait_records(runs, 1, 4, job)
+        assert [r["host"] for r in grown] == ["hostA", "hostA", "hostB", "hostB"]
+        assert {r["num_instances"] for r in grown} == {4}
+        hosts_file.write_text("hostA:2\n")
+        shrunk = wait_records(runs, 2, 2, job)
+        assert [r["host"] for r in shrunk] == ["hostA", "hostA"]
+        (runs / "done").write_text("")
+        out, err = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+    assert job.returncode == 0, err[-3000:]
+    assert wait_gone([r["pid"] for r in first + grown + shrunk]) == []
+    lines = [line for line in err.splitlines() if " -> " in line and "instance(s) on" in line]
+    assert len(lines) == 2, err[-3000:]
+    assert "hostB joined the discovery script's hosts" in lines[0] and "-> 4 instance(s)" in lines[0]
+    assert "hostB left the discovery script's hosts" in lines[1] and "-> 2 instance(s)" in lines[1]
+    logged = (logs / "membership.log").read_text().splitlines()
+    assert sum(" -> " in line for line in logged) == 2
+    assert "the job ran 3 attempt(s)" in err
+    nothing_left(hosts)
+
+
+def test_below_min_np_for_the_elastic_timeout_ends_the_job_naming_the_host(hosts, tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    start = time.monotonic()
+    result = poprun("-np", "2", "--min-np", "2", "-H", "hostA:1,hostB:1", *ssh_options(hosts),
+                    "--elastic-timeout", "3", program("elastic_member.py"), str(runs), "1",
+                    "done", timeout=120)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert time.monotonic() - start < 60
+    err = result.stderr
+    assert "waiting up to 3 s (--elastic-timeout)" in err
+    assert "below --min-np 2 for --elastic-timeout 3 s (hostB blacklisted)" in err
+    assert "instance 1 was killed by SIGKILL (host hostB)" in err
+    assert "Traceback" not in err
+    assert wait_gone([r["pid"] for r in records(runs, 0)]) == []
+    nothing_left(hosts)
+
+
+def test_on_one_host_a_killed_instance_is_started_again(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "done").write_text("")
+    result = poprun("-np", "3", "--min-np", "2", "--backend", "local",
+                    program("elastic_member.py"), str(runs), "2", "done", timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [r["index"] for r in records(runs, 1)] == [0, 1, 2]
+    assert {r["num_instances"] for r in records(runs, 1)} == {3}
+    assert "restarting on the same hosts -> 3 instance(s) on localhost (3)" in result.stderr
