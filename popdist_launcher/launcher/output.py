@@ -165,6 +165,9 @@ class Router:
         self._names = {num_instances + k: name for k, name in enumerate(extra)}
         num_instances += len(extra)
         self.logs = logs
+        self._tags: Dict[int, str] = {}  # processes added while the job runs (Router.add)
+        self._own_logs: Dict[int, Optional[LogFiles]] = {}
+        self._added_hosts: Dict[int, str] = {}
         self._console = {STDOUT: console[0], STDERR: console[1]}
         self._tty = all(os.isatty(fd) for fd in console)
         self._partial: Dict[Tuple[int, str], List[bytes]] = {}
@@ -183,17 +186,35 @@ class Router:
                 for stream in (STDOUT, STDERR):
                     logs.fd(f"{self.log_name(i)}.{stream}.log")
 
+    def add(self, index: int, tag: str, logs: Optional[LogFiles] = None, host: str = "") -> None:
+        """One more process, added while the job runs (an elastic worker on ``host``): tagged
+        ``[tag]`` (``[tag@host]`` with tag_host) and logged as ``instance-<tag>.<stream>.log`` in
+        ``logs`` (its round's folder; the caller closes it)."""
+        self._tags[index] = tag
+        self._added_hosts[index] = host
+        self._own_logs[index] = logs
+        for stream in (STDOUT, STDERR):
+            self._tails[(index, stream)] = collections.deque(maxlen=self.options.tail_lines)
+            if logs is not None:
+                logs.fd(f"{self.log_name(index)}.{stream}.log")
+
     def log_name(self, index: int) -> str:
         """``instance-<i>``, or the name of a process beside the instances (``evaluator``)."""
-        return self._names.get(index) or f"instance-{index}"
+        return self._names.get(index) or f"instance-{self._tags.get(index, index)}"
+
+    def _logs_of(self, index: int) -> Optional[LogFiles]:
+        return self._own_logs[index] if index in self._own_logs else self.logs
 
     def _prefix(self, index: int, stream: str) -> bytes:
         stamp = timestamp() if self.options.timestamp else b""
         if not self.options.tag_output:
             return stamp
         hosts = self.options.instance_hosts
-        where = f"@{hosts[index]}" if self.options.tag_host and index < len(hosts) else ""
-        return stamp + f"[{self._names.get(index, index)}{where}]<{stream}>:".encode()
+        host = self._added_hosts[index] if index in self._tags else \
+            hosts[index] if index < len(hosts) else ""
+        where = f"@{host}" if self.options.tag_host and host else ""
+        tag = self._names.get(index) or self._tags.get(index, index)
+        return stamp + f"[{tag}{where}]<{stream}>:".encode()
 
     def _stamped(self, index: int, stream: str, data: bytes) -> bytes:
         """``data`` for the log file with the time at the start of every line."""
@@ -205,9 +226,10 @@ class Router:
         return body
 
     def feed(self, index: int, stream: str, data: bytes) -> None:
-        if self.logs is not None and data:
-            self.logs.write(f"{self.log_name(index)}.{stream}.log",
-                            self._stamped(index, stream, data) if self.options.timestamp else data)
+        logs = self._logs_of(index)
+        if logs is not None and data:
+            logs.write(f"{self.log_name(index)}.{stream}.log",
+                       self._stamped(index, stream, data) if self.options.timestamp else data)
         self._tail(index, stream, data)
         if self._only is not None and index not in self._only and index not in self._names:
             return
@@ -322,9 +344,10 @@ class Router:
 
     def add_stacks(self, index: int, text: str, reason: str) -> None:
         self.stacks[index] = text
-        if self.logs is not None:
-            self.logs.write(f"{self.log_name(index)}.stacks.log",
-                            f"# {reason}\n{text or '(no Python stack)'}\n".encode())
+        logs = self._logs_of(index)
+        if logs is not None:
+            logs.write(f"{self.log_name(index)}.stacks.log",
+                       f"# {reason}\n{text or '(no Python stack)'}\n".encode())
 
     def say(self, message: str) -> None:
         """The launcher's own message, on stderr, never inside an instance's unfinished line."""

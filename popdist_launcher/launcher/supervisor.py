@@ -31,12 +31,12 @@ from popdist_launcher.launcher._say import debug
 from popdist_launcher.launcher import processes, report
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.hub import Conn, Hub
-from popdist_launcher.launcher.output import STDERR, STDOUT, Router
+from popdist_launcher.launcher.output import STDERR, STDOUT, LogFiles, Router
 from popdist_launcher.launcher.stacks import StackCollector
 from popdist_launcher.launcher.stdin_forward import StdinForwarder
 from popdist_launcher.launcher.spawned import instance as wrapper
 from popdist_launcher.launcher.spawned import protocol as p
-from popdist_launcher.launcher.plan import LaunchPlan
+from popdist_launcher.launcher.plan import Host, LaunchPlan
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -91,7 +91,7 @@ class Failure(NamedTuple):
 
 class Instance:
     __slots__ = ("index", "host", "state", "pid", "returncode", "conn", "stopped", "launch",
-                 "name")
+                 "name", "env", "start_by", "kill_at", "killed")
 
     def __init__(self, index: int, host: str, name: str = "") -> None:
         self.index = index
@@ -103,6 +103,11 @@ class Instance:
         self.conn: Optional[Conn] = None
         self.stopped = False  # the launcher sent it a stopping signal
         self.launch: Optional["Started"] = None
+        # open world only: its environment, and its own start and kill deadlines
+        self.env: Optional[Dict[str, str]] = None
+        self.start_by: Optional[float] = None
+        self.kill_at: Optional[float] = None
+        self.killed = False  # SIGKILL sent by its own kill deadline
 
     @property
     def settled(self) -> bool:
@@ -130,10 +135,26 @@ class Started:
         return self.popen is not None
 
 
+class OpenWorld(NamedTuple):
+    """An open-world job (Horovod elastic): instances are added while it runs
+    (``Supervisor.add_instance``), and their ends are reported instead of ending the job.
+
+    ``on_end(inst, how, detail)``: ``how`` is "exited" (``inst.returncode`` says how), "lost"
+    (its wrapper's connection ended without an exit status, or its host stopped answering),
+    "start-failed" (its engine or the start timeout ended it before it ran) or "not-started";
+    exactly one call per instance. ``on_stopping()``: the whole job begins to stop (a signal,
+    ``--timeout``, ``request_stop``), before any instance is signalled. ``remote``: instances may
+    be started on other hosts (the launcher listens on TCP too)."""
+
+    on_end: Callable[[Instance, str, str], None]
+    on_stopping: Callable[[], None]
+    remote: bool = False
+
+
 class Supervisor:
     def __init__(self, plan: LaunchPlan, backend: Backend, router: Router,
                  rendezvous_socket: Optional[socket.socket] = None,
-                 timeout: Optional[float] = None) -> None:
+                 timeout: Optional[float] = None, world: Optional[OpenWorld] = None) -> None:
         self.plan = plan
         self.backend = backend
         self.router = router
@@ -149,14 +170,21 @@ class Supervisor:
         self._started: List[Started] = []
         self._hub = Hub(self._sel, plan.num_instances)
         self._stacks = StackCollector(router, self._hub)
-        first = self.instances[0]
-        self._stdin = StdinForwarder(self._sel, self._hub, lambda: (first.conn, first.settled))
+        self._world = world
+        self._world_open = world is not None  # instances may still be added
+        self._wiring: Optional[Wiring] = None
+        if world is None:
+            first = self.instances[0]
+            self._stdin = StdinForwarder(self._sel, self._hub,
+                                         lambda: (first.conn, first.settled))
+        else:  # no instance 0 for the whole job: stdin goes nowhere
+            self._stdin = StdinForwarder(self._sel, self._hub, lambda: (None, True))
         self._failure: Optional[Failure] = None
         self._signal: Optional[int] = None
         self._stop_reason: Optional[str] = None
         self._watchdog: Optional[processes.Watchdog] = None
         now = time.monotonic()
-        self._start_deadline: Optional[float] = now + plan.start_timeout
+        self._start_deadline: Optional[float] = None if world else now + plan.start_timeout
         self._job_deadline = now + timeout if timeout else None
         self._kill_deadline: Optional[float] = None
         self._unresponsive_deadline: Optional[float] = None
@@ -189,8 +217,14 @@ class Supervisor:
         return self._failure
 
     def watch(self, fileobj, callback: Callable[[], None]) -> None:
-        """Call ``callback`` from the loop whenever ``fileobj`` is readable (before ``run``)."""
+        """Call ``callback`` from the loop whenever ``fileobj`` is readable (before or while it runs)."""
         self._sel.register(fileobj, selectors.EVENT_READ, ("watch", callback))
+
+    def unwatch(self, fileobj) -> None:
+        """Stop watching ``fileobj`` (before closing it)."""
+        watched = self._sel.get_map()  # None once the job has ended
+        if watched is not None and fileobj in watched:
+            self._sel.unregister(fileobj)
 
     def request_stop(self, reason: str) -> None:
         """End the attempt on the launcher's own request (a membership change): every instance
@@ -205,6 +239,44 @@ class Supervisor:
         self.router.say(f"poprun-lite: {reason}; stopping {running} instance(s) (SIGKILL after "
                         f"{self.plan.grace_period:g} s).")
         self._begin_stop(signal.SIGTERM)
+
+    def add_instance(self, host: Host, env: Dict[str, str], tag: str,
+                     logs: Optional[LogFiles] = None) -> Instance:
+        """Open world: start one more instance of the program on ``host`` with ``env`` on top
+        of what it inherits (from a ``watch`` callback, while the job runs), named "instance
+        <tag>", its output tagged ``[tag]`` and logged in ``logs``. Its end is reported to
+        ``OpenWorld.on_end``, at once ("not-started") once the job is stopping."""
+        inst = Instance(len(self.instances), host.name, f"instance {tag}")
+        inst.env = env
+        self.instances.append(inst)
+        self.router.add(inst.index, tag, logs, host.name)
+        if not self._world_open:
+            inst.state = InstanceState.EXITED
+            self._world.on_end(inst, "not-started", "the job is ending")
+            return inst
+        inst.start_by = time.monotonic() + self.plan.start_timeout
+        launch = self.backend.launch_one(inst.index, host, self._wiring, self._secret)
+        if launch.argv is None:
+            self._fork(launch)
+        else:
+            self._spawn(launch)
+        return inst
+
+    def stop_instance(self, inst: Instance) -> None:
+        """Open world: SIGTERM to one instance, SIGKILL after the grace period."""
+        if inst.settled or inst.stopped:
+            return
+        inst.stopped = True
+        inst.start_by = None
+        inst.kill_at = time.monotonic() + self.plan.grace_period
+        self._signal_instance(inst, signal.SIGTERM)
+
+    def close_world(self) -> None:
+        """Open world: no instance will be added any more; the live ones are stopped with the
+        grace period, and the job ends (succeeded) once every instance has ended."""
+        self._world_open = False
+        for inst in self.instances:
+            self.stop_instance(inst)
 
     def engine_failed_to_start(self) -> bool:
         """Whether an engine failed by a known start-up transient before any instance started
@@ -226,6 +298,12 @@ class Supervisor:
         debug("job %s -> %s", self.state.value, state.value)
         self.state = state
 
+    def _report(self, inst: Instance, how: str, detail: str = "") -> None:
+        """Open world: tell the owner how ``inst`` ended (once)."""
+        inst.start_by = inst.kill_at = None
+        if self._world is not None:
+            self._world.on_end(inst, how, detail)
+
     def _fail(self, failure: Failure) -> None:
         """The first failure is the job's; it stops the job."""
         if self._failure is not None or self._signal is not None or \
@@ -240,14 +318,16 @@ class Supervisor:
 
     # ---- starting ----------------------------------------------------------------------------
     def _start_all(self) -> None:
-        launches_remote = any(not i.host.local for i in self.plan.instances)
-        wiring = Wiring(self._hub.listen_unix(self._secret[:8]),
+        launches_remote = any(not i.host.local for i in self.plan.instances) or \
+            (self._world is not None and self._world.remote)
+        wiring = self._wiring = Wiring(self._hub.listen_unix(self._secret[:8]),
                         self._hub.listen_tcp(self.plan.rendezvous_address)
                         if launches_remote else None, self.plan.start_timeout)
         launches = self.backend.launches(self.plan, wiring, self._secret)
         if self.plan.evaluator:
             launches.append(Launch("evaluator", (self.plan.num_instances,)))
-        if not any(launch.argv for launch in launches) and self._hub.unix_dir is not None:
+        if not any(launch.argv for launch in launches) and self._hub.unix_dir is not None \
+                and self._world is None:
             self._hub.close_listeners(unix_only=True)
         self._stdin.setup()
         for launch in launches:
@@ -262,10 +342,11 @@ class Supervisor:
 
     def _spec(self, index: int) -> dict:
         env = {"PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
-        env.update(self.plan.instance_env(index) if index < self.plan.num_instances
-                   else self.plan.evaluator_env())
+        own = self.instances[index].env
+        env.update(own if own is not None else self.plan.instance_env(index)
+                   if index < self.plan.num_instances else self.plan.evaluator_env())
         return {"argv": list(self.plan.program), "env": env, "cwd": os.getcwd(),
-                "stdin": index == 0}
+                "stdin": index == 0 and self._world is None}
 
     def _fork(self, launch: Launch) -> None:
         """A wrapper on this host: a fork of the launcher running the wrapper's code."""
@@ -311,6 +392,11 @@ class Supervisor:
                 process_group=0, close_fds=True)
         except OSError as exc:
             cause = report.Cause(f"{launch.label} could not be started: {exc.strerror or exc}.")
+            if self._world is not None:
+                for index in launch.instances:
+                    self.instances[index].state = InstanceState.LOST
+                    self._report(self.instances[index], "start-failed", cause.headline)
+                return
             self._fail(Failure(cause, 126 if isinstance(exc, PermissionError) else 127, "engine"))
             return
         if self._watchdog is None:
@@ -345,7 +431,8 @@ class Supervisor:
             deadlines = [d for d in (self._start_deadline, self._job_deadline,
                                      self._kill_deadline, self._unresponsive_deadline,
                                      self._drain_deadline, self.router.held_deadline,
-                                     self._stacks.deadline) if d is not None]
+                                     self._stacks.deadline, self._instance_deadline())
+                         if d is not None]
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             for key, mask in self._sel.select(timeout):
                 if self._sel.get_map().get(key.fileobj) is not key:
@@ -372,8 +459,34 @@ class Supervisor:
                 elif kind == "watch":
                     key.data[1]()
 
+    def _instance_deadline(self) -> Optional[float]:
+        """Open world: the nearest start or kill deadline of one instance."""
+        if self._world is None:
+            return None
+        found = [d for i in self.instances if not i.settled for d in (i.start_by, i.kill_at)
+                 if d is not None]
+        return min(found) if found else None
+
+    def _on_instance_deadlines(self, now: float) -> None:
+        for inst in self.instances:
+            if inst.settled:
+                continue
+            if inst.start_by is not None and now >= inst.start_by:
+                self._lose(inst, f"did not start within --start-timeout "
+                                 f"{self.plan.start_timeout:g} s", "start-failed")
+            elif inst.kill_at is not None and now >= inst.kill_at:
+                if inst.killed or inst.conn is None:
+                    self._lose(inst, "did not answer SIGKILL" if inst.killed else
+                               "was stopped before its wrapper connected")
+                    continue
+                inst.killed = True
+                inst.kill_at = now + UNRESPONSIVE_SECONDS
+                self._signal_instance(inst, signal.SIGKILL)
+
     def _on_deadlines(self, now: float) -> None:
         self.router.show_held(now)
+        if self._world is not None:
+            self._on_instance_deadlines(now)
         if self._start_deadline is not None and now >= self._start_deadline:
             self._start_deadline = None
             self._on_start_timeout()
@@ -416,7 +529,8 @@ class Supervisor:
                 if inst.state is InstanceState.PENDING and inst.launch is not None \
                         and inst.launch.returncode is not None:
                     inst.state = InstanceState.LOST
-            if all(i.settled for i in self.instances):
+                    self._report(inst, "start-failed", f"{inst.launch.launch.label} ended")
+            if all(i.settled for i in self.instances) and not self._world_open:
                 self._begin_drain()
         if self.state is JobState.DRAINING:
             if all(c.closed for c in self._hub.conns) and \
@@ -433,7 +547,8 @@ class Supervisor:
                     self.router.close(inst.index, stream)
                 if not inst.settled and conn.timed_out:
                     self._lose(inst, f"was lost: its host stopped answering (no reply to the "
-                                     f"connection's keepalive for {p.LOST_AFTER_S} s)")
+                                     f"connection's keepalive for {p.LOST_AFTER_S} s)",
+                               host_gone=True)
                 elif not inst.settled:
                     self._lose(inst, "lost its wrapper (the connection closed without an exit "
                                      "status)")
@@ -465,13 +580,14 @@ class Supervisor:
             return False
         conn.index = index
         inst.conn, inst.state = conn, InstanceState.CONNECTED
-        run = self.state in (JobState.STARTING, JobState.RUNNING)
+        run = self.state in (JobState.STARTING, JobState.RUNNING) and not inst.stopped
         spec = self._spec(index)
         proof = p.mac(self._secret.encode(), p.LAUNCHER_PROOF + their_challenge, index).encode()
         self._hub.send(conn, p.SPEC, proof + p.encode_spec(spec["argv"], spec["env"], spec["cwd"],
                                                            spec["stdin"], run))
         if not run:
             inst.state = InstanceState.EXITED  # never started: nothing to wait for
+            self._report(inst, "not-started", "stopped before it started")
         if index == 0:
             self._stdin.flush()
         return True
@@ -483,6 +599,7 @@ class Supervisor:
             self.router.feed(inst.index, STDERR, payload)
         elif kind == p.STARTED:
             inst.pid = int(payload)
+            inst.start_by = None
             if inst.state is InstanceState.CONNECTED:
                 inst.state = InstanceState.RUNNING
             debug("instance %d runs as pid %d on %s", inst.index, inst.pid, inst.host)
@@ -508,12 +625,19 @@ class Supervisor:
         if inst.index == 0:
             self._stdin.drop()
         self._stacks.ended(inst.index)
-        if returncode != 0:
+        if self._world is not None:
+            if inst.conn is not None:  # its wrapper need not wait for the job's end
+                self._hub.send(inst.conn, p.RELEASE)
+            self._report(inst, "exited")
+        elif returncode != 0:
             cause = report.Cause(f"{inst.who} {processes.describe_exit(returncode)} "
                                  f"(host {inst.host}), pid {inst.pid}.", inst.index)
             self._fail(Failure(cause, processes.exit_code_of(returncode), "instance"))
 
-    def _lose(self, inst: Instance, what: str) -> None:
+    def _lose(self, inst: Instance, what: str, how: str = "lost",
+              host_gone: bool = False) -> None:
+        """``inst`` ended without an exit status; in an open world its end is reported (and,
+        when its host stopped answering, the other instances there are lost with it)."""
         inst.state = InstanceState.LOST
         if inst.conn is not None:
             self._hub.close(inst.conn)
@@ -523,6 +647,15 @@ class Supervisor:
                     os.killpg(inst.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        if self._world is not None:
+            started = inst.launch
+            if started is not None and started.engine and started.returncode is None:
+                processes.signal_group(started.pid, signal.SIGKILL)  # its ssh client, now
+            self._report(inst, how, what)
+            for other in self.instances if host_gone else ():
+                if other.host == inst.host and not other.settled:
+                    self._lose(other, f"was lost with its host {inst.host}")
+            return
         cause = report.Cause(f"{inst.who} (host {inst.host}) {what}.", inst.index)
         self._fail(Failure(cause, 1, "lost"))
 
@@ -570,6 +703,11 @@ class Supervisor:
                         pass
             how = self.backend.explain_engine_exit(started.launch, code) or \
                 processes.describe_exit(code)
+            if self._world is not None:
+                for i in never:
+                    self._lose(self.instances[i], f"{started.launch.label} {how} before it "
+                                                  f"started", "start-failed")
+                return
             which = ", ".join(str(i) for i in never)
             hosts = ", ".join(dict.fromkeys(self.instances[i].host for i in never))
             cause = report.Cause(f"{started.launch.label} {how} before instance(s) {which} "
@@ -633,6 +771,9 @@ class Supervisor:
             self._hub.send(inst.conn, p.SIGNAL, bytes([signum]))
 
     def _begin_stop(self, signum: int) -> None:
+        if self._world_open:  # first, so that nothing starts replacements meanwhile
+            self._world_open = False
+            self._world.on_stopping()
         self._to(JobState.STOPPING)
         for inst in self.instances:
             if not inst.settled:

@@ -11,7 +11,7 @@ import abc
 import sys
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from popdist_launcher.launcher.plan import LaunchPlan
+from popdist_launcher.launcher.plan import Host, LaunchPlan
 
 WRAPPER_MODULE = "popdist_launcher.launcher.spawned.instance"
 
@@ -54,6 +54,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def launches(self, plan: LaunchPlan, wiring: Wiring, secret: str) -> List[Launch]:
         """What to start so that every instance of ``plan`` gets a wrapper."""
+
+    def launch_one(self, index: int, host: Host, wiring: Wiring, secret: str) -> Launch:
+        """What starts instance ``index`` alone on ``host`` while the job runs (an elastic
+        worker); backends that start a fixed world at once (mpirun) cannot."""
+        raise NotImplementedError(f"the {self.name} backend starts a fixed world")
 
     def explain_engine_exit(self, launch: Launch, returncode: int) -> Optional[str]:
         """A reading of an engine's exit status (e.g. ssh's 255), or None for the plain one."""

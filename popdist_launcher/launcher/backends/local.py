@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import List
 
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
-from popdist_launcher.launcher.plan import LaunchPlan
+from popdist_launcher.launcher.plan import Host, LaunchPlan
 
 
 class LocalBackend(Backend):
@@ -12,3 +12,6 @@ class LocalBackend(Backend):
 
     def launches(self, plan: LaunchPlan, wiring: Wiring, secret: str) -> List[Launch]:
         return [Launch(f"instance {i}", (i,)) for i in range(plan.num_instances)]
+
+    def launch_one(self, index: int, host: Host, wiring: Wiring, secret: str) -> Launch:
+        return Launch(f"instance {index}", (index,))

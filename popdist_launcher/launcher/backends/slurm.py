@@ -11,7 +11,7 @@ from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.backends.mpi import EngineError
 from popdist_launcher.launcher.spawned import placement
 from popdist_launcher.launcher.spawned.protocol import SECRET_ENV
-from popdist_launcher.launcher.plan import LaunchPlan, _which
+from popdist_launcher.launcher.plan import Host, LaunchPlan, _which
 
 
 class SlurmBackend(Backend):
@@ -39,6 +39,14 @@ class SlurmBackend(Backend):
             argv.append("--cpu-bind=none")  # each wrapper binds its instance (--bind-to)
         return argv + self.global_args + self.local_args + wiring.wrapper_argv(
             "--rank-from", "SLURM_PROCID")
+
+    def launch_one(self, index: int, host: Host, wiring: Wiring, secret: str) -> Launch:
+        """One task on ``host`` as its own job step, beside the steps already running."""
+        argv = [self.srun, "--ntasks=1", "--nodes=1", f"--nodelist={host.name}", "--overlap",
+                "--kill-on-bad-exit=1"] + self.global_args + self.local_args + \
+            wiring.wrapper_argv("--index", str(index))
+        return Launch(f"srun {host.name}", (index,), tuple(argv),
+                      {**os.environ, SECRET_ENV: secret})
 
     def launches(self, plan: LaunchPlan, wiring: Wiring, secret: str) -> List[Launch]:
         env = dict(os.environ)

@@ -12,7 +12,7 @@ import shlex
 from typing import List, Optional
 
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
-from popdist_launcher.launcher.plan import LaunchPlan
+from popdist_launcher.launcher.plan import Host, LaunchPlan
 from popdist_launcher.launcher.remote import SshOptions
 
 
@@ -23,17 +23,15 @@ class SshBackend(Backend):
         self.options = options
 
     def launches(self, plan: LaunchPlan, wiring: Wiring, secret: str) -> List[Launch]:
-        result = []
-        for inst in plan.instances:
-            if inst.host.local:
-                result.append(Launch(f"instance {inst.index}", (inst.index,)))
-                continue
-            words = wiring.wrapper_argv("--index", str(inst.index), "--secret-stdin", unix=False)
-            line = "exec " + " ".join(shlex.quote(w) for w in words)
-            result.append(Launch(f"ssh {inst.host.name}", (inst.index,),
-                                 tuple(self.options.argv(inst.host.name, line)),
-                                 stdin=secret.encode() + b"\n"))
-        return result
+        return [self.launch_one(inst.index, inst.host, wiring, secret) for inst in plan.instances]
+
+    def launch_one(self, index: int, host: Host, wiring: Wiring, secret: str) -> Launch:
+        if host.local:
+            return Launch(f"instance {index}", (index,))
+        words = wiring.wrapper_argv("--index", str(index), "--secret-stdin", unix=False)
+        line = "exec " + " ".join(shlex.quote(w) for w in words)
+        return Launch(f"ssh {host.name}", (index,), tuple(self.options.argv(host.name, line)),
+                      stdin=secret.encode() + b"\n")
 
     def explain_engine_exit(self, launch: Launch, returncode: int) -> Optional[str]:
         if returncode == 255:
