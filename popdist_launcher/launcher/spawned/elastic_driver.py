@@ -1,0 +1,468 @@
+"""Horovod's elastic driver (registration rounds, blacklist, elastic rendezvous) run as a library in
+a helper process, with every worker started and watched by the launcher over a socketpair.
+
+Usage (by the launcher only), with the rendezvous secret in $POPRUN_RENDEZVOUS_SECRET:
+python -m popdist_launcher.launcher.spawned.elastic_driver CONTROL_FD RENDEZVOUS_FD SETTINGS_JSON
+
+CONTROL_FD is the helper's end of a socketpair carrying one JSON object per line (key "kind"):
+from the launcher HOSTS (usable hosts in rank order), ALLOW (more rendezvous client addresses) and
+EXITED (one per START: exit code and blame); to the launcher ROUND, START, STOP, BLACKLIST, FATAL
+(one sentence, always followed by DONE) and DONE. RENDEZVOUS_FD is a listening TCP socket the
+launcher bound: Horovod's elastic rendezvous handler is served on it, behind the secret, for the
+whole job. The helper ignores SIGINT (the launcher forwards signals to the workers it started),
+never installs Horovod's signal handlers, and exits at once when CONTROL_FD reaches end of file.
+
+What differs from horovodrun's driver: hosts come from the launcher (it runs the discovery
+script and removes lost hosts), ranks follow the order of HOSTS, a host is blacklisted only when
+the launcher blames the host for an exit (a failed slot on a live host is started again), a
+round that cannot start ends with FATAL instead of a silent stop, and every wait of ours and
+every connection to a worker is bounded.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import queue
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+import horovod
+from horovod.runner.common.util import network
+from horovod.runner.common.util.timeout import TimeoutException
+from horovod.runner.elastic import driver as horovod_driver
+from horovod.runner.elastic.discovery import HostDiscovery, HostManager
+from horovod.runner.elastic.rendezvous import create_rendezvous_handler
+from horovod.runner.elastic.worker import (HostUpdateResult, WorkerNotificationClient,
+                                           WorkerNotificationService)
+
+from popdist_launcher.launcher.spawned.rendezvous import (MIN_SECRET_CHARS, SECRET_ENV,
+                                                          make_server)
+
+log = logging.getLogger(__name__)
+
+HOROVOD_SERIES = "0.28."
+LOG_LEVEL_ENV = "POPRUN_ELASTIC_DRIVER_LOG"  # e.g. INFO: Horovod's own driver log on stderr
+CONNECT_TIMEOUT_S = 5.0  # every socket Horovod's notification client opens to a worker
+PROBE_TIMEOUT_S = 3.0  # probing a worker's notification addresses (horovod: 20 s x 3 attempts)
+REQUEST_TIMEOUT_S = 60.0  # reading one rendezvous request from a connected worker
+POLL_S = 0.25  # how often a worker's thread looks at the driver's shutdown and host events
+
+Slot = Tuple[str, int]  # (hostname, local_rank): Horovod's identity of a worker
+
+
+class LauncherLink:
+    """The helper's end of the socketpair: frames out under a lock, frames in on a thread."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._lock = threading.Lock()
+
+    def send(self, kind: str, **fields) -> None:
+        data = (json.dumps({"kind": kind, **fields}) + "\n").encode()
+        try:
+            with self._lock:
+                self._sock.sendall(data)
+        except OSError:
+            os._exit(0)  # the launcher is gone: nothing left to drive
+
+    def read_forever(self, handle: Callable[[dict], None]) -> None:
+        """Call ``handle`` with every frame; end the process when the launcher closes its end."""
+        pending = b""
+        while True:
+            try:
+                chunk = self._sock.recv(65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                os._exit(0)
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                if not line.strip():
+                    continue
+                try:
+                    frame = json.loads(line)
+                    handle(frame)
+                except (ValueError, KeyError, TypeError) as exc:
+                    log.error("ignored a frame from the launcher that is not valid (%s): %r",
+                              exc, line[:200])
+
+
+class PushedHosts(HostDiscovery):
+    """Horovod's host discovery answered by the launcher's last HOSTS frame (it runs the
+    discovery script, checks that hosts answer and removes the lost ones)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._hosts: Dict[str, int] = {}
+        self.received = threading.Event()
+
+    def push(self, hosts: Sequence[Sequence]) -> None:
+        ordered = {str(name): int(slots) for name, slots in hosts}
+        with self._lock:
+            self._hosts = ordered
+        self.received.set()
+
+    def find_available_hosts_and_slots(self) -> Dict[str, int]:
+        with self._lock:
+            return dict(self._hosts)
+
+
+class LauncherHostManager(HostManager):
+    """Horovod's HostManager with two changes: rank order follows HOSTS (hosts of the previous
+    assignment first, in their order, then new ones in the order HOSTS lists them; Horovod
+    orders new hosts through a set), and a host is blacklisted only when the launcher blamed the
+    host for an exit of one of its workers."""
+
+    def __init__(self, discovery: HostDiscovery, cooldown_range=None) -> None:
+        super().__init__(discovery, cooldown_range)
+        self.link: Optional[LauncherLink] = None  # set by the driver before any round
+        self._cooldown_range = cooldown_range
+        self._blame_lock = threading.Lock()
+        self._blamed: Set[Slot] = set()
+
+    def update_available_hosts(self) -> HostUpdateResult:
+        previous = set(self._current_hosts.host_assignment_order)
+        result = super().update_available_hosts()
+        # Horovod keeps the previous hosts first, in their order, and appends new ones in set
+        # order: put the new ones in the order HOSTS lists them.
+        listed = list(self._current_hosts.host_slots)
+        order = self._current_hosts.host_assignment_order
+        new = sorted((h for h in order if h not in previous), key=listed.index)
+        order[:] = [h for h in order if h in previous] + new
+        return result
+
+    def blame(self, slot: Slot, on_host: bool) -> None:
+        """Record the launcher's verdict on the last exit of ``slot``'s worker."""
+        with self._blame_lock:
+            if on_host:
+                self._blamed.add(slot)
+            else:
+                self._blamed.discard(slot)
+
+    def blacklist(self, host: str) -> None:
+        with self._blame_lock:
+            blamed = {slot for slot in self._blamed if slot[0] == host}
+            self._blamed -= blamed
+        if not blamed:
+            log.info("%s: a worker failed on a live host; it is started again", host)
+            return
+        was_blacklisted = self.is_blacklisted(host)
+        super().blacklist(host)
+        if not was_blacklisted:
+            cooldown = None
+            if self._cooldown_range:
+                # Horovod keeps the end of the cooldown only in the host's state (0.28.x).
+                ends = self._hosts_state[host]._cooldown_period_end_ts
+                cooldown = round(max(0.0, ends - time.time()), 3)
+            self.link.send("BLACKLIST", host=host, cooldown=cooldown)
+
+
+class BoundedNotificationClient(WorkerNotificationClient):
+    """Horovod's client of a worker's notification service, probing its addresses once for at
+    most PROBE_TIMEOUT_S (inside the worker's PUT) instead of 3 x 20 s."""
+
+    def __init__(self, addresses, key) -> None:
+        network.BasicClient.__init__(self, WorkerNotificationService.NAME, addresses, key, 0,
+                                     match_intf=False, probe_timeout=PROBE_TIMEOUT_S, attempts=1)
+
+
+class LauncherElasticDriver(horovod_driver.ElasticDriver):
+    """Horovod's ElasticDriver announcing each registration round to the launcher, naming why a
+    round could not start, restarting failed slots of live hosts, and notifying the coordinator
+    from its own thread (never while holding the hosts condition)."""
+
+    def __init__(self, link: LauncherLink, rendezvous, discovery: PushedHosts, min_np: int,
+                 max_np: Optional[int], elastic_timeout: float, reset_limit: Optional[int],
+                 cooldown_range: Optional[Tuple[int, int]]) -> None:
+        self._link = link
+        self._fatal: Optional[str] = None
+        self._ended_lock = threading.Lock()
+        self._ended_slots: Set[Slot] = set()
+        self._notifications: "queue.Queue" = queue.Queue()
+        threading.Thread(target=self._notify_forever, name="notifier", daemon=True).start()
+        super().__init__(rendezvous, discovery, min_np, max_np, timeout=elastic_timeout,
+                         reset_limit=reset_limit, cooldown_range=cooldown_range, verbose=0)
+        self._host_manager.link = link
+
+    def round(self) -> int:
+        return self._worker_registry.last_rendezvous()
+
+    def slot_ended(self, slot: Slot) -> None:
+        """The worker of ``slot`` ended: the next round starts that slot again if it is still
+        assigned (Horovod only starts slots that are new in the assignment)."""
+        with self._ended_lock:
+            self._ended_slots.add(slot)
+
+    def _activate_workers(self, min_num_proc: int) -> None:
+        current_hosts = self.wait_for_available_slots(min_num_proc)
+        pending_slots = self._update_host_assignments(current_hosts)
+        self._worker_registry.reset(self.world_size())
+        self._link.send("ROUND", round=self.round(), size=self.world_size(),
+                        hosts=[[host, len(slots)] for host, slots in self.host_assignments.items()])
+        self._start_worker_processes(pending_slots)
+
+    def _update_host_assignments(self, current_hosts):
+        with self._ended_lock:
+            ended, self._ended_slots = self._ended_slots, set()
+        # Keep every host (Horovod checks that one previous host is left), drop ended slots so
+        # that they count as new.
+        self._host_assignments = {
+            host: [s for s in slots if (host, s.local_rank) not in ended]
+            for host, slots in self._host_assignments.items()}
+        return super()._update_host_assignments(current_hosts)
+
+    def resume(self) -> None:
+        try:
+            super().resume()
+        except Exception as exc:
+            if not self.finished():
+                self._fatal = self._why_no_round(exc, self._min_num_proc, "--min-np")
+                self._link.send("FATAL", reason=self._fatal)
+            raise
+
+    def stop(self, error_message: Optional[str] = None) -> None:
+        super().stop(error_message or self._fatal)
+
+    def start_failed(self, exc: Exception, num_proc: int) -> str:
+        """The FATAL reason when the first round cannot start; sent once."""
+        self._fatal = self._why_no_round(exc, num_proc, "-np")
+        self._link.send("FATAL", reason=self._fatal)
+        return self._fatal
+
+    def _why_no_round(self, exc: Exception, needed: int, option: str) -> str:
+        hosts = self._host_manager.current_hosts
+        usable = ", ".join(f"{h}:{hosts.get_slots(h)}" for h in hosts.host_assignment_order)
+        blacklisted = [h for h in hosts.host_slots if self._host_manager.is_blacklisted(h)]
+        state = f"usable now: {usable or 'none'}" + (
+            f"; blacklisted: {', '.join(blacklisted)}" if blacklisted else "")
+        if isinstance(exc, TimeoutException):
+            return (f"fewer than {option} {needed} slots were usable for --elastic-timeout "
+                    f"{self._timeout:g} s ({state}).")
+        if "previous set" in str(exc):
+            return (f"no host of round {self.round()} is usable any more, so no worker is left "
+                    f"to pass the training state to new ones ({state}).")
+        return f"the elastic driver could not start round {self.round() + 1}: {exc}"
+
+    def register_worker_server(self, host, slot, addresses, secret_key) -> None:
+        self._worker_clients[(host, slot)] = BoundedNotificationClient(addresses, secret_key)
+
+    def _notify_workers_host_changes(self, current_hosts, update_res) -> None:
+        # Called by Horovod's discovery thread with the hosts condition held: decide here (as
+        # Horovod does), connect from the notifier thread.
+        next_host_assignments = {}
+        if current_hosts.count_available_slots() >= self._min_num_proc:
+            next_host_assignments, _ = self._get_host_assignments(current_hosts)
+        if next_host_assignments == self.host_assignments:
+            return
+        coordinator = self.get_coordinator_info()
+        client = coordinator and self.get_worker_client(coordinator)
+        if not client:
+            return
+        # Always "added": a removal-only update lets workers skip the state sync, which
+        # deadlocks when the world grows again (horovod#3494); this costs one broadcast.
+        self._notifications.put((client, horovod_driver._epoch_time_s(),
+                                 update_res | HostUpdateResult.added))
+
+    def _notify_forever(self) -> None:
+        while True:
+            client, timestamp, update_res = self._notifications.get()
+            try:
+                client.notify_hosts_updated(timestamp, update_res)
+            except Exception as exc:  # the coordinator died or is unreachable: its peers reset
+                log.info("could not notify the coordinator of a host change: %s", exc)
+
+
+class LauncherWorkers:
+    """Horovod's create_worker_fn: each worker is a START to the launcher, and its end is the
+    launcher's EXITED for it."""
+
+    def __init__(self, link: LauncherLink) -> None:
+        self._link = link
+        self._driver: Optional[LauncherElasticDriver] = None
+        self._host_manager: Optional[LauncherHostManager] = None
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._ended: Dict[int, threading.Event] = {}
+        self._exits: Dict[int, Tuple[int, str]] = {}
+        self._current: Dict[Slot, int] = {}  # the latest worker id of each slot
+
+    def bind(self, driver: LauncherElasticDriver) -> None:
+        """The driver whose rounds the workers belong to (built once the first HOSTS came)."""
+        self._driver = driver
+        self._host_manager = driver._host_manager
+
+    def create_worker(self, slot_info, events: List[threading.Event]) -> Tuple[int, float]:
+        slot = (slot_info.hostname, slot_info.local_rank)
+        ended = threading.Event()
+        with self._lock:
+            wid = next(self._ids)
+            self._ended[wid] = ended
+            self._current[slot] = wid
+        self._host_manager.blame(slot, on_host=False)
+        self._link.send("START", wid=wid, round=self._driver.round(),
+                        hostname=slot_info.hostname, rank=slot_info.rank, size=slot_info.size,
+                        local_rank=slot_info.local_rank, local_size=slot_info.local_size,
+                        cross_rank=slot_info.cross_rank, cross_size=slot_info.cross_size)
+        stop_sent = False
+        while not ended.wait(POLL_S):
+            if not stop_sent and any(event.is_set() for event in events):
+                self._link.send("STOP", wid=wid)  # the job ends or the host is blacklisted
+                stop_sent = True
+        with self._lock:
+            code, blame = self._exits.pop(wid)
+            del self._ended[wid]
+            latest = self._current.get(slot) == wid
+        if latest:
+            self._host_manager.blame(slot, on_host=blame == "host")
+            self._driver.slot_ended(slot)
+        return code, time.time()
+
+    def exited(self, wid: int, code: int, blame: str) -> None:
+        with self._lock:
+            ended = self._ended.get(wid)
+            if ended is None:
+                log.error("the launcher reported the exit of worker %s, which is not running", wid)
+                return
+            self._exits[wid] = (code, blame)
+        ended.set()
+
+
+class AdoptedRendezvous:
+    """Horovod's RendezvousServer (start, init, stop) on the listening socket the launcher bound,
+    answering only requests that carry the job's secret."""
+
+    def __init__(self, fd: int, allowed: Set[str], secret: str) -> None:
+        self._fd = fd
+        self._allowed = allowed
+        self._secret = secret
+        self._server = None
+
+    def start(self, handler_cls: type) -> int:
+        class BoundedHandler(handler_cls):
+            timeout = REQUEST_TIMEOUT_S
+
+        self._server = make_server(self._fd, BoundedHandler, self._allowed, self._secret)
+        self._server.handle_error = self._request_failed  # socketserver prints a traceback
+        threading.Thread(target=self._server.serve_forever, name="rendezvous", daemon=True).start()
+        return self._server.server_port
+
+    @staticmethod
+    def _request_failed(request, client_address) -> None:
+        # e.g. a worker stopped while its rank_and_size request waited for the round
+        log.info("a rendezvous request from %s failed: %s", client_address[0], sys.exc_info()[1])
+
+    def init(self, host_alloc_plan) -> None:
+        self._server.init(host_alloc_plan)
+
+    def stop(self) -> None:
+        self._server.shutdown()
+
+
+def _configure_logging() -> None:
+    """Our warnings on stderr; Horovod's own log only when $POPRUN_ELASTIC_DRIVER_LOG asks."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(
+        "poprun-lite elastic driver: %(asctime)s %(threadName)s %(message)s"))
+    level = os.environ.get(LOG_LEVEL_ENV, "").upper()
+    root = logging.getLogger()
+    root.addHandler(handler)
+    if level:
+        root.setLevel(level)
+    else:
+        root.setLevel(logging.CRITICAL)
+        log.setLevel(logging.WARNING)
+
+
+def _settings(text: str) -> dict:
+    settings = json.loads(text)
+    cooldown = settings.get("cooldown_range")
+    return {"np": int(settings["np"]), "min_np": int(settings["min_np"]),
+            "max_np": None if settings.get("max_np") is None else int(settings["max_np"]),
+            "elastic_timeout": float(settings.get("elastic_timeout", 600)),
+            "reset_limit": None if settings.get("reset_limit") is None
+            else int(settings["reset_limit"]),
+            "cooldown_range": None if cooldown is None else (int(cooldown[0]), int(cooldown[1])),
+            "allowed": [str(a) for a in settings.get("allowed", [])]}
+
+
+def _end(link: LauncherLink, error: Optional[str], results: dict) -> None:
+    link.send("DONE", error=error, results=results)
+    logging.shutdown()
+    os._exit(0 if error is None else 1)
+
+
+def main(argv: Sequence[str]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher forwards signals to the workers
+    socket.setdefaulttimeout(CONNECT_TIMEOUT_S)  # Horovod's notification client has no timeout
+    _configure_logging()
+    control = socket.socket(fileno=int(argv[0]))
+    control.settimeout(None)
+    link = LauncherLink(control)
+
+    def fatal(reason: str) -> None:
+        link.send("FATAL", reason=reason)
+        _end(link, reason, {})
+
+    if not horovod.__version__.startswith(HOROVOD_SERIES):
+        fatal(f"elastic mode needs Horovod {HOROVOD_SERIES}x; found {horovod.__version__}.")
+    secret = os.environ.get(SECRET_ENV, "")
+    if len(secret) < MIN_SECRET_CHARS:
+        fatal(f"the elastic driver needs the job's rendezvous secret in ${SECRET_ENV} (at least "
+              f"{MIN_SECRET_CHARS} characters); the launcher sets it.")
+    try:
+        settings = _settings(argv[2])
+        if settings["cooldown_range"]:
+            from horovod.runner.elastic.discovery import HostState
+            HostState._validate_cooldown_range(settings["cooldown_range"])
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        fatal(f"the elastic driver's settings are not valid ({' '.join(str(exc).split())}).")
+
+    discovery = PushedHosts()
+    allowed = set(settings["allowed"])
+    workers = LauncherWorkers(link)
+
+    def handle(frame: dict) -> None:
+        kind = frame["kind"]
+        if kind == "HOSTS":
+            discovery.push(frame["hosts"])
+        elif kind == "ALLOW":
+            allowed.update(str(a) for a in frame["addresses"])
+        elif kind == "EXITED":
+            workers.exited(int(frame["wid"]), int(frame["code"]), str(frame["blame"]))
+        else:
+            log.error("ignored a frame of unknown kind %r from the launcher", kind)
+
+    threading.Thread(target=link.read_forever, args=(handle,), name="launcher",
+                     daemon=True).start()
+    # Built once the hosts are known: Horovod's discovery thread polls at once, then every 1 s.
+    if not discovery.received.wait(settings["elastic_timeout"]):
+        fatal(f"the launcher sent no hosts within --elastic-timeout "
+              f"{settings['elastic_timeout']:g} s.")
+    horovod_driver.HostManager = LauncherHostManager  # the class ElasticDriver builds
+    rendezvous = AdoptedRendezvous(int(argv[1]), allowed, secret)
+    driver = LauncherElasticDriver(link, rendezvous, discovery, settings["min_np"],
+                                   settings["max_np"], settings["elastic_timeout"],
+                                   settings["reset_limit"], settings["cooldown_range"])
+    workers.bind(driver)
+    rendezvous.start(create_rendezvous_handler(driver))  # requests so far wait in the backlog
+    try:
+        driver.start(settings["np"], workers.create_worker)
+    except Exception as exc:
+        reason = driver.start_failed(exc, settings["np"])
+        driver.stop()
+        _end(link, reason, {})
+    results = driver.get_results()
+    driver.stop()
+    _end(link, results.error_message,
+         {name: [code, stamp] for name, (code, stamp) in results.worker_results.items()})
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,350 @@
+"""The elastic driver helper (Horovod's ElasticDriver as a library) driven over its socketpair by a
+stand-in for the launcher that starts real ``hvd.elastic`` workers on START and reports their
+real exit codes: rank order, restarting a failed slot, blacklisting a blamed host until its
+cooldown ends, FATAL below --min-np, exit when the launcher goes away, the rendezvous secret.
+
+Two "hosts" (hA, hB) are names on this machine (HOROVOD_GLOO_IFACE=lo), as Horovod allows."""
+import http.client
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import pytest
+
+from popdist_launcher.launcher import ports
+from popdist_launcher.launcher.spawned import netinfo, rendezvous
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE = Path(__file__).parent / "workers" / "elastic_probe.py"
+TWO_HOSTS = [["hA", 1], ["hB", 1]]
+BASE_ENV = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "OMPI_", "PMIX_"))}
+
+
+class FakeLauncher:
+    """The launcher's end of the protocol: HOSTS, START -> a real worker, STOP -> SIGTERM, and
+    one EXITED per START with the worker's exit code and the blame ``blame(start, code)``."""
+
+    def __init__(self, tmp_path: Path, settings: dict, worker_env: Optional[dict] = None,
+                 address: str = "127.0.0.1") -> None:
+        self.tmp_path = tmp_path
+        self.control, helper_end = socket.socketpair()
+        listener = ports.listen_socket(address)
+        self.port = listener.getsockname()[1]
+        self.secret = rendezvous.new_secret()
+        self.worker_env = worker_env or {}
+        self.log_path = tmp_path / "helper.log"
+        settings = {"np": 2, "min_np": 1, "max_np": 2, "elastic_timeout": 60,
+                    "reset_limit": None, "cooldown_range": None, "allowed": ["127.0.0.1"],
+                    **settings}
+        with open(self.log_path, "w") as log:
+            self.helper = subprocess.Popen(
+                [sys.executable, "-m", "popdist_launcher.launcher.spawned.elastic_driver",
+                 str(helper_end.fileno()), str(listener.fileno()), json.dumps(settings)],
+                cwd=ROOT, pass_fds=(helper_end.fileno(), listener.fileno()), stdout=log,
+                stderr=log, start_new_session=True,
+                env=dict(os.environ, POPRUN_RENDEZVOUS_SECRET=self.secret,
+                         POPRUN_ELASTIC_DRIVER_LOG="INFO"))
+        helper_end.close()
+        listener.close()
+        self.frames: List[dict] = []  # every frame received, with "t": time of arrival
+        self.sent: List[dict] = []  # every frame sent, with "t"
+        self.workers: Dict[int, subprocess.Popen] = {}
+        self.stopped: set = set()
+        self._pending = b""
+
+    def send(self, kind: str, **fields) -> None:
+        frame = {"kind": kind, **fields}
+        self.sent.append({**frame, "t": time.time()})
+        self.control.sendall((json.dumps(frame) + "\n").encode())
+
+    def receive(self, wait: float) -> List[dict]:
+        frames = []
+        if select.select([self.control], [], [], wait)[0]:
+            data = self.control.recv(65536)
+            if not data:
+                raise AssertionError("the helper closed its end\n" + self.log_tail())
+            *lines, self._pending = (self._pending + data).split(b"\n")
+            for line in lines:
+                frame = json.loads(line)
+                self.frames.append({**frame, "t": time.time()})
+                frames.append(frame)
+        return frames
+
+    def run(self, blame: Callable[[dict, int], str], timeout: float = 240) -> dict:
+        """Serve the helper until DONE; return DONE."""
+        starts = {}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for frame in self.receive(0.05):
+                if frame["kind"] == "START":
+                    starts[frame["wid"]] = frame
+                    self.workers[frame["wid"]] = self._start(frame)
+                elif frame["kind"] == "STOP":
+                    self.stopped.add(frame["wid"])
+                    if self.workers[frame["wid"]].poll() is None:
+                        self.workers[frame["wid"]].terminate()
+                elif frame["kind"] == "DONE":
+                    return frame
+            for wid, worker in list(self.workers.items()):
+                code = worker.poll()
+                if code is not None:
+                    del self.workers[wid]
+                    code = 128 - code if code < 0 else code
+                    self.send("EXITED", wid=wid, code=code, how="exited",
+                              blame="none" if wid in self.stopped else blame(starts[wid], code))
+        raise AssertionError("no DONE from the helper\n" + self.log_tail())
+
+    def _start(self, start: dict) -> subprocess.Popen:
+        env = dict(BASE_ENV, PYTHONUNBUFFERED="1", PROBE_DIR=str(self.tmp_path),
+                   HOROVOD_HOSTNAME=start["hostname"], HOROVOD_ELASTIC="1",
+                   HOROVOD_CONTROLLER="gloo", HOROVOD_CPU_OPERATIONS="gloo",
+                   HOROVOD_GLOO_RENDEZVOUS_ADDR=rendezvous.client_address(
+                       "127.0.0.1", self.port, self.secret),
+                   HOROVOD_GLOO_RENDEZVOUS_PORT=str(self.port), HOROVOD_GLOO_IFACE="lo",
+                   HOROVOD_GLOO_TIMEOUT_SECONDS="90", POPRUN_RESTART_COUNT=str(start["round"]),
+                   **{f"HOROVOD_{k.upper()}": str(start[k]) for k in (
+                       "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size")},
+                   **self.worker_env)
+        with open(self.tmp_path / f"worker-{start['wid']}.log", "w") as log:
+            return subprocess.Popen([sys.executable, str(PROBE)], env=env, cwd=self.tmp_path,
+                                    stdout=log, stderr=subprocess.STDOUT)
+
+    def kinds(self, *kinds: str) -> List[dict]:
+        return [{k: v for k, v in f.items() if k != "t"} for f in self.frames
+                if f["kind"] in kinds]
+
+    def log_tail(self) -> str:
+        return self.log_path.read_text()[-4000:]
+
+    def close(self) -> None:
+        for worker in self.workers.values():
+            worker.kill()
+            worker.wait()
+        self.control.close()
+        try:
+            self.helper.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.helper.pid, signal.SIGKILL)
+            self.helper.wait()
+
+
+@pytest.fixture
+def launcher(tmp_path):
+    made = []
+
+    def make(settings: dict, worker_env: Optional[dict] = None, **kwargs) -> FakeLauncher:
+        made.append(FakeLauncher(tmp_path, settings, worker_env, **kwargs))
+        return made[-1]
+
+    yield make
+    for fake in made:
+        fake.close()
+
+
+def done_files(tmp_path: Path) -> List[dict]:
+    return sorted((json.loads(p.read_text()) for p in tmp_path.glob("done-*.json")),
+                  key=lambda d: d["rank"])
+
+
+def start(wid: int, round: int, hostname: str, rank: int, size: int = 2) -> dict:
+    return {"kind": "START", "wid": wid, "round": round, "hostname": hostname, "rank": rank,
+            "size": size, "local_rank": 0, "local_size": 1, "cross_rank": rank,
+            "cross_size": size}
+
+
+def round_frame(number: int, hosts: list) -> dict:
+    return {"kind": "ROUND", "round": number, "size": sum(n for _, n in hosts), "hosts": hosts}
+
+
+def without_t(frames: List[dict]) -> List[dict]:
+    return [{k: v for k, v in f.items() if k != "t"} for f in frames]
+
+
+def report_restart(fake: FakeLauncher, failed_wid: int) -> None:
+    """Print how long after the failed worker's EXITED the next START came (for the report)."""
+    exited = next(f["t"] for f in fake.sent if f["kind"] == "EXITED" and f["wid"] == failed_wid)
+    following = [f["t"] for f in fake.frames if f["kind"] == "START" and f["t"] > exited]
+    if following:
+        print(f"next START {following[0] - exited:.3f} s after EXITED of worker {failed_wid}")
+
+
+@pytest.mark.slow
+def test_a_failed_slot_on_a_live_host_is_started_again_and_the_job_finishes(launcher, tmp_path):
+    fake = launcher({}, {"PROBE_FAIL": "hB:8:9"})
+    fake.send("HOSTS", hosts=TWO_HOSTS)
+    done = fake.run(lambda start, code: "slot")
+    # Ranks follow HOSTS (Horovod alone orders new hosts through a set); ROUND comes first.
+    assert fake.kinds("ROUND", "START")[0] == round_frame(1, TWO_HOSTS)
+    first = sorted(fake.kinds("START")[:2], key=lambda f: f["rank"])
+    assert {f["wid"] for f in first} == {1, 2}
+    assert first == [start(first[0]["wid"], 1, "hA", 0), start(first[1]["wid"], 1, "hB", 1)]
+    hb = first[1]["wid"]
+    assert [(f["wid"], f["code"], f["blame"]) for f in fake.sent if f["kind"] == "EXITED"][0] \
+        == (hb, 9, "slot")
+    # The slot is started again in round 2, with the same rank; nothing is blacklisted.
+    assert fake.kinds("ROUND")[1:] == [round_frame(2, TWO_HOSTS)]
+    assert fake.kinds("START")[2:] == [start(3, 2, "hB", 1)]
+    assert fake.kinds("BLACKLIST", "STOP", "FATAL") == []
+    assert done["error"] is None
+    assert {name: code for name, (code, _) in done["results"].items()} == {"hA[0]": 0, "hB[0]": 0}
+    # Both finished at size 2 with the same state: 20 steps of size 2 (the 8 steps before the
+    # failure were committed; nothing was lost, nothing done twice in the lineage).
+    finals = done_files(tmp_path)
+    assert [(d["host"], d["rank"], d["size"]) for d in finals] == [("hA", 0, 2), ("hB", 1, 2)]
+    for d in finals:
+        assert d["step"] == 20 and d["sizes"] == [2] * 20 and d["total"] == 40.0
+    report_restart(fake, hb)
+    print(f"first START {fake.frames[1]['t'] - fake.sent[0]['t']:.3f} s after HOSTS")
+
+
+@pytest.mark.slow
+def test_a_blamed_host_is_blacklisted_and_comes_back_after_its_cooldown(launcher, tmp_path):
+    fake = launcher({"cooldown_range": [1, 2]}, {"PROBE_FAIL": "hB:8:9"})
+    fake.send("HOSTS", hosts=TWO_HOSTS)
+    done = fake.run(lambda start, code: "host" if code else "none")
+    hb = next(f["wid"] for f in fake.kinds("START") if f["hostname"] == "hB")
+    blacklist = fake.kinds("BLACKLIST")
+    assert [f["host"] for f in blacklist] == ["hB"]
+    assert 1 <= blacklist[0]["cooldown"] <= 2  # Horovod's formula within --blacklist-cooldown-range
+    # Round 2 goes on with hA alone (nothing to start), round 3 takes hB back at rank 1.
+    assert fake.kinds("ROUND") == [round_frame(1, TWO_HOSTS), round_frame(2, [["hA", 1]]),
+                                   round_frame(3, TWO_HOSTS)]
+    assert fake.kinds("START")[2:] == [start(3, 3, "hB", 1)]
+    assert [(f["wid"], f["code"], f["blame"]) for f in fake.sent if f["kind"] == "EXITED"][0] \
+        == (hb, 9, "host")
+    assert fake.kinds("STOP", "FATAL") == []
+    assert done["error"] is None
+    assert {name: code for name, (code, _) in done["results"].items()} == {"hA[0]": 0, "hB[0]": 0}
+    finals = done_files(tmp_path)
+    assert [(d["host"], d["rank"], d["size"]) for d in finals] == [("hA", 0, 2), ("hB", 1, 2)]
+    assert finals[0]["sizes"] == finals[1]["sizes"]  # hB got hA's state when it joined
+    sizes = finals[0]["sizes"]
+    ones = sizes.count(1)  # steps hA ran alone: committed steps are never redone
+    assert ones >= 1 and sizes == [2] * 8 + [1] * ones + [2] * (len(sizes) - 8 - ones)
+    assert finals[0]["total"] == float(sum(sizes)) and finals[0]["step"] == len(sizes) >= 20
+    exited = next(f["t"] for f in fake.sent if f["kind"] == "EXITED" and f["wid"] == hb)
+    back = next(f["t"] for f in fake.frames if f["kind"] == "ROUND" and f["round"] == 3)
+    print(f"cooldown {blacklist[0]['cooldown']} s; round 3 {back - exited:.2f} s after EXITED")
+
+
+@pytest.mark.slow
+def test_below_min_np_for_the_elastic_timeout_is_fatal(launcher, tmp_path):
+    fake = launcher({"min_np": 2, "elastic_timeout": 3}, {"PROBE_FAIL": "hB:8:9"})
+    fake.send("HOSTS", hosts=TWO_HOSTS)
+    done = fake.run(lambda start, code: "host")
+    reason = ("fewer than --min-np 2 slots were usable for --elastic-timeout 3 s (usable now: "
+              "hA:1; blacklisted: hB).")
+    assert fake.kinds("BLACKLIST") == [{"kind": "BLACKLIST", "host": "hB", "cooldown": None}]
+    assert fake.kinds("FATAL") == [{"kind": "FATAL", "reason": reason}]
+    assert done["error"] == reason
+    fatal = fake.kinds("ROUND", "START", "BLACKLIST", "FATAL", "STOP", "DONE")
+    assert [f["kind"] for f in fatal[fatal.index({"kind": "FATAL", "reason": reason}):]] in (
+        ["FATAL", "STOP", "DONE"], ["FATAL", "DONE"])  # hA stopped, or ended on its own
+    assert len(fake.kinds("ROUND")) == 1 and len(fake.kinds("START")) == 2
+    assert done_files(tmp_path) == []
+
+
+def test_the_first_round_below_np_is_fatal(launcher):
+    fake = launcher({"np": 2, "min_np": 2, "elastic_timeout": 1})
+    fake.send("HOSTS", hosts=[["hA", 1]])
+    done = fake.run(lambda start, code: "slot", timeout=120)
+    reason = ("fewer than -np 2 slots were usable for --elastic-timeout 1 s (usable now: hA:1).")
+    assert fake.kinds("FATAL") == [{"kind": "FATAL", "reason": reason}]
+    assert done == {"kind": "DONE", "error": reason, "results": {}}
+    assert fake.kinds("ROUND", "START") == []
+    assert fake.helper.wait(timeout=30) == 1
+
+
+def test_the_helper_exits_when_the_launcher_closes_its_end(launcher):
+    fake = launcher({})
+    fake.send("HOSTS", hosts=TWO_HOSTS)
+    while len(fake.kinds("START")) < 2:  # two worker threads now wait for EXITED
+        fake.receive(1)
+    closed = time.monotonic()
+    fake.control.close()
+    assert fake.helper.wait(timeout=60) == 0
+    print(f"helper gone {time.monotonic() - closed:.3f} s after the launcher closed its end")
+
+
+def test_the_rendezvous_answers_only_the_secret_and_allowed_addresses(launcher):
+    # A non-loopback address of this machine, refused until the launcher sends ALLOW for it.
+    address = next(a for _, a in netinfo.interface_addresses() if not a.startswith("127."))
+    fake = launcher({"allowed": ["10.255.255.254"], "elastic_timeout": 600}, address=address)
+    fake.send("HOSTS", hosts=[["hA", 1]])  # the driver waits for -np 2 slots: no round yet
+
+    def request(method: str, path: str, body: bytes = None):
+        conn = http.client.HTTPConnection(address, fake.port, timeout=60,
+                                          source_address=(address, 0))
+        try:
+            conn.request(method, path, body=body)
+            response = conn.getresponse()
+            return response.status, response.read()
+        finally:
+            conn.close()
+
+    good = f"/{fake.secret}:{fake.port}"
+    with pytest.raises(http.client.RemoteDisconnected):  # closed unanswered
+        request("GET", f"{good}/global/0")
+    fake.send("ALLOW", addresses=[address])
+    deadline = time.monotonic() + 60
+    while True:  # the helper reads ALLOW on its own thread
+        try:
+            assert request("GET", f"{good}/global/0")[0] == 404  # the store itself, reached
+            break
+        except http.client.RemoteDisconnected:
+            assert time.monotonic() < deadline, "ALLOW did not open the rendezvous"
+            time.sleep(0.1)
+    assert request("GET", "/rank_and_size/hA:0")[0] == 403
+    assert request("PUT", "/worker_addresses/hA:0", b"poison")[0] == 403
+    assert request("PUT", f"/{rendezvous.new_secret()}:{fake.port}/global/0", b"x")[0] == 403
+    assert request("GET", f"{good}/global/0")[0] == 404  # none of that reached the store
+    assert request("PUT", f"{good}/global/0", b"rank 0")[0] == 200
+    assert request("GET", f"{good}/global/0") == (200, b"rank 0")
+    fake.receive(0.5)
+    assert fake.kinds("ROUND", "START", "FATAL") == []  # one slot of two: nothing started
+
+
+def test_the_driver_builds_the_host_manager_named_in_its_module():
+    # The helper replaces horovod.runner.elastic.driver.HostManager before building the driver.
+    import inspect
+
+    from horovod.runner.elastic import driver
+    assert "self._host_manager = HostManager(discovery, cooldown_range)" in inspect.getsource(
+        driver.ElasticDriver.__init__)
+
+
+def test_rank_order_follows_hosts_and_only_host_blame_blacklists():
+    from popdist_launcher.launcher.spawned import elastic_driver
+
+    discovery = elastic_driver.PushedHosts()
+    manager = elastic_driver.LauncherHostManager(discovery, (1, 2))
+    ours, theirs = socket.socketpair()
+    manager.link = elastic_driver.LauncherLink(ours)
+    names = [f"node{i:02d}" for i in (7, 3, 11, 0, 5, 9, 1, 4)]  # a set would shuffle them
+    discovery.push([[name, 1] for name in names[:5]])
+    manager.update_available_hosts()
+    assert manager.current_hosts.host_assignment_order == names[:5]
+    # Hosts of the previous assignment keep their ranks; new ones follow in HOSTS order.
+    discovery.push([[name, 1] for name in reversed(names)])
+    manager.update_available_hosts()
+    assert manager.current_hosts.host_assignment_order == names[:5] + names[:4:-1]
+    # A failed slot on a live host is not the host's fault; a blamed host is blacklisted.
+    manager.blame(("node03", 0), on_host=False)
+    manager.blacklist("node03")
+    manager.blame(("node11", 0), on_host=True)
+    manager.blacklist("node11")
+    manager.blacklist("node11")  # the registry calls it once per failed slot: one frame
+    assert not manager.is_blacklisted("node03") and manager.is_blacklisted("node11")
+    assert "node11" not in manager.current_hosts.host_assignment_order
+    ours.close()
+    frames = [json.loads(line) for line in theirs.makefile().read().splitlines()]
+    theirs.close()
+    assert [(f["kind"], f["host"]) for f in frames] == [("BLACKLIST", "node11")]
+    assert 1 <= frames[0]["cooldown"] <= 2
