@@ -173,3 +173,58 @@ def test_on_one_host_a_killed_instance_is_started_again(tmp_path):
     assert [r["index"] for r in records(runs, 1)] == [0, 1, 2]
     assert {r["num_instances"] for r in records(runs, 1)} == {3}
     assert "restarting on the same hosts -> 3 instance(s) on localhost (3)" in result.stderr
+
+
+def test_a_host_that_stops_answering_is_left_out_and_the_job_goes_on(hosts, tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    job = poprun_background("-np", "4", "--min-np", "2", "-H", "hostA:2,hostB:2",
+                            *ssh_options(hosts), "--grace-period", "2",
+                            program("elastic_member.py"), str(runs), "-", "done")
+    try:
+        first = wait_records(runs, 0, 4, job)
+        hosts.set_down("hostB")
+        lost_at = time.monotonic()
+        second = wait_records(runs, 1, 2, job, timeout=120)
+        detected = time.monotonic() - lost_at
+        (runs / "done").write_text("")
+        out, err = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+        hosts.set_up("hostB")
+    assert job.returncode == 0, err[-3000:]
+    assert [r["host"] for r in second] == ["hostA", "hostA"]
+    print(f"hostB cut: attempt 1 started {detected:.1f} s later")
+    change = [line for line in err.splitlines() if "-> 2 instance(s) on hostA" in line]
+    assert len(change) == 1 and "hostB removed" in change[0], err[-3000:]
+    assert "its host stopped answering" in change[0]
+    assert wait_gone([r["pid"] for r in first + second], timeout=30) == []
+    nothing_left(hosts)
+
+
+def test_a_blacklisted_host_comes_back_after_its_cooldown_and_the_job_grows(hosts, tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    job = poprun_background("-np", "2", "--min-np", "1", "-H", "hostA:1,hostB:1",
+                            *ssh_options(hosts), "--blacklist-cooldown-range", "1", "2",
+                            "--grace-period", "2", program("elastic_member.py"), str(runs), "1",
+                            "done")
+    try:
+        shrunk = wait_records(runs, 1, 1, job)
+        grown = wait_records(runs, 2, 2, job)
+        (runs / "done").write_text("")
+        out, err = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+    assert job.returncode == 0, err[-3000:]
+    assert [r["host"] for r in shrunk] == ["hostA"]
+    assert [r["host"] for r in grown] == ["hostA", "hostB"]
+    lines = [line for line in err.splitlines() if " -> " in line and "instance(s) on" in line]
+    assert len(lines) == 2, err[-3000:]
+    assert "hostB removed" in lines[0] and "blacklisted for " in lines[0]
+    assert "hostB back after its blacklist cooldown" in lines[1] and "-> 2 instance(s)" in lines[1]
+    nothing_left(hosts)

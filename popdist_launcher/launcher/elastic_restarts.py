@@ -5,9 +5,10 @@ replicas per instance kept) and start the next attempt with fresh ports and rend
 from __future__ import annotations
 
 import selectors
+import shlex
 import signal
 import time
-from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from popdist_launcher.launcher import membership
 from popdist_launcher.launcher.agent import Agent
@@ -43,8 +44,14 @@ class ElasticAgent(Agent):
         self.num_instances = elastic.first_size
         self.num_replicas = elastic.first_size * self.replicas_per_instance
         self.blacklist = membership.Blacklist(elastic.cooldown_range)
-        self.poller = membership.Poller(elastic.discovery_script, elastic.slots_per_host) \
-            if elastic.discovery_script else None
+        script = elastic.discovery_script
+        if script is None and elastic.cooldown_range is not None and len(elastic.hosts) > 1:
+            # Fixed hosts come back after their cooldown: the same answer every second lets
+            # a running attempt grow again when one does.
+            script = "printf '%s\\n' " + " ".join(shlex.quote(f"{name}:{slots}")
+                                                  for name, slots in elastic.hosts)
+        self.poller = membership.Poller(script, elastic.slots_per_host) if script else None
+        self.ever_blacklisted: Set[str] = set()
         self.members = membership.Membership(list(elastic.hosts), self.blacklist, self.poller)
         self.log = membership.MembershipLog(say, options.output.output_dir)
         self.hosts: Hosts = _used(self.layout)
@@ -204,6 +211,7 @@ class ElasticAgent(Agent):
 
     def _blacklist(self, host: str, why: str) -> str:
         cooldown = self.blacklist.add(host)
+        self.ever_blacklisted.add(host)
         until = "for the rest of the job" if cooldown is None else f"for {cooldown:.1f} s"
         return f"{host} removed ({why}; blacklisted {until})"
 
@@ -228,7 +236,11 @@ class ElasticAgent(Agent):
         if gone:
             self.stop_reason = f"{', '.join(gone)} left the discovery script's hosts"
         elif new and room and _fit(usable, self.elastic.max_np) > self.num_instances:
-            self.stop_reason = f"{', '.join(new)} joined the discovery script's hosts"
+            back = [name for name in new if name in self.ever_blacklisted]
+            joined = [name for name in new if name not in self.ever_blacklisted]
+            self.stop_reason = "; ".join(
+                ([f"{', '.join(back)} back after its blacklist cooldown"] if back else []) +
+                ([f"{', '.join(joined)} joined the discovery script's hosts"] if joined else []))
         if self.stop_reason is not None:
             supervisor.request_stop(f"{self.stop_reason}; re-forming the job")
 
