@@ -353,7 +353,7 @@ def summarize(launcher: Launcher) -> Dict[str, Any]:
 
 
 def ratio(stats: Dict[str, Dict[str, Any]], top: str, bottom: str) -> Optional[Dict[str, float]]:
-    if "wall_s" not in stats[top] or "wall_s" not in stats[bottom]:
+    if "wall_s" not in stats.get(top, {}) or "wall_s" not in stats.get(bottom, {}):
         return None
     a, b = stats[top]["wall_s"], stats[bottom]["wall_s"]
     return {"median": round(a["median"] / b["median"], 3), "min": round(a["min"] / b["min"], 3)}
@@ -363,7 +363,7 @@ def targets(stats: Dict[str, Dict[str, Any]],
             ratios: Dict[str, Optional[Dict[str, float]]]) -> Dict[str, Any]:
     vs_mpi = ratios["poprun-lite/mpirun"]
     vs_hvd = ratios["poprun-lite/horovodrun"]
-    peak = stats["poprun-lite"].get("launcher_peak_rss_mib")
+    peak = stats.get("poprun-lite", {}).get("launcher_peak_rss_mib")
     peak_bytes = peak["max"] * MIB if peak else None
     return {
         f"poprun_lite_within_{TARGET_VS_MPIRUN:g}x_of_mpirun": {
@@ -482,13 +482,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="memory sampling interval")
     parser.add_argument("--backend", default=None,
                         help="poprun-lite's --backend (default: its own default, mpi)")
+    parser.add_argument("--skip", action="append", default=[], metavar="NAME",
+                        choices=["bare", "poprun-lite", "mpirun", "horovodrun"],
+                        help="leave this launcher out, warm-up included (repeatable; e.g. "
+                             "--skip horovodrun for quick runs)")
     parser.add_argument("--out", default=DEFAULT_OUT,
                         help="JSON output; the chart goes next to it with a .png suffix")
     args = parser.parse_args(argv)
 
     program = [sys.executable, "-c", "pass"]
-    launchers = make_launchers(args.np, program, args.repeats, args.horovodrun_repeats,
-                               args.backend)
+    launchers = [launcher for launcher in make_launchers(
+        args.np, program, args.repeats, args.horovodrun_repeats, args.backend)
+        if launcher.name not in args.skip]
     import popdist_launcher
     compileall.compile_dir(os.path.dirname(popdist_launcher.__file__), quiet=1)
     load_before = os.getloadavg()
@@ -505,6 +510,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(load_before),
         "settings": {"np": args.np, "program": program, "backend": args.backend or "default",
+                     "skipped": args.skip,
                      "repeats": args.repeats,
                      "horovodrun_repeats": args.horovodrun_repeats, "warmup_runs": 1,
                      "timeout_s": args.timeout, "sample_interval_ms": args.interval_ms},

