@@ -1,0 +1,232 @@
+"""Horovod elastic programs, unmodified, under poprun-lite: Horovod's elastic driver in its helper
+process, every worker started by the launcher through the backend and its wrapper. On two
+network-namespace hosts (a host's workers killed, a host cut off, below --min-np) and on one
+host (one instance killed): the job goes on, the final weights equal the NumPy reference, every
+membership change is one line on the console and in membership.log, nothing is left behind."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import numpy as np
+import pytest
+
+from conftest import LAUNCHER, wait_gone
+from netns_hosts import TestHosts, require_test_hosts
+
+sys.path.insert(0, str(Path(__file__).parent / "workers"))
+from elastic_reference import keras_reference, loop_reference  # noqa: E402
+
+pytestmark = pytest.mark.slow
+WORKERS = Path(__file__).parent / "workers"
+STEP = re.compile(r"^\[\d+\]<stdout>:step (\d+) size (\d+) t=([0-9.]+)$", re.MULTILINE)
+ROUND = re.compile(r"\] round (\d+): (\d+) instance\(s\) on ([^ ]+)")
+TOTAL, COMMIT = 80, 5  # custom loop: steps, commit every
+# Keras: 8 epochs of 10 steps, commit every 4. Survivors wait HOROVOD_GLOO_TIMEOUT_SECONDS (30 s,
+# the elastic default) for a new worker to reach hvd.init(): TensorFlow's import on a loaded
+# machine must fit in it, so the tests keep the default.
+WORKER_ARGS = {"elastic_loop.py": (str(TOTAL), str(COMMIT)), "elastic_keras.py": ("8", "10", "4")}
+
+
+class Job:
+    """One poprun-lite run in the background, its console in a file."""
+
+    def __init__(self, tmp: Path, args: List[str], env: Optional[dict] = None) -> None:
+        self.tmp = tmp
+        self.pids = tmp / "pids"
+        self.pids.mkdir()
+        self.out = tmp / "weights.json"
+        self.console = tmp / "console.txt"
+        self.output_dir = tmp / "logs"
+        env = {**os.environ, "ELASTIC_PID_DIR": str(self.pids), "ELASTIC_STEP_SLEEP": "0.1",
+               **(env or {})}
+        with open(self.console, "wb") as console:
+            self.proc = subprocess.Popen(
+                LAUNCHER + args[:-1] + ["--output-dir", str(self.output_dir),
+                                        "-x", "ELASTIC_PID_DIR", "-x", "ELASTIC_STEP_SLEEP"]
+                + [sys.executable, str(WORKERS / args[-1]), str(self.out), *WORKER_ARGS[args[-1]]],
+                stdout=console, stderr=subprocess.STDOUT, env=env, cwd=str(WORKERS.parent.parent))
+        self.extra: List[str] = []
+
+    def text(self) -> str:
+        return self.console.read_text(errors="replace")
+
+    def wait_for_step(self, step: int, size: Optional[int] = None, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(int(n) >= step and (size is None or int(s) == size)
+                   for n, s, _ in STEP.findall(self.text())):
+                return
+            assert self.proc.poll() is None, self.text()[-5000:]
+            time.sleep(0.1)
+        raise AssertionError(f"no step {step} at size {size}:\n{self.text()[-5000:]}")
+
+    def worker_pids(self) -> List[int]:
+        return [int(p.name.rsplit("-", 1)[1]) for p in self.pids.iterdir()]
+
+    def finish(self, timeout: float = 300) -> str:
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError(f"the job did not end:\n{self.text()[-5000:]}")
+        return self.text()
+
+
+def steps_after(text: str, moment: float) -> List[tuple]:
+    return [(int(n), int(s), float(t)) for n, s, t in STEP.findall(text) if float(t) > moment]
+
+
+def rounds(text: str) -> List[tuple]:
+    return [(int(n), int(size), hosts) for n, size, hosts in ROUND.findall(text)]
+
+
+def check_weights(job: Job, reference) -> dict:
+    result = json.loads(job.out.read_text())
+    want = reference(result["step"]) if reference is keras_reference else reference(TOTAL)
+    np.testing.assert_allclose(result["kernel"], want["kernel"], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(result["bias"], want["bias"], rtol=0, atol=1e-9)
+    return result
+
+
+def check_membership_log(job: Job, text: str) -> None:
+    """Every membership line of the console is in membership.log, in the same order."""
+    console = [m.group(1) for m in re.finditer(r"^poprun-lite: \[[0-9:.]+\] (.*)$", text,
+                                               re.MULTILINE)]
+    logged = [line.split(" ", 1)[1] for line in
+              (job.output_dir / "membership.log").read_text().splitlines()]
+    assert console == logged and console
+
+
+def recovery(text: str, moment: float, size: int) -> float:
+    """Seconds from ``moment`` to rank 0's first step at ``size`` after it."""
+    first = next(t for _, s, t in steps_after(text, moment) if s == size)
+    return first - moment
+
+
+# ---- two hosts ------------------------------------------------------------------------------
+
+@pytest.fixture
+def hosts(tmp_path):
+    require_test_hosts()
+    with TestHosts(names=("hostA", "hostB"), workdir=tmp_path) as test_hosts:
+        yield test_hosts
+
+
+def elastic_args(hosts, tmp: Path, *extra: str) -> List[str]:
+    listing = tmp / "hosts.txt"
+    listing.write_text("hostA:2\nhostB:2\n")
+    script = tmp / "discover.sh"
+    script.write_text(f"#!/bin/sh\ncat {listing}\n")
+    script.chmod(0o755)
+    return ["-np", "4", "--min-np", "2", "--max-np", "4", "--host-discovery-script", str(script),
+            "--ssh-config", hosts.ssh_config, "--host-subnet", hosts.subnet,
+            "--elastic-mode", "horovod", "--start-timeout", "60", *extra]
+
+
+def nothing_left(hosts) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (hosts.pids_in("hostA", include_sshd_sessions=False)
+                                           or hosts.pids_in("hostB", include_sshd_sessions=False)):
+        time.sleep(0.2)
+    assert hosts.pids_in("hostA", include_sshd_sessions=False) == []
+    assert hosts.pids_in("hostB", include_sshd_sessions=False) == []
+
+
+def kill_host_b_workers(hosts, job: Job) -> float:
+    on_b = set(hosts.pids_in("hostB", include_sshd_sessions=False))
+    victims = [p for p in job.worker_pids() if p in on_b]
+    assert len(victims) == 2, (victims, on_b)
+    moment = time.time()
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    return moment
+
+
+@pytest.mark.parametrize("worker", ["elastic_loop.py", "elastic_keras.py"])
+def test_killed_host_b_workers_then_host_b_back(hosts, tmp_path, worker):
+    job = Job(tmp_path, elastic_args(hosts, tmp_path, "--blacklist-cooldown-range", "1", "2",
+                                     worker))
+    job.wait_for_step(12, size=4)
+    moment = kill_host_b_workers(hosts, job)
+    text = job.finish()
+    assert job.proc.returncode == 0, text[-5000:]
+    check_weights(job, loop_reference if worker == "elastic_loop.py" else keras_reference)
+    sizes = [size for _, size, _ in rounds(text)]
+    assert sizes[0] == 4 and 2 in sizes and sizes[-1] == 4, sizes
+    assert (2, "hostA:2") in [(s, h) for _, s, h in rounds(text)]
+    assert re.search(r"instance \d+ \(rank \d of 4\) on hostB was killed by SIGKILL", text)
+    assert re.search(r"hostB blacklisted for [0-9.]+ s", text)
+    assert "===== elastic job: " in text and "job succeeded" in text
+    for number, _, _ in rounds(text):
+        assert f"poprun-lite: round {number} (" in text  # the summary lists every round
+    check_membership_log(job, text)
+    assert (job.output_dir / "attempt-1").is_dir()
+    print(f"\n{worker}: loss -> first step at size 2: {recovery(text, moment, 2):.2f} s; "
+          f"-> first step at size 4 again: {recovery(text, moment, 4):.2f} s")
+    nothing_left(hosts)
+
+
+def test_host_b_cut_off_then_back(hosts, tmp_path):
+    job = Job(tmp_path, elastic_args(hosts, tmp_path, "--blacklist-cooldown-range", "1", "2",
+                                     "elastic_loop.py"))
+    job.wait_for_step(12, size=4)
+    (tmp_path / "hosts.txt").write_text("hostA:2\n")
+    moment = time.time()
+    hosts.set_down("hostB")
+    job.wait_for_step(1, size=2)
+    hosts.set_up("hostB")
+    (tmp_path / "hosts.txt").write_text("hostA:2\nhostB:2\n")
+    text = job.finish()
+    assert job.proc.returncode == 0, text[-5000:]
+    check_weights(job, loop_reference)
+    assert re.search(r"hostB lost: instance \d+ \(rank \d of 4\) on hostB was lost", text)
+    sizes = [size for _, size, _ in rounds(text)]
+    assert sizes[0] == 4 and 2 in sizes and sizes[-1] == 4, sizes
+    check_membership_log(job, text)
+    print(f"\nunreachable: loss -> first step at size 2: {recovery(text, moment, 2):.2f} s")
+    nothing_left(hosts)
+
+
+def test_below_min_np_for_the_elastic_timeout_ends_the_job_naming_the_host(hosts, tmp_path):
+    args = elastic_args(hosts, tmp_path, "--elastic-timeout", "5", "elastic_loop.py")
+    args[args.index("--min-np") + 1] = "4"
+    job = Job(tmp_path, args)
+    job.wait_for_step(6, size=4)
+    kill_host_b_workers(hosts, job)
+    text = job.finish()
+    assert job.proc.returncode == 1, text[-5000:]
+    assert "hostB blacklisted for the rest of the job" in text
+    verdict = text[text.index("===== elastic job"):]
+    assert "job failed: fewer than --min-np 4 slots" in verdict, verdict
+    assert "hostB" in verdict and "killed by SIGKILL" in verdict, verdict
+    check_membership_log(job, text)
+    nothing_left(hosts)
+
+
+# ---- one host -------------------------------------------------------------------------------
+
+def test_one_host_a_killed_instance_is_started_again(tmp_path):
+    job = Job(tmp_path, ["-np", "3", "--min-np", "2", "--backend", "local", "--elastic-mode",
+                         "horovod", "elastic_loop.py"])
+    job.wait_for_step(12, size=3)
+    victim = job.worker_pids()[-1]
+    moment = time.time()
+    os.kill(victim, signal.SIGKILL)
+    text = job.finish()
+    assert job.proc.returncode == 0, text[-5000:]
+    result = check_weights(job, loop_reference)
+    assert result["size"] == 3
+    assert re.search(r"instance \d \(rank \d of 3\) on localhost was killed by SIGKILL", text)
+    assert "blacklisted" not in text  # one failed slot on a live host is no host failure
+    assert [size for _, size, _ in rounds(text)] == [3, 3]
+    logs = sorted(p.name for p in (job.output_dir / "attempt-2").iterdir())
+    assert logs == ["instance-4.stderr.log", "instance-4.stdout.log"]
+    check_membership_log(job, text)
+    print(f"\none host: loss -> next step at size 3: {recovery(text, moment, 3):.2f} s")
+    assert wait_gone(job.worker_pids(), timeout=10) == []
