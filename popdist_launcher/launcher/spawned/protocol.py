@@ -33,10 +33,10 @@ RELEASE = 26    # the job is over: end every descendant, flush output, exit 0
 # on both ends of every wrapper connection: probes after KEEPALIVE_IDLE_S of silence, every
 # KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES unanswered end it; unacknowledged data gives up after
 # LOST_AFTER_S. The launcher then reports the host lost, and the wrapper ends its program.
-KEEPALIVE_IDLE_S = 4
-KEEPALIVE_INTERVAL_S = 2
+KEEPALIVE_IDLE_S = 2
+KEEPALIVE_INTERVAL_S = 1
 KEEPALIVE_PROBES = 3
-LOST_AFTER_S = KEEPALIVE_IDLE_S + KEEPALIVE_INTERVAL_S * KEEPALIVE_PROBES  # 10
+LOST_AFTER_S = KEEPALIVE_IDLE_S + KEEPALIVE_INTERVAL_S * KEEPALIVE_PROBES  # 5
 
 SECRET_ENV = "POPRUN_JOB_SECRET"
 # Names the wrapper removes from what the program inherits (space-separated), e.g. TF_CONFIG
