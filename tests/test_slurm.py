@@ -88,3 +88,24 @@ def test_auto_backend_inside_an_allocation_is_srun():
     layout = topology.choose(4, environ=salloc)
     assert layout.backend.name == "srun"
     assert [(s.name, s.slots) for s in layout.slots] == [("node0", 4)]
+
+
+def test_an_elastic_job_in_an_allocation_restarts_a_failed_task_with_a_new_srun_step(
+        slurm, tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "done").write_text("")
+    result = subprocess.run(
+        ["salloc", "-N1", "-n3", *LAUNCHER, "-np", "3", "--min-np", "2", "--start-timeout", "60",
+         program("elastic_member.py"), str(runs), "1", "done"],
+        capture_output=True, text=True, timeout=300, env=slurm)
+    assert result.returncode == 0, result.stderr[-3000:]
+    first = [json.loads(p.read_text()) for p in runs.glob("a0-*.json")]
+    again = [json.loads(p.read_text()) for p in runs.glob("a1-*.json")]
+    assert sorted(r["index"] for r in again) == [0, 1, 2]
+    steps = {r["slurm_step"] for r in first}, {r["slurm_step"] for r in again}
+    assert len(steps[0]) == len(steps[1]) == 1 and None not in steps[0] | steps[1]
+    assert steps[0] != steps[1]  # one srun step per attempt
+    assert "instance 1 was killed by SIGKILL" in result.stderr
+    assert "restarting on the same hosts -> 3 instance(s)" in result.stderr
+    assert "the job ran 2 attempt(s)" in result.stderr

@@ -48,8 +48,11 @@ def check(num_instances: int, min_np: Optional[int], max_np: Optional[int],
     if script and (host or hostfile):
         raise PlanError(f"{'-H' if host else '--hostfile'} and --host-discovery-script both name "
                         f"hosts; give one of them.")
+    in_slurm = bool(os.environ.get("SLURM_JOB_ID") and os.environ.get("SLURM_JOB_NODELIST"))
+    allocation = not (script or host or hostfile) and (
+        backend == "slurm" or backend == "auto" and in_slurm)
     slots = _hosts_at_start(script, slots_per_host, host, hostfile, max_np or num_instances,
-                            min(DISCOVERY_TIMEOUT, start_timeout))
+                            min(DISCOVERY_TIMEOUT, start_timeout), allocation)
     total = sum(s.slots for s in slots)
     if total < num_instances and not oversubscribe:
         where = "the host discovery script's hosts offer" if script else "the hosts offer"
@@ -62,8 +65,7 @@ def check(num_instances: int, min_np: Optional[int], max_np: Optional[int],
         chosen = [hostlib.HostSlots(name, count) for name, count in hosts]
         engine = backend
         if backend == "auto":
-            in_slurm = bool(os.environ.get("SLURM_JOB_ID") and os.environ.get("SLURM_JOB_NODELIST"))
-            engine = "slurm" if in_slurm and not script and not host and not hostfile else \
+            engine = "slurm" if allocation else \
                 "local" if all(hostlib.is_local(s.name) for s in chosen) else "ssh"
         try:
             return choose(n, chosen, engine)
@@ -81,9 +83,10 @@ def check(num_instances: int, min_np: Optional[int], max_np: Optional[int],
 
 
 def _hosts_at_start(script: Optional[str], slots_per_host: int, host: Optional[str],
-                    hostfile: Optional[str], local_slots: int,
-                    timeout: float) -> List[hostlib.HostSlots]:
-    """The hosts at start; this host alone offers ``local_slots``."""
+                    hostfile: Optional[str], local_slots: int, timeout: float,
+                    allocation: bool) -> List[hostlib.HostSlots]:
+    """The hosts at start: the script's, -H/--hostfile's, the Slurm allocation's, or this host
+    alone with ``local_slots``."""
     if script:
         from popdist_launcher.launcher import membership
         try:
@@ -96,6 +99,8 @@ def _hosts_at_start(script: Optional[str], slots_per_host: int, host: Optional[s
             named = hostlib.parse_host_list(host)
         elif hostfile:
             named = hostlib.parse_hostfile(hostlib.read_hostfile(hostfile), hostfile)
+        elif allocation:
+            named = hostlib.slurm_hosts(dict(os.environ))[0]
         else:
             return [hostlib.HostSlots("localhost", local_slots)]
     except hostlib.HostError as exc:

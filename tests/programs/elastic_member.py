@@ -1,9 +1,9 @@
 """A test instance of an elastic job: records who it is in each attempt, then waits.
 
 usage: elastic_member.py DIR KILLED [UNTIL]
-Writes DIR/a<attempt>-i<index>.json (pid, host, instance count, restart count). On attempt 0 the
-instances in the comma-separated KILLED ("-" for none) then kill themselves with SIGKILL; the
-others wait until the file DIR/UNTIL exists (at most 120 s; without UNTIL they exit at once).
+Writes DIR/a<attempt>-i<index>.json (pid, host, instance count, restart count, Slurm step). On
+attempt 0 the instances in the comma-separated KILLED ("-" for none) then kill themselves with
+SIGKILL; the others wait until the file DIR/UNTIL exists (at most 120 s; without UNTIL they exit at once).
 """
 import json
 import os
@@ -16,7 +16,8 @@ until = sys.argv[3] if len(sys.argv) > 3 else None
 attempt = int(os.environ["POPRUN_RESTART_COUNT"])
 index = int(os.environ["POPDIST_INSTANCE_INDEX"])
 me = {"pid": os.getpid(), "host": os.environ["HOROVOD_HOSTNAME"], "attempt": attempt,
-      "num_instances": int(os.environ["POPDIST_NUM_INSTANCES"]), "index": index}
+      "num_instances": int(os.environ["POPDIST_NUM_INSTANCES"]), "index": index,
+      "slurm_step": os.environ.get("SLURM_STEP_ID")}
 tmp = os.path.join(folder, f".a{attempt}-i{index}.tmp")
 with open(tmp, "w") as f:
     json.dump(me, f)
