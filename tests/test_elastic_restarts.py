@@ -156,7 +156,8 @@ def test_below_min_np_for_the_elastic_timeout_ends_the_job_naming_the_host(hosts
     assert time.monotonic() - start < 60
     err = result.stderr
     assert "waiting up to 3 s (--elastic-timeout)" in err
-    assert "below --min-np 2 for --elastic-timeout 3 s (hostB blacklisted)" in err
+    assert "below --min-np 2 for --elastic-timeout 3 s (hostB blacklisted: instance 1 was " \
+           "killed by SIGKILL (host hostB)" in err
     assert "instance 1 was killed by SIGKILL (host hostB)" in err
     assert "Traceback" not in err
     assert wait_gone([r["pid"] for r in records(runs, 0)]) == []

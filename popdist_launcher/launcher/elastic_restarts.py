@@ -8,7 +8,7 @@ import selectors
 import shlex
 import signal
 import time
-from typing import Callable, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from popdist_launcher.launcher import membership
 from popdist_launcher.launcher.agent import Agent
@@ -52,6 +52,7 @@ class ElasticAgent(Agent):
                                                   for name, slots in elastic.hosts)
         self.poller = membership.Poller(script, elastic.slots_per_host) if script else None
         self.ever_blacklisted: Set[str] = set()
+        self.why_out: Dict[str, str] = {}  # host -> why it was blacklisted last
         self.members = membership.Membership(list(elastic.hosts), self.blacklist, self.poller)
         self.log = membership.MembershipLog(say, options.output.output_dir)
         self.hosts: Hosts = _used(self.layout)
@@ -212,6 +213,7 @@ class ElasticAgent(Agent):
     def _blacklist(self, host: str, why: str) -> str:
         cooldown = self.blacklist.add(host)
         self.ever_blacklisted.add(host)
+        self.why_out[host] = why
         until = "for the rest of the job" if cooldown is None else f"for {cooldown:.1f} s"
         return f"{host} removed ({why}; blacklisted {until})"
 
@@ -273,7 +275,7 @@ class ElasticAgent(Agent):
         out = [name for name, _ in self.members.hosts if self.blacklist.blocked(name)]
         known = {name for name, _ in self.members.hosts}
         gone = [name for name in self.attempts[-1].hosts if name not in known]
-        parts = [f"{', '.join(out)} blacklisted"] if out else []
+        parts = [f"{name} blacklisted: {self.why_out.get(name, 'it failed')}" for name in out]
         if gone:
             parts.append(f"{', '.join(gone)} no longer discovered")
         return "; ".join(parts) or "no hosts left"
