@@ -182,6 +182,7 @@ class Supervisor:
         self._failure: Optional[Failure] = None
         self._signal: Optional[int] = None
         self._stop_reason: Optional[str] = None
+        self.failure_title = "job"  # what the failure report says failed ("attempt 2")
         self._watchdog: Optional[processes.Watchdog] = None
         now = time.monotonic()
         self._start_deadline: Optional[float] = None if world else now + plan.start_timeout
@@ -663,6 +664,15 @@ class Supervisor:
             return
         cause = report.Cause(f"{inst.who} (host {inst.host}) {what}.", inst.index)
         self._fail(Failure(cause, 1, "lost"))
+        if host_gone:  # the host's other instances are as unreachable: lost with it, now
+            for other in self.instances:
+                if other.host == inst.host and not other.settled:
+                    self._lose(other, f"was lost with its host {inst.host}")
+            for started in {id(i.launch): i.launch for i in self.instances
+                            if i.host == inst.host and i.launch is not None}.values():
+                if started.engine and started.returncode is None and all(
+                        self.instances[i].settled for i in started.launch.instances):
+                    processes.signal_group(started.pid, signal.SIGKILL)  # its ssh client
 
     # ---- engines and forked wrappers --------------------------------------------------------
     def _engine_output(self, fd: int, started: Started) -> bool:
@@ -912,7 +922,8 @@ class Supervisor:
             tails = {i.index: {STDERR: self.router.tail(i.index, STDERR),
                                STDOUT: self.router.tail(i.index, STDOUT)} for i in self.instances}
             stacks = self.router.stacks if self._stacks.in_report else {}
-            self.router.say(report.failure_report(failure.cause, self._ends(), tails, stacks))
+            self.router.say(report.failure_report(failure.cause, self._ends(), tails, stacks,
+                                                  self.failure_title))
             return JobResult(JobState.FAILED, failure.exit_code, failure.cause.instance,
                              self._signal)
         if self._signal is not None:
