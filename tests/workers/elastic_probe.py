@@ -7,6 +7,7 @@ environment: PROBE_DIR     where the worker writes done-<host>-<pid>.json at the
                            worker keeps stepping (and committing) until the world grows back
              PROBE_FAIL    HOST:STEP:CODE: the worker on HOST exits with CODE after STEP, once
                            per job (a marker file in PROBE_DIR)
+             PROBE_HOLD    a file: while it exists the workers keep stepping
 
 The state's ``sizes`` holds the world size of every step of its lineage (rolled back with the
 state), ``total`` the sum of the per-step allreduce of 1.0: at the end total == sum(sizes).
@@ -26,6 +27,7 @@ full_size = int(os.environ.get("PROBE_FULL", "2"))
 host = os.environ["HOROVOD_HOSTNAME"]
 fail_host, fail_step, fail_code = (os.environ.get("PROBE_FAIL") or "::").split(":")
 marker = os.path.join(out_dir, "failed-once")
+hold = os.environ.get("PROBE_HOLD") or os.path.join(out_dir, "no-hold")
 
 hvd.init()
 state = hvd.elastic.ObjectState(hvd.broadcast_object, hvd.rank, step=0, total=0.0, sizes=[])
@@ -35,7 +37,7 @@ state.register_reset_callbacks([lambda: print(f"{host} reset rank {hvd.rank()} s
 
 @hvd.elastic.run
 def train(state):
-    while state.step < total_steps or hvd.size() < full_size:
+    while state.step < total_steps or hvd.size() < full_size or os.path.exists(hold):
         value = hvd.allreduce(tf.constant(1.0), op=hvd.Sum).numpy()
         state.total += float(value)
         state.sizes.append(hvd.size())
@@ -44,8 +46,8 @@ def train(state):
         if host == fail_host and str(state.step) == fail_step and not os.path.exists(marker):
             open(marker, "w").close()
             os._exit(int(fail_code))
-        if hvd.size() < full_size:
-            time.sleep(0.05)  # waiting for the world to grow back: leave the CPU to the others
+        if hvd.size() < full_size or os.path.exists(hold):
+            time.sleep(0.05)  # waiting for the world or the test: leave the CPU to the others
         if state.step % COMMIT == 0:
             state.commit()
 

@@ -24,7 +24,6 @@ import itertools
 import json
 import logging
 import os
-import queue
 import signal
 import socket
 import sys
@@ -185,22 +184,30 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
         self._fatal: Optional[str] = None
         self._ended_lock = threading.Lock()
         self._ended_slots: Set[Slot] = set()
-        self._notifications: "queue.Queue" = queue.Queue()
-        threading.Thread(target=self._notify_forever, name="notifier", daemon=True).start()
+        # The host change rank 0 must act on: (timestamp, update), until the next round.
+        self._notice: Optional[Tuple[int, HostUpdateResult]] = None
+        self._notice_time = 0
+        self._notice_now = threading.Event()
         super().__init__(rendezvous, discovery, min_np, max_np, timeout=elastic_timeout,
                          reset_limit=reset_limit, cooldown_range=cooldown_range, verbose=0)
         self._host_manager.link = link
+        threading.Thread(target=self._notify_forever, name="notifier", daemon=True).start()
 
     def round(self) -> int:
         return self._worker_registry.last_rendezvous()
 
     def slot_ended(self, slot: Slot) -> None:
         """The worker of ``slot`` ended: the next round starts that slot again if it is still
-        assigned (Horovod only starts slots that are new in the assignment)."""
+        assigned (Horovod only starts slots that are new in the assignment), and notices wait
+        for the new worker's notification service."""
         with self._ended_lock:
             self._ended_slots.add(slot)
+        with self._wait_hosts_cond:
+            self._worker_clients.pop(slot, None)
 
     def _activate_workers(self, min_num_proc: int) -> None:
+        with self._wait_hosts_cond:
+            self._notice = None  # this round takes the hosts as they are now
         current_hosts = self.wait_for_available_slots(min_num_proc)
         pending_slots = self._update_host_assignments(current_hosts)
         self._worker_registry.reset(self.world_size())
@@ -251,7 +258,10 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
         return f"the elastic driver could not start round {self.round() + 1}: {exc}"
 
     def register_worker_server(self, host, slot, addresses, secret_key) -> None:
-        self._worker_clients[(host, slot)] = BoundedNotificationClient(addresses, secret_key)
+        client = BoundedNotificationClient(addresses, secret_key)  # probes: not under the lock
+        with self._wait_hosts_cond:
+            self._worker_clients[(host, slot)] = client
+        self._notice_now.set()
 
     def _notify_workers_host_changes(self, current_hosts, update_res) -> None:
         # Called by Horovod's discovery thread with the hosts condition held: decide here (as
@@ -261,22 +271,32 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
             next_host_assignments, _ = self._get_host_assignments(current_hosts)
         if next_host_assignments == self.host_assignments:
             return
-        coordinator = self.get_coordinator_info()
-        client = coordinator and self.get_worker_client(coordinator)
-        if not client:
-            return
         # Always "added": a removal-only update lets workers skip the state sync, which
         # deadlocks when the world grows again (horovod#3494); this costs one broadcast.
-        self._notifications.put((client, horovod_driver._epoch_time_s(),
-                                 update_res | HostUpdateResult.added))
+        update_res |= HostUpdateResult.added
+        # Strictly increasing timestamps: Horovod's whole seconds would make a second change
+        # within one second look old to the workers.
+        self._notice_time = max(horovod_driver._epoch_time_s(), self._notice_time + 1)
+        self._notice = (self._notice_time, update_res | (self._notice[1] if self._notice else 0))
+        self._notice_now.set()
 
     def _notify_forever(self) -> None:
+        """Send the standing notice to rank 0 at once and then every second until a round
+        begins: rank 0 may not have registered yet, or may drop a notice that comes between
+        its registration and its listener's (workers ignore a timestamp they acted on)."""
         while True:
-            client, timestamp, update_res = self._notifications.get()
+            self._notice_now.wait(horovod_driver.DISCOVER_HOSTS_FREQUENCY_SECS)
+            self._notice_now.clear()
+            with self._wait_hosts_cond:
+                coordinator = self.get_coordinator_info()
+                client = coordinator and self.get_worker_client(coordinator)
+                notice = self._notice
+            if not (client and notice):
+                continue
             try:
-                client.notify_hosts_updated(timestamp, update_res)
-            except Exception as exc:  # the coordinator died or is unreachable: its peers reset
-                log.info("could not notify the coordinator of a host change: %s", exc)
+                client.notify_hosts_updated(*notice)
+            except Exception as exc:  # rank 0 died or is unreachable: its peers reset
+                log.info("could not notify rank 0 of a host change: %s", exc)
 
 
 class LauncherWorkers:
