@@ -1,7 +1,8 @@
 """The elastic driver helper (Horovod's ElasticDriver as a library) driven over its socketpair by a
 stand-in for the launcher that starts real ``hvd.elastic`` workers on START and reports their
 real exit codes: rank order, restarting a failed slot, blacklisting a blamed host until its
-cooldown ends, FATAL below --min-np, exit when the launcher goes away, the rendezvous secret.
+cooldown ends, a host leaving and rejoining HOSTS, the reset limit, FATAL below -np/--min-np,
+exit when the launcher goes away, the rendezvous secret and ALLOW.
 
 Two "hosts" (hA, hB) are names on this machine (HOROVOD_GLOO_IFACE=lo), as Horovod allows."""
 import http.client
@@ -273,6 +274,22 @@ def test_a_host_the_launcher_stops_listing_leaves_and_rejoins_when_listed_again(
     sizes = finals[0]["sizes"]
     assert finals[1]["sizes"] == sizes and phases(sizes) in ([2, 1], [2, 1, 2])
     assert finals[0]["total"] == float(sum(sizes))
+
+
+@pytest.mark.slow
+def test_a_failure_beyond_the_reset_limit_ends_the_job_with_the_limit_as_error(launcher):
+    fake = launcher({"reset_limit": 0}, {"PROBE_FAIL": "hB:8:9"})
+    fake.send("HOSTS", hosts=TWO_HOSTS)
+    done = fake.run(lambda start, code: "slot")
+    assert done["error"] == ("Horovod was shutdown because number of resets during elastic job "
+                             "exceeded limit: 0")
+    assert len(fake.kinds("ROUND")) == 1 and len(fake.kinds("START")) == 2
+    assert fake.kinds("BLACKLIST", "FATAL") == []
+    # hA is stopped unless it ended first (it may fail its rendezvous once the driver stopped).
+    ha = next(f["wid"] for f in fake.kinds("START") if f["hostname"] == "hA")
+    assert fake.kinds("STOP") in ([{"kind": "STOP", "wid": ha}], [])
+    assert done["results"]["hB[0]"][0] == 9  # the failure that ended the job
+    assert set(done["results"]) == {"hA[0]", "hB[0]"}
 
 
 @pytest.mark.slow

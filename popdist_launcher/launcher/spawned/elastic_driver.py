@@ -390,10 +390,10 @@ def _configure_logging() -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter(
         "poprun-lite elastic driver: %(asctime)s %(threadName)s %(message)s"))
-    level = os.environ.get(LOG_LEVEL_ENV, "").upper()
+    level = logging.getLevelName(os.environ.get(LOG_LEVEL_ENV, "").upper())
     root = logging.getLogger()
     root.addHandler(handler)
-    if level:
+    if isinstance(level, int):
         root.setLevel(level)
     else:
         root.setLevel(logging.CRITICAL)
