@@ -244,9 +244,10 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
         return self._fatal
 
     def _why_no_round(self, exc: Exception, needed: int, option: str) -> str:
-        hosts = self._host_manager.current_hosts
-        usable = ", ".join(f"{h}:{hosts.get_slots(h)}" for h in hosts.host_assignment_order)
-        blacklisted = [h for h in hosts.host_slots if self._host_manager.is_blacklisted(h)]
+        with self._wait_hosts_cond:
+            hosts = self._host_manager.current_hosts
+            usable = ", ".join(f"{h}:{hosts.get_slots(h)}" for h in hosts.host_assignment_order)
+            blacklisted = [h for h in hosts.host_slots if self._host_manager.is_blacklisted(h)]
         state = f"usable now: {usable or 'none'}" + (
             f"; blacklisted: {', '.join(blacklisted)}" if blacklisted else "")
         if isinstance(exc, TimeoutException):
