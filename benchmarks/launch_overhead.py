@@ -9,7 +9,11 @@ local machine, loopback only:
 * ``poprun-lite`` ``poprun-lite -np N python -c pass`` (``--backend B`` when given: its default is
   mpi);
 * ``mpirun``      ``mpirun -np N --oversubscribe --allow-run-as-root python -c pass``;
-* ``horovodrun``  ``horovodrun -np N --gloo -H localhost:N python -c pass``.
+* ``horovodrun``  ``horovodrun -np N --gloo -H localhost:N python -c pass``;
+* ``baseline``    with ``--baseline EXE``: EXE in place of poprun-lite, e.g. a script running an
+  older checkout, so that before and after are measured in the same rounds.
+
+``--skip NAME`` leaves a launcher out (e.g. horovodrun, for quick runs).
 
 The launchers are looked up next to ``sys.executable`` (the virtualenv's bin/ directory).
 
@@ -274,12 +278,16 @@ def run_once(launcher: Launcher, program: List[str], np_: int, timeout_s: float,
 
 
 def make_launchers(np_: int, program: List[str], repeats: int, horovod_repeats: int,
-                   backend: Optional[str] = None) -> List[Launcher]:
+                   backend: Optional[str] = None,
+                   baseline: Optional[str] = None) -> List[Launcher]:
     chosen = ["--backend", backend] if backend else []
+    compared = [Launcher("baseline", [baseline, *chosen, "-np", str(np_), *program], repeats)] \
+        if baseline else []
     return [
         Launcher("bare", None, repeats),
         Launcher("poprun-lite", [bin_path("poprun-lite"), *chosen, "-np", str(np_), *program],
                  repeats),
+        *compared,
         Launcher("mpirun", [bin_path("mpirun"), "-np", str(np_), "--oversubscribe",
                             "--allow-run-as-root", *program], repeats),
         Launcher("horovodrun", [bin_path("horovodrun"), "-np", str(np_), "--gloo",
@@ -482,6 +490,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="memory sampling interval")
     parser.add_argument("--backend", default=None,
                         help="poprun-lite's --backend (default: its own default, mpi)")
+    parser.add_argument("--baseline", default=None, metavar="EXE",
+                        help="another poprun-lite to measure in the same rounds, as 'baseline' "
+                             "(e.g. a script that runs an older checkout): before/after numbers "
+                             "taken side by side on a noisy machine")
     parser.add_argument("--skip", action="append", default=[], metavar="NAME",
                         choices=["bare", "poprun-lite", "mpirun", "horovodrun"],
                         help="leave this launcher out, warm-up included (repeatable; e.g. "
@@ -492,7 +504,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     program = [sys.executable, "-c", "pass"]
     launchers = [launcher for launcher in make_launchers(
-        args.np, program, args.repeats, args.horovodrun_repeats, args.backend)
+        args.np, program, args.repeats, args.horovodrun_repeats, args.backend, args.baseline)
         if launcher.name not in args.skip]
     import popdist_launcher
     compileall.compile_dir(os.path.dirname(popdist_launcher.__file__), quiet=1)
@@ -502,7 +514,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     stats = {launcher.name: summarize(launcher) for launcher in launchers}
     ratios = {pair: ratio(stats, *pair.split("/"))
-              for pair in ("poprun-lite/mpirun", "poprun-lite/horovodrun", "poprun-lite/bare")}
+              for pair in ("poprun-lite/mpirun", "poprun-lite/horovodrun", "poprun-lite/bare",
+                           "baseline/mpirun", "poprun-lite/baseline")}
+    ratios = {pair: value for pair, value in ratios.items()
+              if "baseline" not in pair or args.baseline}
     goals = targets(stats, ratios)
     report = {
         "benchmark": "launch_overhead",

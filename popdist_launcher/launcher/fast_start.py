@@ -14,9 +14,12 @@ import sys
 
 import _signal
 
-# The wrapper's command. ``-c`` rather than ``-m``: runpy's imports would cost every rank ~4 ms.
-WRAPPER_CODE = ("import os, sys; from popdist_launcher.launcher.spawned.instance import main; "
+# The wrapper's command. ``-c`` rather than ``-m``: runpy's imports would cost every rank ~3 ms.
+WRAPPER_CODE = ("import os, sys; {}from popdist_launcher.launcher.spawned.instance import main; "
                 "code = main(); sys.stdout.flush(); sys.stderr.flush(); os._exit(code)")
+# Where this popdist_launcher is: wrappers on this host find it there, without the site module
+# (the wrapper needs the standard library only; site's .pth files cost every rank ~2 ms).
+PACKAGE_HOME = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RANK_VARIABLE = "OMPI_COMM_WORLD_RANK"  # which instance a wrapper is, under mpirun
 SECRET_ENV = "POPRUN_JOB_SECRET"  # protocol.SECRET_ENV (not imported: struct and __future__)
 START_TIMEOUT = 120.0  # --start-timeout's default
@@ -118,10 +121,14 @@ def app_context(count: int, hosts: str) -> "list[str]":
     return ["-np", str(count), "--host", hosts, "-x", "PATH", "-x", SECRET_ENV]
 
 
-def wrapper_command(addresses: "list[str]", timeout: float) -> "list[str]":
-    """One rank's wrapper, connecting to the first of ``addresses`` it reaches."""
-    return [sys.executable, "-c", WRAPPER_CODE, "--connect", ",".join(addresses),
-            "--timeout", f"{timeout:g}", "--rank-from", RANK_VARIABLE]
+def wrapper_command(addresses: "list[str]", timeout: float, local: bool) -> "list[str]":
+    """One rank's wrapper, connecting to the first of ``addresses`` it reaches; with ``local``
+    (every rank on this host) it skips the site module and the current directory (-S -P)."""
+    python = [sys.executable, "-S", "-P", "-c",
+              WRAPPER_CODE.format(f"sys.path.append({PACKAGE_HOME!r}); ")] if local else \
+        [sys.executable, "-c", WRAPPER_CODE.format("")]
+    return python + ["--connect", ",".join(addresses), "--timeout", f"{timeout:g}",
+                     "--rank-from", RANK_VARIABLE]
 
 
 def plain_command(count: int, mpirun: str, unix_path: str) -> "list[str]":
@@ -129,7 +136,7 @@ def plain_command(count: int, mpirun: str, unix_path: str) -> "list[str]":
     its wrappers connecting to ``unix_path``."""
     return mpirun_options(mpirun, count > (os.cpu_count() or 1), []) + \
         app_context(count, f"localhost:{count}") + \
-        wrapper_command([f"unix:{unix_path}"], START_TIMEOUT)
+        wrapper_command([f"unix:{unix_path}"], START_TIMEOUT, local=True)
 
 
 def plain_instances(argv: "list[str]", environ: "dict[str, str]") -> "int | None":

@@ -58,7 +58,8 @@ class MpiBackend(Backend):
         contexts = self._contexts(plan.num_instances)
         oversubscribe = self.oversubscribe or any(n > (os.cpu_count() or 1) for n in self.counts)
         argv = mpirun_options(self.mpirun, oversubscribe, self.global_args + self.local_args)
-        if not all(hostlib.is_local(h.name) for h, _ in used):
+        local = all(hostlib.is_local(h.name) for h, _ in used)
+        if not local:
             # Our ssh options, or the agent the environment gives MPI (a Kubernetes MPIJob's
             # kubexec.sh in OMPI_MCA_plm_rsh_agent, which Open MPI 5's prterun no longer reads).
             agent = " ".join(shlex.quote(w) for w in self.ssh.base_argv())
@@ -70,7 +71,7 @@ class MpiBackend(Backend):
         addresses = [f"unix:{wiring.unix_path}"]
         if wiring.tcp_address is not None:
             addresses.append(f"tcp:{wiring.tcp_address[0]}:{wiring.tcp_address[1]}")
-        wrapper = wrapper_command(addresses, wiring.start_timeout)
+        wrapper = wrapper_command(addresses, wiring.start_timeout, local)
         if len(contexts) == 1:
             return argv + app_context(plan.num_instances, hosts) + self.global_args \
                 + self.local_args + wrapper
