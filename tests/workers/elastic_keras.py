@@ -8,7 +8,8 @@ environment: ELASTIC_PID_DIR  each worker writes its pid to <dir>/pid-<hostname>
 Every step trains on global batch 0 of elastic_reference.py, split across the ranks. Keras
 resumes an interrupted epoch only approximately, so the number of steps depends on the history;
 the step counter is part of the committed state, so the final weights equal
-elastic_reference.keras_reference(step) for the final ``step`` (>= EPOCHS * STEPS_PER_EPOCH).
+elastic_reference.keras_reference(step) for the final ``step`` (>= EPOCHS * STEPS_PER_EPOCH), and
+the final ``epoch`` is EPOCHS.
 Rank 0 prints ``step <n> size <s> t=<time.time()>`` after each step and ``committed <n>`` at each
 commit; every worker prints ``reset rank <r> size <s> host <h> t=<time>`` after a reset and
 ``done rank <r> size <s> step <n>`` at the end. The final rank 0 writes OUT_JSON: kernel, bias,
@@ -89,7 +90,8 @@ callbacks = [CountSteps(), hvd.elastic.UpdateBatchStateCallback(state),
 def train(state):
     part = rows(0, hvd.rank(), hvd.size())
     dataset = tf.data.Dataset.from_tensors((x_all[part], y_all[part])).repeat()
-    model.fit(dataset, steps_per_epoch=steps_per_epoch, epochs=epochs, initial_epoch=state.epoch,
+    # As Horovod's examples do: UpdateEpochStateCallback counts Keras' epochs from 0 per fit.
+    model.fit(dataset, steps_per_epoch=steps_per_epoch, epochs=epochs - state.epoch,
               callbacks=callbacks, verbose=0)
 
 
