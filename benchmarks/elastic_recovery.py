@@ -140,6 +140,9 @@ def run_once(hosts: TestHosts, wrapper: Path, args: argparse.Namespace, launcher
                          + telling_line(str(launch.log), keep_end=True))
             return run
         victims = hostb_pids(pid_dir)
+        if fault == "kill" and not victims:
+            run.error = f"no pid file of a worker on {LOST} in {pid_dir}"
+            return run
         t_loss = time.time()
         if fault == "kill":
             for pid in victims:

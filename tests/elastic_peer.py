@@ -5,31 +5,34 @@ How horovodrun 0.28.1 elastic is made to run on the test hosts (each thing below
 
 * Its ``--network-interface`` must name one interface that the driver *and* every host have, with
   an IPv4 address the hosts can reach: the driver's address on it becomes the rendezvous address,
-  and the name becomes every worker's ``HOROVOD_GLOO_IFACE``. The test hosts' interface is
-  ``eth0``; the root namespace has the test bridge (``pdl...-b``) and an ``eth0`` of its own on
-  another network, so a driver in the root namespace hands the hosts an address they cannot reach.
-  Without ``--network-interface`` an elastic horovodrun waits for 2 hosts, then probes interfaces
-  by ssh-ing a task service to each host and needs a name common to all, with the same result.
-  So the driver runs in a test host of its own (``driver_host``, e.g. ``hostC`` of
-  ``TestHosts(("hostA", "hostB", "hostC"))``) through ``ip netns exec``: there ``eth0`` is on the
-  test subnet, and ``--network-interface eth0`` works for the driver and every worker.
+  and the name becomes every worker's ``HOROVOD_GLOO_IFACE``. The test hosts have ``eth0``; the
+  root namespace has the test bridge (``pdl...-b``) and an ``eth0`` of its own on another network.
+  With the driver in the root namespace, each way fails (workers start over ssh, die, exit 1):
+  ``--network-interface eth0`` and no ``--network-interface`` (it then waits for 2 hosts and
+  probes them over ssh, finding ``eth0``) hand out the root's ``eth0`` address, so every worker
+  aborts with "HTTP GET request failed too many times"; ``--network-interface <bridge>`` makes
+  Gloo fail on the hosts with "Unable to find address for: pdl...-b". So the driver runs in a
+  test host of its own (``driver_host``, e.g. ``hostC`` of ``TestHosts(("hostA", "hostB",
+  "hostC"))``) through ``ip netns exec``: there ``eth0`` is on the test subnet, and
+  ``--network-interface eth0`` works for the driver and every worker.
 * horovodrun has no ssh config option: it runs ``ssh -o PasswordAuthentication=no -o
   StrictHostKeyChecking=no HOST [-p P] [-i KEY] COMMAND`` from PATH (through a shell). An ``ssh``
   placed first on PATH that adds ``-F <the hosts' ssh_config>`` stands in for a user's
-  ~/.ssh/config: host aliases (the discovery script prints ``hostA:2``), the test key, the test
-  known_hosts file (plain ``-i KEY`` with addresses works too, but writes to root's
-  ~/.ssh/known_hosts).
+  ~/.ssh/config: host aliases (the discovery script prints ``hostA:2``), the test key and the
+  test known_hosts file (``--ssh-identity-file`` with the hosts' addresses would add their keys to
+  root's ~/.ssh/known_hosts through StrictHostKeyChecking=no; not done).
 * On one machine, ``--host-discovery-script`` printing ``localhost:N`` with ``--network-interface
   lo`` runs without ssh.
 
 What it does on a fault (measured with ``elastic_loop.py``, 2 slots per host, Gloo timeout 20 s):
-a killed host's workers end their ssh sessions (exit 255), the host is blacklisted and the
-survivors go on at the smaller size; a survivor whose Gloo operation was waiting on a survivor
-rather than on a dead peer only notices when ``HOROVOD_GLOO_TIMEOUT_SECONDS`` ends. A host that
-stops answering (``set_down``) keeps its ssh sessions open (no ServerAliveInterval), so the
-registration round never completes: no step at a smaller size until the host answers again. So
-bound every run (:meth:`Launch.wait`, :meth:`Launch.stop` kill its process group), and end what
-is left on the hosts (:func:`end_leftovers`): horovodrun's remote workers outlive its ssh clients.
+hostB's workers killed: their ssh sessions end (exit 255), hostB is blacklisted, one survivor
+fails at once ("Connection closed by peer"), the other only when HOROVOD_GLOO_TIMEOUT_SECONDS
+ends ("Timed out waiting 20000ms for recv"), so the next step comes ~20 s after the kill (the
+same under poprun-lite, whose workers are the same Horovod). hostB cut off (``set_down``): its
+ssh sessions stay open (no ServerAliveInterval), no exit is recorded and the registration round
+never completes: no step at a smaller size until hostB answers again (then within seconds). So
+bound every run (:meth:`Launch.wait`; :meth:`Launch.stop` kills its process group) and end
+whatever a run left on the hosts (:func:`end_leftovers`).
 """
 from __future__ import annotations
 
