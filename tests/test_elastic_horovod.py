@@ -39,7 +39,7 @@ class Job:
     def __init__(self, tmp: Path, args: List[str], env: Optional[dict] = None) -> None:
         self.tmp = tmp
         self.pids = tmp / "pids"
-        self.pids.mkdir()
+        self.pids.mkdir(parents=True)
         self.out = tmp / "weights.json"
         self.console = tmp / "console.txt"
         self.output_dir = tmp / "logs"
@@ -236,4 +236,26 @@ def test_one_host_a_killed_instance_is_started_again(tmp_path):
     assert logs == ["instance-3.stderr.log", "instance-3.stdout.log"]
     check_membership_log(job, text)
     print(f"\none host: loss -> next step at size 2: {recovery(text, moment, 2):.2f} s")
+    assert wait_gone(job.worker_pids(), timeout=10) == []
+
+
+def test_one_host_signals_and_timeout_stop_every_worker(tmp_path):
+    """SIGTERM to poprun-lite reaches every worker (exit 143); --timeout collects every
+    worker's Python stacks, then stops the job (exit 124); nothing is left either way."""
+    args = ["-np", "2", "--min-np", "1", "--backend", "local", "--elastic-mode", "horovod"]
+    slow = {"ELASTIC_STEP_SLEEP": "1"}
+    job = Job(tmp_path / "sigterm", args + ["elastic_loop.py"], env=slow)
+    job.wait_for_step(2)
+    job.proc.send_signal(signal.SIGTERM)
+    text = job.finish()
+    assert job.proc.returncode == 128 + signal.SIGTERM, text[-5000:]
+    assert "received SIGTERM; forwarding it to 2 instance(s)" in text
+    assert "===== elastic job: 1 round(s) =====" in text and "job interrupted (SIGTERM)." in text
+    assert wait_gone(job.worker_pids(), timeout=10) == []
+
+    job = Job(tmp_path / "timeout", args + ["--timeout", "25", "elastic_loop.py"], env=slow)
+    text = job.finish()
+    assert job.proc.returncode == 124, text[-5000:]
+    stacks = text[text.index("Python stacks of every instance"):]
+    assert stacks.count("elastic_loop.py") >= 2, stacks  # both workers' stacks
     assert wait_gone(job.worker_pids(), timeout=10) == []

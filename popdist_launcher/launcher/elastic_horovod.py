@@ -368,7 +368,7 @@ class ElasticHorovodJob:
         wid, name = int(frame["wid"]), str(frame["hostname"])
         host = self.hosts.get(name)
         round_number = int(frame["round"])
-        if host is None:  # not pushed by us: cannot happen unless the driver is wrong
+        if host is None or name in self.lost:  # lost since the driver last saw HOSTS
             self._send("EXITED", wid=wid, code=NOT_RUN_CODE, how="start-failed", blame="host")
             return
         logs = None
@@ -553,6 +553,9 @@ class ElasticHorovodJob:
                          f"{', '.join(str(w.wid) for w in ended) or 'none'}")
             lines.extend(P + f"    {event}" for event in r.events)
         if result.state in (JobState.INTERRUPTED, JobState.FAILED):
+            lines.append(P + (f"job interrupted ({signal.Signals(result.signal_received).name})."
+                              if result.state is JobState.INTERRUPTED else
+                              "job failed: see the root cause above."))
             say("\n".join(lines))
             return result.exit_code
         code, verdict = self._verdict()
