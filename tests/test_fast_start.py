@@ -133,7 +133,8 @@ def test_a_plain_job_with_a_config_option_is_not_started_early(tmp_path):
 
 
 @needs_mpi
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
+                                    signal.SIGUSR1])
 def test_a_signal_while_the_launcher_loads_leaves_nothing_behind(tmp_path, signum):
     # The signal comes as soon as the early mpirun exists: while the launcher loads, or, on a
     # fast machine, once its supervisor runs the job; either way nothing of the job is left.

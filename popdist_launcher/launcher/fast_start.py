@@ -24,7 +24,10 @@ RANK_VARIABLE = "OMPI_COMM_WORLD_RANK"  # which instance a wrapper is, under mpi
 SECRET_ENV = "POPRUN_JOB_SECRET"  # protocol.SECRET_ENV (not imported: struct and __future__)
 START_TIMEOUT = 120.0  # --start-timeout's default
 MAX_EARLY_INSTANCES = 1024  # larger jobs take long to start anyway: they start as usual
-ENDING_SIGNALS = (_signal.SIGTERM, _signal.SIGHUP)
+# The supervisor's signals but SIGINT (a KeyboardInterrupt): before it handles them, they end
+# the launcher as they always did, and the early engine with it.
+ENDING_SIGNALS = (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT, _signal.SIGUSR1,
+                  _signal.SIGUSR2)
 # Held back while the early engine is started or killed, so that a handler never sees half of it.
 HELD_SIGNALS = (_signal.SIGINT,) + ENDING_SIGNALS
 _SCAN_LIMIT = 2 << 20  # the dynamic string table sits near a library's start (here at 186 KB)
@@ -198,7 +201,7 @@ def drop() -> None:
 
 
 def _on_ending_signal(signum, frame) -> None:
-    """SIGTERM or SIGHUP before the supervisor handles signals: end as the signal would, without
+    """One of ENDING_SIGNALS before the supervisor handles it: end as the signal would, without
     leaving the early engine behind."""
     drop()
     _signal.signal(signum, _signal.SIG_DFL)
