@@ -329,7 +329,9 @@ class Supervisor:
                         self._hub.listen_unix(self._secret[:8]),
                         self._hub.listen_tcp(self.plan.rendezvous_address)
                         if launches_remote else None, self.plan.start_timeout)
-        launches = self.backend.launches(self.plan, wiring, self._secret)
+        # an open world starts empty: its instances come one by one (add_instance)
+        launches = self.backend.launches(self.plan, wiring, self._secret) \
+            if self._world is None else []
         if self.plan.evaluator:
             launches.append(Launch("evaluator", (self.plan.num_instances,)))
         if not any(launch.argv for launch in launches) and self._hub.unix_dir is not None \
