@@ -18,6 +18,7 @@ import pytest
 
 from conftest import LAUNCHER, wait_gone
 from netns_hosts import TestHosts, require_test_hosts
+from test_slurm import slurm  # noqa: F401  (the one-node Slurm cluster fixture)
 
 sys.path.insert(0, str(Path(__file__).parent / "workers"))
 from elastic_reference import keras_reference, loop_reference  # noqa: E402
@@ -34,9 +35,11 @@ WORKER_ARGS = {"elastic_loop.py": (str(TOTAL), str(COMMIT)), "elastic_keras.py":
 
 
 class Job:
-    """One poprun-lite run in the background, its console in a file."""
+    """One poprun-lite run in the background (``before``: the command that starts it, such as
+    salloc), its console in a file."""
 
-    def __init__(self, tmp: Path, args: List[str], env: Optional[dict] = None) -> None:
+    def __init__(self, tmp: Path, args: List[str], env: Optional[dict] = None,
+                 before: List[str] = ()) -> None:
         self.tmp = tmp
         self.pids = tmp / "pids"
         self.pids.mkdir(parents=True)
@@ -47,7 +50,7 @@ class Job:
                **(env or {})}
         with open(self.console, "wb") as console:
             self.proc = subprocess.Popen(
-                LAUNCHER + args[:-1] + ["--output-dir", str(self.output_dir),
+                list(before) + LAUNCHER + args[:-1] + ["--output-dir", str(self.output_dir),
                                         "-x", "ELASTIC_PID_DIR", "-x", "ELASTIC_STEP_SLEEP"]
                 + [sys.executable, str(WORKERS / args[-1]), str(self.out), *WORKER_ARGS[args[-1]]],
                 stdout=console, stderr=subprocess.STDOUT, env=env, cwd=str(WORKERS.parent.parent))
@@ -258,4 +261,19 @@ def test_one_host_signals_and_timeout_stop_every_worker(tmp_path):
     assert job.proc.returncode == 124, text[-5000:]
     stacks = text[text.index("Python stacks of every instance"):]
     assert stacks.count("elastic_loop.py") >= 2, stacks  # both workers' stacks
+    assert wait_gone(job.worker_pids(), timeout=10) == []
+
+
+def test_inside_a_slurm_allocation_a_killed_worker_is_started_again_by_srun(slurm, tmp_path):
+    job = Job(tmp_path, ["-np", "2", "--min-np", "1", "--elastic-mode", "horovod",
+                         "--start-timeout", "60", "elastic_loop.py"], env=slurm,
+              before=["salloc", "-N1", "-n2"])
+    job.wait_for_step(12, size=2)
+    os.kill(job.worker_pids()[-1], signal.SIGKILL)
+    text = job.finish()
+    assert job.proc.returncode == 0, text[-5000:]
+    check_weights(job, loop_reference)
+    assert [size for _, size, _ in rounds(text)] == [2, 2]
+    assert re.search(r"instance \d \(rank \d of 2\) on \S+ was killed by SIGKILL", text)
+    assert "elastic job (Horovod's driver, backend srun)" in text and "srun: error" not in text
     assert wait_gone(job.worker_pids(), timeout=10) == []

@@ -198,7 +198,8 @@ class ElasticHorovodJob:
                                      interval=DISCOVERY_INTERVAL_S,
                                      timeout=min(DISCOVERY_TIMEOUT_S, options.start_timeout))
             self.membership = Membership(initial, Blacklist(None), self.poller)
-            self.log.record(f"elastic job (Horovod's driver): hosts {_layout(initial)}; "
+            self.log.record(f"elastic job (Horovod's driver, backend {self.layout.backend.name}): "
+                            f"hosts {_layout(initial)}; "
                             f"-np {options.num_instances}, --min-np {elastic.min_np}, --max-np "
                             f"{elastic.max_np if elastic.max_np is not None else 'every slot'}")
             self._refresh_hosts()
@@ -547,10 +548,10 @@ class ElasticHorovodJob:
         say = self.say
         lines = ["", P + f"===== elastic job: {len(self.rounds)} round(s) ====="]
         for r in self.rounds:
-            ended = [w for w in self.workers.values() if w.round == r.number]
-            lines.append(P + f"round {r.number} ({time.strftime('%H:%M:%S', time.localtime(r.started))}): "
-                         f"{r.size} instance(s) on {r.layout}; instances started: "
-                         f"{', '.join(str(w.wid) for w in ended) or 'none'}")
+            started = [str(w.wid) for w in self.workers.values() if w.round == r.number]
+            when = time.strftime('%H:%M:%S', time.localtime(r.started))
+            lines.append(P + f"round {r.number} ({when}): {r.size} instance(s) on {r.layout}; "
+                         f"instances started: {', '.join(started) or 'none'}")
             lines.extend(P + f"    {event}" for event in r.events)
         if result.state in (JobState.INTERRUPTED, JobState.FAILED):
             lines.append(P + (f"job interrupted ({signal.Signals(result.signal_received).name})."

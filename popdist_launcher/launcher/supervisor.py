@@ -218,7 +218,8 @@ class Supervisor:
         return self._failure
 
     def watch(self, fileobj, callback: Callable[[], None]) -> None:
-        """Call ``callback`` from the loop whenever ``fileobj`` is readable (before or while it runs)."""
+        """Call ``callback`` from the loop whenever ``fileobj`` is readable (before or while
+        it runs)."""
         self._sel.register(fileobj, selectors.EVENT_READ, ("watch", callback))
 
     def unwatch(self, fileobj) -> None:
