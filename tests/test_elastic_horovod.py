@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,7 +24,6 @@ from test_slurm import slurm  # noqa: F401  (the one-node Slurm cluster fixture)
 sys.path.insert(0, str(Path(__file__).parent / "workers"))
 from elastic_reference import keras_reference, loop_reference  # noqa: E402
 
-pytestmark = pytest.mark.slow
 WORKERS = Path(__file__).parent / "workers"
 STEP = re.compile(r"^\[\d+\]<stdout>:step (\d+) size (\d+) t=([0-9.]+)$", re.MULTILINE)
 ROUND = re.compile(r"\] round (\d+): (\d+) instance\(s\) on ([^ ]+)")
@@ -156,6 +156,7 @@ def kill_host_b_workers(hosts, job: Job, slots: int) -> float:
 
 # With 2 slots per host, the survivor that is not hostB's neighbour in Gloo's ring waits
 # HOROVOD_GLOO_TIMEOUT_SECONDS in its collective (its peer is alive but gave up): 30 s.
+@pytest.mark.slow
 @pytest.mark.parametrize("worker,slots", [("elastic_loop.py", 2), ("elastic_keras.py", 1)])
 def test_killed_host_b_workers_then_host_b_back(hosts, tmp_path, worker, slots):
     job = Job(tmp_path, elastic_args(hosts, tmp_path, slots, "--blacklist-cooldown-range", "1",
@@ -182,6 +183,7 @@ def test_killed_host_b_workers_then_host_b_back(hosts, tmp_path, worker, slots):
     nothing_left(hosts)
 
 
+@pytest.mark.slow
 def test_host_b_cut_off_then_back(hosts, tmp_path):
     job = Job(tmp_path, elastic_args(hosts, tmp_path, 2, "--blacklist-cooldown-range", "1", "2",
                                      "elastic_loop.py"))
@@ -203,6 +205,7 @@ def test_host_b_cut_off_then_back(hosts, tmp_path):
     nothing_left(hosts)
 
 
+@pytest.mark.slow
 def test_below_min_np_for_the_elastic_timeout_ends_the_job_naming_the_host(hosts, tmp_path):
     args = elastic_args(hosts, tmp_path, 1, "--elastic-timeout", "5", "elastic_loop.py")
     args[args.index("--min-np") + 1] = "2"
@@ -221,6 +224,7 @@ def test_below_min_np_for_the_elastic_timeout_ends_the_job_naming_the_host(hosts
 
 # ---- one host -------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_one_host_a_killed_instance_is_started_again(tmp_path):
     job = Job(tmp_path, ["-np", "2", "--min-np", "1", "--backend", "local", "--elastic-mode",
                          "horovod", "elastic_loop.py"])
@@ -242,6 +246,7 @@ def test_one_host_a_killed_instance_is_started_again(tmp_path):
     assert wait_gone(job.worker_pids(), timeout=10) == []
 
 
+@pytest.mark.slow
 def test_one_host_signals_and_timeout_stop_every_worker(tmp_path):
     """SIGTERM to poprun-lite reaches every worker (exit 143); --timeout collects every
     worker's Python stacks, then stops the job (exit 124); nothing is left either way."""
@@ -264,6 +269,7 @@ def test_one_host_signals_and_timeout_stop_every_worker(tmp_path):
     assert wait_gone(job.worker_pids(), timeout=10) == []
 
 
+@pytest.mark.slow
 def test_inside_a_slurm_allocation_a_killed_worker_is_started_again_by_srun(slurm, tmp_path):
     job = Job(tmp_path, ["-np", "2", "--min-np", "1", "--elastic-mode", "horovod",
                          "--start-timeout", "60", "elastic_loop.py"], env=slurm,
@@ -277,3 +283,78 @@ def test_inside_a_slurm_allocation_a_killed_worker_is_started_again_by_srun(slur
     assert re.search(r"instance \d \(rank \d of 2\) on \S+ was killed by SIGKILL", text)
     assert "elastic job (Horovod's driver, backend srun)" in text and "srun: error" not in text
     assert wait_gone(job.worker_pids(), timeout=10) == []
+
+
+# ---- the open-world Supervisor alone (no Horovod) ---------------------------------------------
+
+OPEN_WORLD_PROGRAM = """
+import os, signal, sys, time
+tag, ready = os.environ["TAG"], os.environ["READY"]
+print("hello from", tag, flush=True)
+if tag == "b":  # ignores SIGTERM: only its kill deadline ends it
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    open(ready, "w").close()
+    time.sleep(60)
+if tag == "a":
+    while not os.path.exists(ready):
+        time.sleep(0.02)
+    sys.exit(3)
+"""
+
+
+def test_open_world_supervisor_adds_instances_reports_ends_and_stops_one(tmp_path):
+    """Instances added while the job runs; each end reported once (not ending the job); one
+    instance stopped alone (SIGTERM ignored: SIGKILL after the grace period); the job ends when
+    the world is closed; output tagged and logged per round."""
+    from popdist_launcher.launcher.backends.local import LocalBackend
+    from popdist_launcher.launcher.output import LogFiles, OutputOptions, Router
+    from popdist_launcher.launcher.plan import Host, LaunchPlan
+    from popdist_launcher.launcher.supervisor import JobState, OpenWorld, Supervisor
+
+    plan = LaunchPlan(program=(sys.executable, "-c", OPEN_WORLD_PROGRAM), num_instances=0,
+                      num_replicas=0, ipus_per_replica=1, instances=(),
+                      rendezvous_address="127.0.0.1", rendezvous_port=0, grace_period=1.0)
+    root = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    logs = LogFiles(root, str(tmp_path), 7)
+    console = tmp_path / "console.txt"
+    with open(console, "wb") as out:
+        router = Router(0, OutputOptions(), console=(out.fileno(), out.fileno()))
+        ends, stopping = [], []
+
+        def ended(inst, how, detail):
+            ends.append((inst.name, how, inst.returncode, inst.stopped))
+            if inst.name == "instance a":
+                supervisor.stop_instance(instances["b"])
+            if len(ends) == 3:
+                supervisor.close_world()
+
+        supervisor = Supervisor(plan, LocalBackend(), router,
+                                world=OpenWorld(ended, lambda: stopping.append(True)))
+        trigger, pull = socket.socketpair()
+        instances = {}
+
+        def start():
+            pull.recv(1)
+            supervisor.unwatch(pull)
+            for tag in "abc":
+                env = {"TAG": tag, "READY": str(tmp_path / "ready")}
+                instances[tag] = supervisor.add_instance(Host("localhost", "127.0.0.1"), env, tag,
+                                                         logs)
+
+        supervisor.watch(pull, start)
+        trigger.send(b"x")
+        result = supervisor.run()
+        router.close_all()
+    logs.close()
+    os.close(root)
+    assert result.state is JobState.SUCCEEDED and result.exit_code == 0
+    assert sorted(ends) == [("instance a", "exited", 3, False),
+                            ("instance b", "exited", -signal.SIGKILL, True),
+                            ("instance c", "exited", 0, False)]
+    assert stopping == []  # the job itself was never stopped
+    text = console.read_text()
+    for tag in "abc":
+        assert f"[{tag}]<stdout>:hello from {tag}\n" in text
+        assert (tmp_path / "attempt-7" / f"instance-{tag}.stdout.log").read_text() == \
+            f"hello from {tag}\n"
+    assert wait_gone([i.pid for i in instances.values()], timeout=5) == []
