@@ -206,6 +206,22 @@ def test_host_b_cut_off_then_back(hosts, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_host_the_discovery_script_drops_is_drained(hosts, tmp_path):
+    job = Job(tmp_path, elastic_args(hosts, tmp_path, 1, "elastic_loop.py"))
+    job.wait_for_step(12, size=2)
+    (tmp_path / "hosts.txt").write_text("hostA:1\n")
+    text = job.finish()
+    assert job.proc.returncode == 0, text[-5000:]
+    check_weights(job, loop_reference)
+    assert [(size, on) for _, size, on in rounds(text)] == [(2, "hostA:1,"), (1, "hostA:1")]
+    assert "hostB removed by the discovery script" in text
+    assert "blacklisted" not in text  # leaving the job is no failure
+    assert re.search(r"instance \d \(rank 1 of 2\) on hostB .* after its host left the job", text)
+    check_membership_log(job, text)
+    nothing_left(hosts)
+
+
+@pytest.mark.slow
 def test_below_min_np_for_the_elastic_timeout_ends_the_job_naming_the_host(hosts, tmp_path):
     args = elastic_args(hosts, tmp_path, 1, "--elastic-timeout", "5", "elastic_loop.py")
     args[args.index("--min-np") + 1] = "2"

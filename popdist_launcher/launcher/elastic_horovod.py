@@ -432,10 +432,12 @@ class ElasticHorovodJob:
             worker.code = LOST_CODE if how == "lost" else NOT_RUN_CODE
         worker.blame = self._blame(worker)
         self._send("EXITED", wid=worker.wid, code=worker.code, how=how, blame=worker.blame)
-        if worker.blame == "none":
-            return
         where = f"instance {worker.wid} (rank {worker.rank} of {worker.size}) on " \
                 f"{worker.hostname}"
+        if worker.blame == "none":
+            if how == "exited" and worker.code != 0 and not inst.stopped:
+                self._event(f"{where} {worker.describe()} after its host left the job")
+            return
         if how == "lost":
             first = worker.hostname not in self.lost
             self.lost[worker.hostname] = detail
@@ -459,6 +461,8 @@ class ElasticHorovodJob:
             return "none"
         if worker.how != "exited":
             return "host"
+        if worker.hostname not in dict(self.pushed or ()):  # removed (drained): Horovod ends
+            return "none"  # its workers on purpose
         current = worker.ended_round
         peers = [w for w in self.workers.values() if w.hostname == worker.hostname
                  and (w.ended_round is None or w.ended_round == current)]
@@ -577,7 +581,7 @@ class ElasticHorovodJob:
         failing = sorted(((stamp, name, code) for name, (code, stamp) in results.items()
                           if code != 0))
         if done.get("error"):
-            last = [w for w in self.workers.values() if w.failed]
+            last = [w for w in self.workers.values() if w.blame in ("host", "slot")]
             code = last[-1].code if last else 1
             text = f"job failed: {done['error']}"
             if last:
