@@ -245,6 +245,16 @@ def test_one_host_a_killed_instance_is_started_again(tmp_path):
     job = Job(tmp_path, ["-np", "2", "--min-np", "1", "--backend", "local", "--elastic-mode",
                          "horovod", "elastic_loop.py"])
     job.wait_for_step(12, size=2)
+    for pid in job.worker_pids():  # what the launcher gives a worker of the first round
+        env = dict(item.split("=", 1) for item in
+                   Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in item)
+        assert {k: env.get(k) for k in ("HOROVOD_ELASTIC", "HOROVOD_SIZE", "HOROVOD_CONTROLLER",
+                                        "HOROVOD_GLOO_TIMEOUT_SECONDS", "POPDIST_NUM_INSTANCES",
+                                        "POPRUN_RESTART_COUNT", "TF_CONFIG")} == {
+            "HOROVOD_ELASTIC": "1", "HOROVOD_SIZE": "2", "HOROVOD_CONTROLLER": "gloo",
+            "HOROVOD_GLOO_TIMEOUT_SECONDS": "30", "POPDIST_NUM_INSTANCES": "2",
+            "POPRUN_RESTART_COUNT": "0", "TF_CONFIG": None}
+        assert env["HOROVOD_GLOO_RENDEZVOUS_ADDR"].startswith("127.0.0.1:")
     victim = job.worker_pids()[-1]
     moment = time.time()
     os.kill(victim, signal.SIGKILL)

@@ -397,7 +397,9 @@ class ElasticHorovodJob:
             c.NUM_IPUS_PER_REPLICA: str(options.ipus_per_replica),
             c.LOCAL_INSTANCE_INDEX: str(local_rank), c.UNIFORM_REPLICAS: "1",
             c.NUM_INSTANCES: str(size), c.INSTANCE_INDEX: str(rank),
-            c.RESTART_COUNT: str(start["round"]), c.JOB_ID: self.job_id,
+            # resets before the worker's round (Horovod counts rounds from 1): 0 at the start,
+            # as in a fixed job's first attempt
+            c.RESTART_COUNT: str(int(start["round"]) - 1), c.JOB_ID: self.job_id,
             "HOROVOD_HOSTNAME": str(start["hostname"]), "HOROVOD_RANK": str(rank),
             "HOROVOD_SIZE": str(size), "HOROVOD_LOCAL_RANK": str(local_rank),
             "HOROVOD_LOCAL_SIZE": str(local_size),
