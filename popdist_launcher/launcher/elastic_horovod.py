@@ -61,7 +61,7 @@ class Worker:
         self.rank = int(start["rank"])
         self.size = int(start["size"])
         self.local_rank = int(start["local_rank"])
-        self.inst: Instance = None  # set once the supervisor has it
+        self.inst: Optional[Instance] = None  # set once the supervisor has it
         self.ended_round: Optional[int] = None
         self.how = ""  # "exited", "lost", "start-failed", "not-started"
         self.code: Optional[int] = None
