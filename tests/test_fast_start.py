@@ -121,15 +121,24 @@ def test_bad_input_kills_the_early_engine_before_the_report(tmp_path):
 
 
 @needs_mpi
-def test_a_plain_job_with_a_config_option_is_not_started_early(tmp_path):
-    env = stand_in_mpirun(tmp_path)
-    config = tmp_path / "job.toml"
-    config.write_text("num-instances = 3\n")
-    result = poprun("-np", "2", "--config", str(config), program("dump_env.py"), str(tmp_path),
-                    env=env)
-    assert result.returncode == 0, result.stderr
-    assert len(starts(tmp_path)) == 1
-    assert json.loads((tmp_path / "instance-1.json").read_text())["POPDIST_NUM_INSTANCES"] == "2"
+def test_the_supervisor_takes_the_early_engine_only_for_its_own_command(monkeypatch):
+    # A real early mpirun for 2 instances: a plan for 2 takes it; a plan for 3 kills it (mpirun
+    # reaped, its wrappers gone, its socket folder removed) and starts its own.
+    layouts = {n: topology.choose(n, environ=PLAIN) for n in (2, 3)}
+    plans = {n: build_plan(("prog",), n, list(range(1, n + 1)), ("127.0.0.1", 9), counts=[n],
+                           start_timeout=fast_start.START_TIMEOUT) for n in (2, 3)}
+    for n, taken in ((2, True), (3, False)):
+        early = fast_start.EarlyEngine(2, fast_start.find_mpirun(), dict(os.environ), set())
+        monkeypatch.setattr(fast_start, "_early", early)
+        deadline = time.monotonic() + 30
+        while len(fast_start._children(early.process.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)  # its wrappers run (and connect) before the supervisor decides
+        assert (fast_start.take(layouts[n].backend, plans[n]) is early) is taken
+        assert fast_start._early is None
+        if taken:
+            early.kill()
+        assert early.process.returncode is not None and not os.path.exists(early.folder)
+        assert no_trace_of(os.getpid())
 
 
 @needs_mpi
