@@ -291,7 +291,8 @@ def plot(runs: List[Run], stats: Dict[str, Dict[str, Dict[str, Any]]], faults: S
                     ax.bar(x, value, width, color=colours[launcher],
                            label=launcher if i == 0 else None)
                 points = [getattr(r, key) for r in runs if r.launcher == launcher
-                          and r.fault == fault and getattr(r, key) is not None]
+                          and r.fault == fault and r.recovery_s is not None
+                          and getattr(r, key) is not None]
                 ax.plot([x] * len(points), points, "k.", markersize=4)
         ax.set_xticks(range(len(faults)))
         ax.set_xticklabels(faults)
