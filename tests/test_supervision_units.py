@@ -18,7 +18,8 @@ from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.backends.ssh import SshBackend
 from popdist_launcher.launcher.hub import Hub
 from popdist_launcher.launcher.spawned import protocol as p
-from popdist_launcher.launcher.supervisor import JobState, Supervisor
+from popdist_launcher.launcher.attempt import JobState
+from popdist_launcher.launcher.supervisor import Supervisor
 from popdist_launcher.launcher.plan import Host, build_plan
 from popdist_launcher.launcher.remote import SshOptions
 from popdist_launcher.launcher.stacks import StackCollector

@@ -30,7 +30,8 @@ from popdist_launcher.launcher.remote import RemoteError, resolve
 from popdist_launcher.launcher.spawned import placement as placing
 from popdist_launcher.launcher.spawned import rendezvous
 from popdist_launcher.launcher.spawned.protocol import UNSET_ENV
-from popdist_launcher.launcher.supervisor import Instance, JobState, OpenWorld, Supervisor
+from popdist_launcher.launcher.attempt import Instance, JobState, OpenWorld
+from popdist_launcher.launcher.supervisor import Supervisor
 from popdist_launcher.launcher.topology import LOOPBACK, TopologyError, _local_choice
 
 HELPER_MODULE = "popdist_launcher.launcher.spawned.elastic_driver"

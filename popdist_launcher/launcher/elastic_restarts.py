@@ -14,7 +14,8 @@ from popdist_launcher.launcher import membership
 from popdist_launcher.launcher.agent import Agent
 from popdist_launcher.launcher.options import JobOptions
 from popdist_launcher.launcher.plan import PlanError
-from popdist_launcher.launcher.supervisor import JobResult, JobState, Supervisor
+from popdist_launcher.launcher.attempt import JobResult, JobState
+from popdist_launcher.launcher.supervisor import Supervisor
 from popdist_launcher.launcher.topology import TopologyError
 
 Hosts = List[Tuple[str, int]]
