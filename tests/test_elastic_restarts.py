@@ -2,6 +2,7 @@
 checkpoint on fewer instances (PopDist custom loop, IPUEstimator), the discovery script grows and
 shrinks the job, below --min-np for --elastic-timeout ends it, and on one host a killed instance
 is started again. Hosts are network namespaces (tests/netns_hosts)."""
+import contextlib
 import json
 import os
 import subprocess
@@ -44,6 +45,18 @@ def nothing_left(hosts):
 def records(folder, attempt):
     return sorted((json.loads(p.read_text()) for p in folder.glob(f"a{attempt}-i*.json")),
                   key=lambda r: r["index"])
+
+
+@contextlib.contextmanager
+def background(*args):
+    """poprun-lite ARGS in the background; killed on the way out if it still runs."""
+    job = poprun_background(*args)
+    try:
+        yield job
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
 
 
 def wait_records(folder, attempt, count, job, timeout=90):
@@ -113,11 +126,10 @@ def test_the_discovery_script_grows_and_shrinks_the_job(hosts, tmp_path):
     script.write_text(f"#!/bin/sh\ncat {hosts_file}\n")
     script.chmod(0o755)
     logs = tmp_path / "logs"
-    job = poprun_background("-np", "2", "--min-np", "2", "--max-np", "4",
-                            "--host-discovery-script", str(script), *ssh_options(hosts),
-                            "--output-dir", str(logs), "--grace-period", "3",
-                            program("elastic_member.py"), str(runs), "-", "done")
-    try:
+    with background("-np", "2", "--min-np", "2", "--max-np", "4", "--host-discovery-script",
+                    str(script), *ssh_options(hosts), "--output-dir", str(logs),
+                    "--grace-period", "3", program("elastic_member.py"), str(runs), "-",
+                    "done") as job:
         first = wait_records(runs, 0, 2, job)
         assert [r["host"] for r in first] == ["hostA", "hostA"]
         hosts_file.write_text("hostA:2\nhostB:2\n")
@@ -129,10 +141,6 @@ def test_the_discovery_script_grows_and_shrinks_the_job(hosts, tmp_path):
         assert [r["host"] for r in shrunk] == ["hostA", "hostA"]
         (runs / "done").write_text("")
         out, err = job.communicate(timeout=60)
-    finally:
-        if job.poll() is None:
-            job.kill()
-            job.communicate()
     assert job.returncode == 0, err[-3000:]
     assert wait_gone([r["pid"] for r in first + grown + shrunk]) == []
     lines = [line for line in err.splitlines() if " -> " in line and "instance(s) on" in line]
@@ -179,22 +187,19 @@ def test_on_one_host_a_killed_instance_is_started_again(tmp_path):
 def test_a_host_that_stops_answering_is_left_out_and_the_job_goes_on(hosts, tmp_path):
     runs = tmp_path / "runs"
     runs.mkdir()
-    job = poprun_background("-np", "4", "--min-np", "2", "-H", "hostA:2,hostB:2",
-                            *ssh_options(hosts), "--grace-period", "2",
-                            program("elastic_member.py"), str(runs), "-", "done")
-    try:
+    with background("-np", "4", "--min-np", "2", "-H", "hostA:2,hostB:2", *ssh_options(hosts),
+                    "--grace-period", "2", program("elastic_member.py"), str(runs), "-",
+                    "done") as job:
         first = wait_records(runs, 0, 4, job)
         hosts.set_down("hostB")
-        lost_at = time.monotonic()
-        second = wait_records(runs, 1, 2, job, timeout=120)
-        detected = time.monotonic() - lost_at
-        (runs / "done").write_text("")
-        out, err = job.communicate(timeout=60)
-    finally:
-        if job.poll() is None:
-            job.kill()
-            job.communicate()
-        hosts.set_up("hostB")
+        try:
+            lost_at = time.monotonic()
+            second = wait_records(runs, 1, 2, job, timeout=120)
+            detected = time.monotonic() - lost_at
+            (runs / "done").write_text("")
+            out, err = job.communicate(timeout=60)
+        finally:
+            hosts.set_up("hostB")
     assert job.returncode == 0, err[-3000:]
     assert [r["host"] for r in second] == ["hostA", "hostA"]
     print(f"hostB cut: attempt 1 started {detected:.1f} s later")
@@ -208,19 +213,13 @@ def test_a_host_that_stops_answering_is_left_out_and_the_job_goes_on(hosts, tmp_
 def test_a_blacklisted_host_comes_back_after_its_cooldown_and_the_job_grows(hosts, tmp_path):
     runs = tmp_path / "runs"
     runs.mkdir()
-    job = poprun_background("-np", "2", "--min-np", "1", "-H", "hostA:1,hostB:1",
-                            *ssh_options(hosts), "--blacklist-cooldown-range", "1", "2",
-                            "--grace-period", "2", program("elastic_member.py"), str(runs), "1",
-                            "done")
-    try:
+    with background("-np", "2", "--min-np", "1", "-H", "hostA:1,hostB:1", *ssh_options(hosts),
+                    "--blacklist-cooldown-range", "1", "2", "--grace-period", "2",
+                    program("elastic_member.py"), str(runs), "1", "done") as job:
         shrunk = wait_records(runs, 1, 1, job)
         grown = wait_records(runs, 2, 2, job)
         (runs / "done").write_text("")
         out, err = job.communicate(timeout=60)
-    finally:
-        if job.poll() is None:
-            job.kill()
-            job.communicate()
     assert job.returncode == 0, err[-3000:]
     assert [r["host"] for r in shrunk] == ["hostA"]
     assert [r["host"] for r in grown] == ["hostA", "hostB"]
