@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import socket
 import subprocess
@@ -26,7 +25,7 @@ from popdist_launcher.launcher.membership import Blacklist, Membership, Membersh
 from popdist_launcher.launcher.options import JobOptions
 from popdist_launcher.launcher.output import STDERR, STDOUT, LogFiles, Router, open_output_dir
 from popdist_launcher.launcher.plan import Host, LaunchPlan
-from popdist_launcher.launcher.remote import RemoteError, resolve
+from popdist_launcher.launcher.remote import BackgroundProbe, RemoteError, probe_command, resolve
 from popdist_launcher.launcher.spawned import placement as placing
 from popdist_launcher.launcher.spawned import rendezvous
 from popdist_launcher.launcher.spawned.protocol import UNSET_ENV
@@ -93,49 +92,6 @@ class Round:
         return ", ".join(f"{h}:{n}" for h, n in self.hosts)
 
 
-class HostProbe:
-    """One host's netinfo probe over ssh (its address and interface), read from the loop."""
-
-    def __init__(self, name: str, argv: List[str]) -> None:
-        self.name = name
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, process_group=0)
-        os.set_blocking(self.proc.stdout.fileno(), False)
-        self.out = b""
-
-    def read(self) -> bool:
-        """Take what arrived; True at the end of its output."""
-        try:
-            data = os.read(self.proc.stdout.fileno(), 65536)
-        except BlockingIOError:
-            return False
-        self.out += data
-        return not data
-
-    def result(self) -> Tuple[Optional[dict], str]:
-        """(the probe's answer, or None and why it failed); reaps the probe."""
-        try:
-            _, err = self.proc.communicate(timeout=5)
-        except subprocess.TimeoutExpired:
-            processes.signal_group(self.proc.pid, signal.SIGKILL)
-            _, err = self.proc.communicate()
-        for line in reversed(self.out.decode("utf-8", "replace").splitlines()):
-            if line.strip().startswith("{"):
-                try:
-                    reply = json.loads(line)
-                except ValueError:
-                    break
-                if "address" in reply:
-                    return reply, ""
-                return None, str(reply.get("error", "no address in its answer"))
-        lines = err.decode("utf-8", "replace").strip().splitlines()
-        return None, lines[-1] if lines else f"ssh exited with {self.proc.returncode}"
-
-    def kill(self) -> None:
-        processes.signal_group(self.proc.pid, signal.SIGKILL)
-        self.proc.communicate()
-
-
 class ElasticHorovodJob:
     """One Horovod elastic job: the helper, the open-world Supervisor, the hosts."""
 
@@ -150,7 +106,7 @@ class ElasticHorovodJob:
         self.replicas_per_instance = max(1, replicas // options.num_instances)
         self.hosts: Dict[str, Host] = {}  # probed hosts: where workers can be started
         self.lost: Dict[str, str] = {}  # hosts lost (why), until a probe answers again
-        self.probes: Dict[str, HostProbe] = {}
+        self.probes: Dict[str, BackgroundProbe] = {}
         self.retry_at: Dict[str, float] = {}  # hosts whose probe failed: not before then
         self.pushed: Optional[List[Tuple[str, int]]] = None
         self.workers: Dict[int, Worker] = {}
@@ -512,24 +468,17 @@ class ElasticHorovodJob:
             return
         layout = self.layout
         try:
-            peer = resolve(name, layout.ssh)
+            argv = probe_command(name, 0, layout.ssh, layout.subnet, layout.iface)
         except RemoteError as exc:
             self._event(f"{name} cannot be used: {exc}")
             return
-        words = [sys.executable, "-m", "popdist_launcher.launcher.spawned.netinfo", "--ports",
-                 "0", "--peer", peer]
-        if layout.subnet:
-            words += ["--subnet", layout.subnet]
-        if layout.iface:
-            words += ["--iface", layout.iface]
-        argv = layout.ssh.argv(name, " ".join(shlex.quote(w) for w in words))
-        probe = self.probes[name] = HostProbe(name, argv)
-        self.supervisor.watch(probe.proc.stdout, lambda: self._on_probe(probe))
+        probe = self.probes[name] = BackgroundProbe(name, argv)
+        self.supervisor.watch(probe, lambda: self._on_probe(probe))
 
-    def _on_probe(self, probe: HostProbe) -> None:
+    def _on_probe(self, probe: BackgroundProbe) -> None:
         if not probe.read():
             return
-        self.supervisor.unwatch(probe.proc.stdout)
+        self.supervisor.unwatch(probe)
         del self.probes[probe.name]
         reply, why = probe.result()
         name = probe.name
@@ -543,10 +492,10 @@ class ElasticHorovodJob:
             return
         came_back = name in self.lost
         self.lost.pop(name, None)
-        self.hosts[name] = Host(name, reply["address"], reply.get("iface", ""), local=False)
-        self._send("ALLOW", addresses=[reply["address"]])
+        self.hosts[name] = Host(name, reply.address, reply.iface, local=False)
+        self._send("ALLOW", addresses=[reply.address])
         self._event(f"{name} {'answers again' if came_back else 'answers'} "
-                    f"({reply['address']}, {reply.get('iface') or 'interface unknown'})")
+                    f"({reply.address}, {reply.iface or 'interface unknown'})")
         self._refresh_hosts()
 
     # ---- the end ------------------------------------------------------------------------------

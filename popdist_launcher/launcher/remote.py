@@ -129,17 +129,7 @@ def probe_hosts(hosts: Sequence[str], ports_per_host: Sequence[int], options: Ss
     """Probe every host in parallel over ssh; an error names each host that failed and why."""
     procs = {}
     for host, count in zip(hosts, ports_per_host):
-        peer = resolve(host, options)
-        words = [sys.executable, "-m", "popdist_launcher.launcher.spawned.netinfo",
-                 "--ports", str(count),
-                 "--peer", peer]
-        if subnet:
-            words += ["--subnet", subnet]
-        if iface:
-            words += ["--iface", iface]
-        if port_range:
-            words += ["--port-range", f"{port_range[0]}-{port_range[1]}"]
-        argv = options.argv(host, " ".join(shlex.quote(w) for w in words))
+        argv = probe_command(host, count, options, subnet, iface, port_range)
         debug("probing %s: %s", host, " ".join(argv))
         procs[host] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                        stderr=subprocess.PIPE, text=True, process_group=0)
@@ -172,6 +162,69 @@ def probe_hosts(hosts: Sequence[str], ports_per_host: Sequence[int], options: Ss
                           "password and that poprun-lite is installed at the same path on every "
                           "host.", list(problems))
     return results
+
+
+def probe_command(host: str, ports: int, options: SshOptions, subnet: Optional[str] = None,
+                  iface: Optional[str] = None,
+                  port_range: Optional[Tuple[int, int]] = None) -> List[str]:
+    """The ssh command that runs the host probe (spawned/netinfo.py) on ``host``, asking for
+    ``ports`` free ports; raises RemoteError when the host's name does not resolve."""
+    words = [sys.executable, "-m", "popdist_launcher.launcher.spawned.netinfo",
+             "--ports", str(ports), "--peer", resolve(host, options)]
+    if subnet:
+        words += ["--subnet", subnet]
+    if iface:
+        words += ["--iface", iface]
+    if port_range:
+        words += ["--port-range", f"{port_range[0]}-{port_range[1]}"]
+    return options.argv(host, " ".join(shlex.quote(w) for w in words))
+
+
+class BackgroundProbe:
+    """One host's probe running while the launcher's loop goes on (elastic jobs probe hosts as
+    they come): ``fileno()`` is readable until ``read()`` says its output ended."""
+
+    def __init__(self, name: str, argv: List[str]) -> None:
+        self.name = name
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, process_group=0)
+        os.set_blocking(self.proc.stdout.fileno(), False)
+        self.out = b""
+
+    def fileno(self) -> int:
+        return self.proc.stdout.fileno()
+
+    def read(self) -> bool:
+        """Take what arrived; True at the end of its output."""
+        try:
+            data = os.read(self.proc.stdout.fileno(), 65536)
+        except BlockingIOError:
+            return False
+        self.out += data
+        return not data
+
+    def result(self) -> Tuple[Optional[Probe], str]:
+        """(the host's probe, or None and why it failed); reaps the probe."""
+        try:
+            _, err = self.proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            err = b""
+        reply = _last_json(self.out.decode("utf-8", "replace"))
+        if reply and "address" in reply:
+            return Probe(reply["address"], reply.get("iface", ""), tuple(reply.get("ports", ())),
+                         reply.get("hostname", ""), reply.get("hostname_address", "")), ""
+        if reply:
+            return None, str(reply.get("error", "no address in its answer"))
+        lines = (err or b"").decode("utf-8", "replace").strip().splitlines()
+        return None, lines[-1] if lines else f"ssh exited with {self.proc.returncode}"
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, 9)
+        except ProcessLookupError:
+            pass
+        self.proc.communicate()
 
 
 def _last_json(text: str) -> Optional[dict]:
