@@ -31,6 +31,7 @@ ENDING_SIGNALS = (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT, _signal.SIGU
 # Held back while the early engine is started or killed, so that a handler never sees half of it.
 HELD_SIGNALS = (_signal.SIGINT,) + ENDING_SIGNALS
 _SCAN_LIMIT = 2 << 20  # the dynamic string table sits near a library's start (here at 186 KB)
+_SCAN_CHUNK = 64 << 10  # read in steps, so that a found name ends the read (2 MB cost ~1 ms)
 
 _early = None  # the engine started early, until the supervisor takes it or it is dropped
 _transport: "dict[str, bool]" = {}  # mpi_transport_available()'s answer by PATH
@@ -94,9 +95,19 @@ def horovod_links_mpi() -> bool:
 
 
 def _head_contains(path: str, needle: bytes) -> bool:
+    """Whether ``needle`` is in the first _SCAN_LIMIT bytes of the file at ``path``."""
     try:
-        with open(path, "rb") as f:
-            return needle in f.read(_SCAN_LIMIT)
+        with open(path, "rb", buffering=0) as f:
+            tail, read = b"", 0
+            while read < _SCAN_LIMIT:
+                chunk = f.read(min(_SCAN_CHUNK, _SCAN_LIMIT - read))
+                if not chunk:
+                    return False
+                if needle in tail + chunk:
+                    return True
+                read += len(chunk)
+                tail = chunk[1 - len(needle):]  # a needle across two chunks
+            return False
     except OSError:
         return False
 

@@ -14,7 +14,6 @@ after ``HOLD_MAX_SECONDS``.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import errno
 import os
 import select
@@ -32,12 +31,12 @@ class OutputDirError(ValueError):
     """--output-dir cannot be used; one sentence for the user."""
 
 
-@dataclasses.dataclass
 class _Held:
     """An unfinished line held back on the terminal: when it began and last grew, its bytes."""
-    first: float
-    last: float
-    chunks: List[bytes]
+    __slots__ = ("first", "last", "chunks")
+
+    def __init__(self, first: float, last: float, chunks: List[bytes]) -> None:
+        self.first, self.last, self.chunks = first, last, chunks
 
     def deadline(self) -> float:
         return min(self.last + HOLD_SECONDS, self.first + HOLD_MAX_SECONDS)

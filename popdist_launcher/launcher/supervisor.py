@@ -33,7 +33,6 @@ from popdist_launcher.launcher.hub import Conn, Hub
 from popdist_launcher.launcher.output import STDERR, STDOUT, LogFiles, Router
 from popdist_launcher.launcher.stacks import StackCollector
 from popdist_launcher.launcher.stdin_forward import StdinForwarder
-from popdist_launcher.launcher.spawned import instance as wrapper
 from popdist_launcher.launcher.spawned import protocol as p
 from popdist_launcher.launcher.plan import Host, LaunchPlan
 from popdist_launcher.launcher.attempt import (
@@ -260,6 +259,8 @@ class Supervisor:
         """A wrapper on this host: a fork of the launcher running the wrapper's code."""
         index = launch.instances[0]
         spec = self._spec(index)
+        # Here, not at the top: only local wrappers need it (mpi's run as their own processes).
+        from popdist_launcher.launcher.spawned import instance as wrapper
         wrapper._prctl()  # loads libc before the fork, not once per child
         parent, child = socket.socketpair()
         sys.stdout.flush()
