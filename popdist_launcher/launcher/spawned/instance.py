@@ -20,10 +20,8 @@ died), everything the wrapper started is killed at once.
 
 It starts once per instance, so it imports only what costs nothing: the C modules behind signal,
 socket and selectors (whose Python layers import enum, 15 ms), no subprocess (15 ms: the program
-is forked and executed here), no json or typing.
+is forked and executed here), no json, typing or __future__ (its annotations hold at run time).
 """
-from __future__ import annotations
-
 import _signal
 import _socket
 import os

@@ -7,8 +7,6 @@ folder holding ``sys/devices/system/...``, ``proc/driver/nvidia`` and ``dev``), 
 extends the program's environment before starting it. Standard library only, no imports: the
 wrapper loads this once per instance.
 """
-from __future__ import annotations
-
 import os
 
 PLACEMENT_ENV = "POPRUN_PLACEMENT"

@@ -6,8 +6,6 @@ wrapper proves it belongs to the job by answering the launcher's random challeng
 HMAC-SHA256(job secret, challenge + index); the launcher proves it is the job's launcher by
 answering the wrapper's own challenge the same way, in front of what it says to run.
 """
-from __future__ import annotations
-
 import struct
 
 HEADER = struct.Struct("!BI")
