@@ -8,8 +8,9 @@ import socket
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1", "localhost.localdomain")
-_RANGE = re.compile(r"\[([^\[\]]*)\]")
-_NAME = re.compile(r"^[A-Za-z0-9_.:\-]+$")
+# Compiled on first use (re caches them), off the start-up path of jobs that name no hosts.
+_RANGE = r"\[([^\[\]]*)\]"
+_NAME = r"^[A-Za-z0-9_.:\-]+$"
 MAX_HOSTS = 65536  # names one -H value, hostfile or range may expand to
 MAX_HOSTFILE_BYTES = 1 << 20
 
@@ -26,7 +27,7 @@ class HostSlots(NamedTuple):
 
 def expand_names(pattern: str) -> List[str]:
     """``node[0-3]`` -> node0..node3; ``n[01-03,7]`` keeps the zero padding; nested groups multiply."""
-    match = _RANGE.search(pattern)
+    match = re.search(_RANGE, pattern)
     if match is None:
         if "[" in pattern or "]" in pattern:
             raise HostError(f"host {pattern!r} has an unbalanced bracket; write ranges as "
@@ -160,7 +161,7 @@ def _looks_ipv6(text: str) -> bool:
 
 
 def _check_name(name: str, where: str) -> str:
-    if not _NAME.match(name):
+    if not re.match(_NAME, name):
         raise HostError(f"{where}: {name!r} is not a host name or address; use letters, digits, "
                         f"'.', '-' and '_'.")
     return name

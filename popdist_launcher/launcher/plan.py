@@ -17,7 +17,7 @@ from popdist_launcher.launcher.spawned import rendezvous
 from popdist_launcher.launcher.spawned.rendezvous import horovod_ranks
 from popdist_launcher.launcher.spawned.protocol import UNSET_ENV
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"  # compiled on first use (re caches it): not at start-up
 
 
 class PlanError(ValueError):
@@ -215,7 +215,7 @@ def parse_exports(items: Sequence[str], environ: Mapping[str, str]) -> Tuple[Tup
     exported: Dict[str, str] = {}
     for item in items:
         name, sep, value = item.partition("=")
-        if not ENV_NAME.match(name):
+        if not re.match(ENV_NAME, name):
             raise PlanError(
                 f"-x {item!r}: {name!r} is not a valid environment variable name; expected "
                 f"NAME or NAME=VALUE with NAME made of letters, digits and underscores."
