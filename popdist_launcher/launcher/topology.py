@@ -214,15 +214,17 @@ def choose(num_instances: int, host: Optional[str] = None, hostfile: Optional[st
                             f"--backend ssh (or auto) for other hosts.")
     if backend in ("mpi", "slurm"):
         from popdist_launcher.launcher.backends.mpi import EngineError, MpiBackend
-        from popdist_launcher.launcher.backends.slurm import SlurmBackend
         global_args, local_args = shlex.split(mpi_global_args), shlex.split(mpi_local_args)
         per_instance: Dict[int, List[str]] = {}
         for index, words in instance_mpi_local_args:
             per_instance.setdefault(index, []).extend(shlex.split(words))
         try:
-            engine = MpiBackend(slots, counts, ssh, global_args, local_args, oversubscribe,
-                                subnet or iface, per_instance) if backend == "mpi" else \
-                SlurmBackend(slots, counts, global_args, local_args)
+            if backend == "mpi":
+                engine: Backend = MpiBackend(slots, counts, ssh, global_args, local_args,
+                                             oversubscribe, subnet or iface, per_instance)
+            else:
+                from popdist_launcher.launcher.backends.slurm import SlurmBackend
+                engine = SlurmBackend(slots, counts, global_args, local_args)
         except EngineError as exc:
             raise TopologyError(str(exc)) from None
         controller = "mpi" if backend == "mpi" else "gloo"
