@@ -1,7 +1,7 @@
 """Elastic restarts through the real CLI: a failed host is left out and the job goes on from its
-checkpoint on fewer instances (PopDist custom loop, IPUEstimator), the discovery script grows and
-shrinks the job, below --min-np for --elastic-timeout ends it, and on one host a killed instance
-is started again. Hosts are network namespaces (tests/netns_hosts)."""
+checkpoint on fewer instances (PopDist custom loop, IPUEstimator, PopDist Keras fit), the
+discovery script grows and shrinks the job, below --min-np for --elastic-timeout ends it, and on
+one host a killed instance is started again. Hosts are network namespaces (tests/netns_hosts)."""
 import contextlib
 import json
 import os
@@ -115,6 +115,28 @@ def test_an_ipu_estimator_resumes_from_its_model_dir_with_the_step_count_and_wei
     np.testing.assert_allclose(final["w"], w, rtol=1e-5, atol=1e-6)
     assert final["b"] == pytest.approx(b, rel=1e-5, abs=1e-6)
     assert "-> 2 instance(s) on hostA" in result.stderr
+    nothing_left(hosts)
+
+
+def test_a_popdist_keras_fit_resumes_from_its_checkpoint_with_the_epochs_and_weights(
+        hosts, tmp_path):
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    out.mkdir()
+    # 4 epochs of 2 steps on the same 12-row global batch whatever the instance count; hostB's
+    # instances are killed at the end of epoch 2 of the first attempt.
+    result = poprun("-np", "4", "--min-np", "2", "-H", "hostA:2,hostB:2", *ssh_options(hosts),
+                    "tests/workers/elastic_keras_popdist.py", str(ckpt), str(out), "4", "2",
+                    "2,3", timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    final = json.loads((out / "final.json").read_text())
+    assert final["epochs"] == 4
+    assert final["attempt"] == 1 and final["num_instances"] == 2
+    assert final["resumed_at"] in (1, 2)
+    w, b = elastic_estimator.reference(2 * 4)
+    np.testing.assert_allclose(final["w"], w, rtol=1e-5, atol=1e-6)
+    assert final["b"] == pytest.approx(b, rel=1e-5, abs=1e-6)
+    assert "-> 2 instance(s) on hostA" in result.stderr
+    assert "the job ran 2 attempt(s)" in result.stderr
     nothing_left(hosts)
 
 
