@@ -18,16 +18,15 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import click
 
-from popdist_launcher import __version__, _contract, tf_config as tf_config_lib
+from popdist_launcher import __version__, tf_config as tf_config_lib
 from popdist_launcher.launcher import fast_start, ports
 from popdist_launcher.launcher import topology
 from popdist_launcher.launcher import _say as verbosity
 from popdist_launcher.launcher.agent import run_job
-from popdist_launcher.launcher.options import JobOptions
-from popdist_launcher.launcher.output import OutputDirError, OutputOptions
-from popdist_launcher.launcher.plan import PlanError, check_counts, parse_exports, resolve_program
-from popdist_launcher.launcher.remote import SshOptions, agent_from_environ
-from popdist_launcher.launcher.spawned.placement import BIND_MODES, encode as encode_placement
+from popdist_launcher.launcher import options as options_lib
+from popdist_launcher.launcher.output import OutputDirError
+from popdist_launcher.launcher.plan import MAX_INSTANCES, PlanError
+from popdist_launcher.launcher.spawned.placement import BIND_MODES
 
 PROG = "poprun-lite"
 ENV_PREFIX = "POPRUN"
@@ -161,7 +160,6 @@ def _parse_port_range(ctx: click.Context, param: click.Parameter,
 
 
 MAX_SECONDS = 7 * 24 * 3600.0  # start timeout and grace period: at most a week
-MAX_INSTANCES = 65536
 
 
 def _seconds(zero_ok: bool):
@@ -506,74 +504,11 @@ def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional
     A PROGRAM ending in .py runs with this Python.
     """
     _configure_logging(verbose)
-    elastic_given = min_np is not None or max_np is not None or bool(host_discovery_script)
     try:
-        for flag, value in (("--min-np", min_np), ("--max-np", max_np)):
-            if value is not None and value < 1:
-                raise PlanError(f"{flag} must be at least 1 (got {value}).")
-        if not elastic_given:
-            _only_elastic(slots_per_host=slots_per_host, elastic_timeout=elastic_timeout,
-                          reset_limit=reset_limit, blacklist_cooldown_range=blacklist_cooldown_range,
-                          elastic_mode=None if elastic_mode == "auto" else elastic_mode)
-        if num_instances is None:
-            num_instances = ctx.params["num_instances"] = min_np if min_np is not None else \
-                _default_instances(host, hostfile)
-        check_counts(num_instances, num_replicas, ipus_per_replica)
-        if grace_period < 0:
-            raise PlanError(f"--grace-period must be 0 or more seconds, got {grace_period:g}.")
-        outside = [i for i in only_output_from_instance or () if i >= num_instances]
-        if outside:
-            raise PlanError(
-                f"--only-output-from-instance {outside[0]} is not an instance of this job; "
-                f"expected 0..{num_instances - 1}.")
-        outside = [i for i, _ in instance_mpi_local_args if i >= num_instances]
-        if outside:
-            raise PlanError(
-                f"--instance-mpi-local-args {outside[0]}:... is not an instance of this job; "
-                f"expected an index in 0..{num_instances - 1}.")
-        if numa_aware and bind_to == "core":
-            raise PlanError("--numa-aware binds each instance to a NUMA node and --bind-to core "
-                            "to cores; give only one of them.")
-        if evaluator and tf_config == "none":
-            raise PlanError("--evaluator needs a TF_CONFIG cluster to evaluate, but --tf-config "
-                            "none gives none; use --tf-config auto (the default), worker or chief "
-                            "with --evaluator.")
-        argv = resolve_program(program, args)
-        elastic = None
-        if elastic_given:
-            if backend == "mpi":
-                raise PlanError(
-                    "--min-np/--max-np/--host-discovery-script need Gloo: an MPI world is fixed "
-                    "when mpirun starts; use --backend ssh (or local on one host), or drop the "
-                    "elastic options.")
-            if max_restarts:
-                raise PlanError("--max-restarts is for fixed worlds; with --min-np/--max-np/"
-                                "--host-discovery-script use --reset-limit.")
-            if evaluator:
-                raise PlanError("--evaluator needs a fixed cluster; drop it or the elastic "
-                                "options.")
-            from popdist_launcher.launcher import elastic_setup
-            elastic = elastic_setup.check(
-                num_instances, min_np, max_np, host_discovery_script, slots_per_host,
-                elastic_timeout, reset_limit, blacklist_cooldown_range, elastic_mode, argv,
-                host=host, hostfile=hostfile, oversubscribe=oversubscribe, backend=backend,
-                start_timeout=start_timeout,
-                choose=lambda n, slots, chosen: topology.choose(
-                    n, backend=chosen, environ=os.environ, subnet=host_subnet,
-                    iface=network_interface, oversubscribe=oversubscribe,
-                    ssh=SshOptions(ssh_port, ssh_identity, ssh_config, start_timeout, ()),
-                    host_slots=slots))
-        exported = _horovod_settings(timeline_filename, autotune, autotune_log_file) \
-            + (((_contract.TF1, "1"),) if tf1 else ()) + parse_exports(env, os.environ)
-        layout = elastic.relayout(elastic.hosts, elastic.first_size) if elastic else topology.choose(
-            num_instances, host=host, hostfile=hostfile, oversubscribe=oversubscribe,
-            backend=backend, environ=os.environ, subnet=host_subnet, iface=network_interface,
-            mpi_global_args=mpi_global_args, mpi_local_args=mpi_local_args,
-            ssh=SshOptions(ssh_port, ssh_identity, ssh_config, start_timeout,
-                           agent_from_environ(os.environ)),
-            instance_mpi_local_args=instance_mpi_local_args)
+        options = options_lib.build(ctx.params, os.environ)
     except (PlanError, topology.TopologyError) as exc:
         raise click.UsageError(str(exc), ctx) from None
+    ctx.params["num_instances"] = options.num_instances  # as --export-config writes it
 
     if export_config:
         from popdist_launcher.launcher import config_file
@@ -583,64 +518,15 @@ def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional
         except config_file.ConfigFileError as exc:
             raise click.UsageError(str(exc), ctx) from None
 
-    for line in _inert_notes(ipu_only, instance_mpi_local_args and layout.controller != "mpi"):
+    for line in _inert_notes(ipu_only, instance_mpi_local_args and
+                             options.layout.controller != "mpi"):
         _say(f"{PROG}: note: {line}")
-    output = OutputOptions(tag_output=tag_output, only_instance=only_output_from_instance,
-                           output_dir=output_dir, tag_host=tag_output_host,
-                           timestamp=timestamp_output)
-    options = JobOptions(
-        layout=layout, argv=argv, num_instances=num_instances, num_replicas=num_replicas,
-        ipus_per_replica=ipus_per_replica, exported_env=exported, start_timeout=start_timeout,
-        grace_period=grace_period, port_range=port_range, max_restarts=max_restarts,
-        timeout=timeout, output=output,
-        placement=encode_placement("numa" if numa_aware else bind_to, thread_budget,
-                                   gpus_per_instance, report_bindings),
-        tf_config_mode=tf_config, evaluator=evaluator, elastic=elastic)
     try:
         return run_job(options, _say, click.echo if print_topology else None)
     except OutputDirError as exc:
         raise click.UsageError(str(exc), ctx) from None
     except (ports.PortError, topology.TopologyError) as exc:
         raise click.ClickException(str(exc)) from None
-
-
-def _only_elastic(**given: Any) -> None:
-    """Elastic settings without an elastic job (no --min-np, --max-np or --host-discovery-script)
-    would be silently ignored: refuse them."""
-    named = ["--" + name.replace("_", "-") for name, value in given.items() if value is not None]
-    if named:
-        raise PlanError(f"{', '.join(named)} only {'applies' if len(named) == 1 else 'apply'} to "
-                        f"elastic jobs; add --min-np, --max-np or --host-discovery-script, or "
-                        f"drop {'it' if len(named) == 1 else 'them'}.")
-
-
-def _default_instances(host: Optional[str], hostfile: Optional[str]) -> int:
-    """-np when not given: one per slot of -H or --hostfile (mpirun), else 1. A host list that
-    cannot be read counts 1 here; laying out the hosts reports what is wrong with it."""
-    from popdist_launcher.launcher import hosts as hostlib
-    try:
-        if host:
-            return hostlib.default_instances(hostlib.parse_host_list(host))
-        if hostfile:
-            return hostlib.default_instances(
-                hostlib.parse_hostfile(hostlib.read_hostfile(hostfile), hostfile))
-    except hostlib.HostError:
-        pass
-    return 1
-
-
-def _horovod_settings(timeline: Optional[str], autotune: bool,
-                      autotune_log: Optional[str]) -> Tuple[Tuple[str, str], ...]:
-    """horovodrun's --timeline-filename, --autotune and --autotune-log-file as Horovod's variables
-    (a -x of the same name, later in the list, wins)."""
-    settings = []
-    if timeline:
-        settings.append(("HOROVOD_TIMELINE", os.path.abspath(timeline)))
-    if autotune:
-        settings.append(("HOROVOD_AUTOTUNE", "1"))
-    if autotune_log:
-        settings.append(("HOROVOD_AUTOTUNE_LOG", os.path.abspath(autotune_log)))
-    return tuple(settings)
 
 
 def _inert_notes(ipu_only: Dict[str, Any], instance_args_unused: bool) -> List[str]:

@@ -1,6 +1,7 @@
 """The early engine start (launcher/fast_start.py): which commands take it, that the supervisor
 adopts the engine it started (one mpirun per job), and that bad input or a signal while the
-launcher loads leaves nothing of it behind."""
+launcher loads leaves nothing of it behind; the plainest command run without click
+(launcher/plain_job.py) with exactly the options click would give it."""
 import json
 import os
 import signal
@@ -12,7 +13,7 @@ import pytest
 
 from conftest import LAUNCHER, alive, poprun, program, wait_gone
 from popdist_launcher.launch import cli
-from popdist_launcher.launcher import fast_start, topology
+from popdist_launcher.launcher import fast_start, plain_job, topology
 from popdist_launcher.launcher.backends.base import Wiring
 from popdist_launcher.launcher.plan import build_plan
 from popdist_launcher.launcher.spawned import protocol
@@ -39,6 +40,46 @@ needs_mpi = pytest.mark.skipif(not fast_start.mpi_transport_available(),
 ])
 def test_only_plain_commands_start_early(argv, env, expected):
     assert fast_start.plain_instances(argv, {**PLAIN, **env}) == expected
+
+
+@pytest.mark.parametrize("argv", [
+    ["-np", "4", "prog"], ["-np", "1", "prog.py", "a", "--b", "-np", "3"],
+    ["--num-instances", "12", "prog", "--help"], ["-np", "007", "x", "-"],
+])
+def test_a_plain_command_gets_the_values_click_gives_it(argv, monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("POPRUN_"):
+            monkeypatch.delenv(name)
+    parsed = cli.make_context("poprun-lite", list(argv), auto_envvar_prefix="POPRUN").params
+    assert plain_job.params(argv, PLAIN) == parsed
+
+
+@pytest.mark.parametrize("argv, env", [
+    (["-np", "2", "--tag-output", "prog"], {}), (["-np", "2", "--", "prog"], {}),
+    (["-np", "2"], {}), (["prog", "-np", "2"], {}), (["-np", "٢", "prog"], {}),
+    (["-np", "2", "prog"], {"POPRUN_GRACE_PERIOD": "1"}),
+])
+def test_other_commands_go_through_the_cli(argv, env):
+    assert plain_job.params(argv, {**PLAIN, **env}) is None
+
+
+def test_a_plain_job_imports_no_click_and_a_refused_one_is_reported_by_the_cli():
+    env = {**PLAIN, "PYTHONPROFILEIMPORTTIME": "1"}
+    result = poprun("-np", "2", sys.executable, "-c", "print('ran')", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("ran") == 2
+    launcher_imports = [line for line in result.stderr.splitlines()
+                        if line.startswith("import time:")]
+    assert any("popdist_launcher.launcher.plain_job" in line for line in launcher_imports)
+    assert not [line for line in launcher_imports if line.split("|")[-1].strip() == "click"]
+    refused = poprun("-np", "2", "--num-replicas", "3", "no-such-program-here", env=PLAIN)
+    plain = poprun("-np", "0", "no-such-program-here", env=PLAIN)
+    assert refused.returncode == plain.returncode == 2
+    assert plain.stderr.strip().splitlines() == [
+        "poprun-lite: error: --num-instances must be at least 1, got 0; pass how many processes "
+        "to start, e.g. -np 4. (see poprun-lite --help)"]
+    too_many = poprun("-np", "65537", sys.executable, "-c", "pass", env=PLAIN)
+    assert too_many.returncode == 2 and "--num-instances must be at most 65536" in too_many.stderr
 
 
 @needs_mpi

@@ -3,8 +3,9 @@
 ``poprun-lite -np N PROGRAM [ARGS]`` (no option besides -np, no POPRUN_* variable, not inside a
 Slurm allocation, where the default backend is mpi) starts the same mpirun every such job starts,
 wrappers and all, before importing click and the rest of the launcher (~45 ms): the engine and
-its wrappers start while the launcher loads. Then the launcher runs as always; its supervisor
-adopts the engine (``take``) only when the job's own plan starts exactly that command, and
+its wrappers start while the launcher loads. Then that command runs without click
+(launcher/plain_job.py; every other command through the CLI, launch.py); the supervisor adopts
+the engine (``take``) only when the job's own plan starts exactly that command, and
 kills it otherwise; bad input kills it before anything is reported (``drop``). No program runs
 before the supervisor sends the wrappers their spec. Until mpirun has started, this module
 imports nothing that is not already loaded at interpreter start, besides ``_socket``.
@@ -44,6 +45,11 @@ def run() -> None:
             start(sys.argv[1:], os.environ)
         except OSError:  # the launcher starts the engine as usual, and reports what fails
             drop()
+        code = _run_plain(sys.argv[1:], os.environ)
+        if code is not None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)  # as launch.run() ends
         from popdist_launcher import launch
         launch.run()  # exits
     except KeyboardInterrupt:  # while the launcher loads: as an interrupt once it runs
@@ -51,6 +57,18 @@ def run() -> None:
         os._exit(130)
     finally:
         drop()
+
+
+def _run_plain(argv: "list[str]", environ: "dict[str, str]") -> "int | None":
+    """``-np N PROGRAM [ARGS]`` without click (launcher/plain_job.py): its exit code, or None
+    when the command is not that plain or is refused (the CLI runs it and says why)."""
+    if len(argv) < 3 or argv[0] not in ("-np", "--num-instances"):
+        return None  # decided before plain_job's imports
+    from popdist_launcher.launcher import plain_job
+    try:
+        return plain_job.run(argv, environ)
+    finally:
+        drop()  # an engine the job did not take: killed before any report, as in launch.main
 
 
 def find_mpirun() -> "str | None":

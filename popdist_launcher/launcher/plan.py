@@ -321,13 +321,15 @@ def horovod_tuning(controller: str, environ: Mapping[str, str]) -> Tuple[Tuple[s
     return tuple((k, v) for k, v in MPI_TUNING if k not in environ)
 
 
+MAX_INSTANCES = 65536  # -np's bound
+
+
 def check_counts(num_instances: int, num_replicas: Optional[int], ipus_per_replica: int) -> None:
     """The instance/replica arithmetic of PopRun, with errors that say how to fix it."""
-    if num_instances < 1:
-        raise PlanError(
-            f"--num-instances must be at least 1, got {num_instances}; pass how many processes to "
-            f"start, e.g. -np 4."
-        )
+    if not 1 <= num_instances <= MAX_INSTANCES:
+        bound = "at least 1" if num_instances < 1 else f"at most {MAX_INSTANCES}"
+        raise PlanError(f"--num-instances must be {bound}, got {num_instances}; pass how many "
+                        f"processes to start, e.g. -np 4.")
     if ipus_per_replica < 1:
         raise PlanError(f"--ipus-per-replica must be at least 1, got {ipus_per_replica}.")
     if num_replicas is None:
