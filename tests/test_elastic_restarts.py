@@ -99,45 +99,43 @@ def test_a_failed_host_is_left_out_and_training_resumes_on_fewer_instances(hosts
     nothing_left(hosts)
 
 
-def test_an_ipu_estimator_resumes_from_its_model_dir_with_the_step_count_and_weights(
-        hosts, tmp_path):
-    model_dir, out = tmp_path / "model", tmp_path / "out"
+def resumed_without_host_b(hosts, tmp_path, worker, *args, steps):
+    """Run ``worker STATE_DIR OUT_DIR ARGS`` as 4 instances on hostA:2,hostB:2, hostB's killed in
+    the first attempt; check that it ended on hostA's 2 instances with the NumPy weights of
+    ``steps`` full-batch steps, and return its final.json."""
+    out = tmp_path / "out"
     out.mkdir()
     result = poprun("-np", "4", "--min-np", "2", "-H", "hostA:2,hostB:2", *ssh_options(hosts),
-                    "tests/workers/elastic_estimator.py", str(model_dir), str(out), "6", "3",
-                    "2,3", timeout=600)
+                    worker, str(tmp_path / "state"), str(out), *args, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     final = json.loads((out / "final.json").read_text())
-    assert final["global_step"] == 6
     assert final["attempt"] == 1 and final["num_instances"] == 2
-    assert 1 <= final["resumed_at"] <= 4
-    w, b = elastic_estimator.reference(6)
-    np.testing.assert_allclose(final["w"], w, rtol=1e-5, atol=1e-6)
-    assert final["b"] == pytest.approx(b, rel=1e-5, abs=1e-6)
-    assert "-> 2 instance(s) on hostA" in result.stderr
-    nothing_left(hosts)
-
-
-def test_a_popdist_keras_fit_resumes_from_its_checkpoint_with_the_epochs_and_weights(
-        hosts, tmp_path):
-    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
-    out.mkdir()
-    # 4 epochs of 2 steps on the same 12-row global batch whatever the instance count; hostB's
-    # instances are killed at the end of epoch 2 of the first attempt.
-    result = poprun("-np", "4", "--min-np", "2", "-H", "hostA:2,hostB:2", *ssh_options(hosts),
-                    "tests/workers/elastic_keras_popdist.py", str(ckpt), str(out), "4", "2",
-                    "2,3", timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
-    final = json.loads((out / "final.json").read_text())
-    assert final["epochs"] == 4
-    assert final["attempt"] == 1 and final["num_instances"] == 2
-    assert final["resumed_at"] in (1, 2)
-    w, b = elastic_estimator.reference(2 * 4)
+    w, b = elastic_estimator.reference(steps)
     np.testing.assert_allclose(final["w"], w, rtol=1e-5, atol=1e-6)
     assert final["b"] == pytest.approx(b, rel=1e-5, abs=1e-6)
     assert "-> 2 instance(s) on hostA" in result.stderr
     assert "the job ran 2 attempt(s)" in result.stderr
     nothing_left(hosts)
+    return final
+
+
+def test_an_ipu_estimator_resumes_from_its_model_dir_with_the_step_count_and_weights(
+        hosts, tmp_path):
+    # 6 steps, hostB's instances killed at global step 3.
+    final = resumed_without_host_b(hosts, tmp_path, "tests/workers/elastic_estimator.py", "6",
+                                   "3", "2,3", steps=6)
+    assert final["global_step"] == 6
+    assert 1 <= final["resumed_at"] <= 4
+
+
+def test_a_popdist_keras_fit_resumes_from_its_checkpoint_with_the_epochs_and_weights(
+        hosts, tmp_path):
+    # 4 epochs of 2 steps on the same 12-row global batch whatever the instance count; hostB's
+    # instances are killed at the end of epoch 2 of the first attempt.
+    final = resumed_without_host_b(hosts, tmp_path, "tests/workers/elastic_keras_popdist.py",
+                                   "4", "2", "2,3", steps=2 * 4)
+    assert final["epochs"] == 4
+    assert final["resumed_at"] in (1, 2)
 
 
 def test_the_discovery_script_grows_and_shrinks_the_job(hosts, tmp_path):
