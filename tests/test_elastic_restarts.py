@@ -1,7 +1,8 @@
 """Elastic restarts through the real CLI: a failed host is left out and the job goes on from its
-checkpoint on fewer instances (PopDist custom loop, IPUEstimator, PopDist Keras fit), the
-discovery script grows and shrinks the job, below --min-np for --elastic-timeout ends it, and on
-one host a killed instance is started again. Hosts are network namespaces (tests/netns_hosts)."""
+checkpoint on fewer instances (PopDist custom loop, IPUEstimator, PopDist Keras fit, TF1
+session), the discovery script grows and shrinks the job, below --min-np for --elastic-timeout
+ends it, and on one host a killed instance is started again. Hosts are network namespaces
+(tests/netns_hosts)."""
 import contextlib
 import json
 import os
@@ -99,14 +100,14 @@ def test_a_failed_host_is_left_out_and_training_resumes_on_fewer_instances(hosts
     nothing_left(hosts)
 
 
-def resumed_without_host_b(hosts, tmp_path, worker, *args, steps):
+def resumed_without_host_b(hosts, tmp_path, worker, *args, steps, options=()):
     """Run ``worker STATE_DIR OUT_DIR ARGS`` as 4 instances on hostA:2,hostB:2, hostB's killed in
     the first attempt; check that it ended on hostA's 2 instances with the NumPy weights of
     ``steps`` full-batch steps, and return its final.json."""
     out = tmp_path / "out"
     out.mkdir()
     result = poprun("-np", "4", "--min-np", "2", "-H", "hostA:2,hostB:2", *ssh_options(hosts),
-                    worker, str(tmp_path / "state"), str(out), *args, timeout=600)
+                    *options, worker, str(tmp_path / "state"), str(out), *args, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     final = json.loads((out / "final.json").read_text())
     assert final["attempt"] == 1 and final["num_instances"] == 2
@@ -135,6 +136,16 @@ def test_a_popdist_keras_fit_resumes_from_its_checkpoint_with_the_epochs_and_wei
     final = resumed_without_host_b(hosts, tmp_path, "tests/workers/elastic_keras_popdist.py",
                                    "4", "2", "2,3", steps=2 * 4)
     assert final["epochs"] == 4
+    assert final["resumed_at"] in (1, 2)
+
+
+def test_a_tf1_session_resumes_from_its_saver_checkpoint_with_the_runs_and_weights(
+        hosts, tmp_path):
+    # Graphcore's TF1 style under --tf1: 4 loop runs of 2 steps, a Saver checkpoint after each;
+    # hostB's instances are killed after run 2 of the first attempt.
+    final = resumed_without_host_b(hosts, tmp_path, "tests/workers/elastic_tf1_session.py",
+                                   "4", "2", "2,3", steps=2 * 4, options=("--tf1",))
+    assert final["runs"] == 4
     assert final["resumed_at"] in (1, 2)
 
 

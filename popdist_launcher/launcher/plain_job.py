@@ -67,7 +67,8 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> Optional[int]:
     except (PlanError, topology.TopologyError):
         return None
     try:
-        return run_job(job, _say, None)
+        code = run_job(job, _say, None)
+        return code if isinstance(code, int) else 0  # never None: that would run it again
     except (ports.PortError, topology.TopologyError) as exc:  # as click.ClickException prints
         _say(f"{PROG}: error: {exc}")
         return 1
