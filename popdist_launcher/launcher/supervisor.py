@@ -344,7 +344,9 @@ class Supervisor:
                          if d is not None]
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             for key, mask in self._sel.select(timeout):
-                if self._sel.get_map().get(key.fileobj) is not key:
+                # By descriptor: an earlier event of this batch may have closed this one's
+                # socket (a lost host takes its other connections), whose fileno() is then -1.
+                if self._sel.get_map().get(key.fd) is not key:
                     continue  # unregistered by an earlier event of this batch
                 kind = key.data[0]
                 if kind == "conn":
