@@ -479,25 +479,9 @@ def _export_path(ctx: click.Context, param: click.Parameter,
 @click.argument("program")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional[int],
-        ipus_per_replica: int, env: Sequence[str],
-        only_output_from_instance: Optional[Tuple[int, ...]], output_dir: Optional[str],
-        tag_output: bool, tag_output_host: bool, timestamp_output: bool, start_timeout: float,
-        grace_period: float, timeout: Optional[float], port_range: Optional[Tuple[int, int]],
-        host: Optional[str], hostfile: Optional[str], oversubscribe: bool, backend: str,
-        ssh_port: Optional[int], ssh_identity: Optional[str], ssh_config: Optional[str],
-        network_interface: Optional[str], host_subnet: Optional[str], mpi_global_args: str,
-        mpi_local_args: str, instance_mpi_local_args: Tuple[Tuple[int, str], ...],
-        numa_aware: bool, bind_to: str, thread_budget: bool, gpus_per_instance: str,
-        report_bindings: bool, timeline_filename: Optional[str], autotune: bool,
-        autotune_log_file: Optional[str], tf_config: str, tf1: bool, evaluator: bool,
-        max_restarts: int, min_np: Optional[int], max_np: Optional[int],
-        host_discovery_script: Optional[str], slots_per_host: Optional[int],
-        elastic_timeout: Optional[float], reset_limit: Optional[int],
-        blacklist_cooldown_range: Optional[Tuple[int, int]], elastic_mode: str,
-        print_topology: bool,
-        export_config: Optional[str], overwrite_config: bool, verbose: int, program: str,
-        args: Sequence[str], **ipu_only: Any) -> int:
+def cli(ctx: click.Context, verbose: int, export_config: Optional[str], overwrite_config: bool,
+        instance_mpi_local_args: Tuple[Tuple[int, str], ...], print_topology: bool,
+        **_: Any) -> int:
     """Run PROGRAM [ARGS]... as NUM_INSTANCES cooperating instances.
 
     Each instance gets its PopDist variables, a TF_CONFIG and what a plain hvd.init() needs.
@@ -518,6 +502,7 @@ def cli(ctx: click.Context, num_instances: Optional[int], num_replicas: Optional
         except config_file.ConfigFileError as exc:
             raise click.UsageError(str(exc), ctx) from None
 
+    ipu_only = {name: value for name, value in ctx.params.items() if name in IPU_ONLY}
     for line in _inert_notes(ipu_only, instance_mpi_local_args and
                              options.layout.controller != "mpi"):
         _say(f"{PROG}: note: {line}")

@@ -226,6 +226,22 @@ def test_mpirun_command_carries_the_secret_only_in_its_environment():
     assert list(launch.argv[-4:]) == ["--timeout", "60", "--rank-from", "OMPI_COMM_WORLD_RANK"]
 
 
+def test_wrappers_that_may_be_on_other_hosts_try_tcp_before_the_unix_socket():
+    # A Unix socket's path can be reachable from another host sharing the filesystem (network
+    # namespaces, containers), and would hide that host's loss from the keepalive.
+    assert Wiring("/tmp/s", None, 60.0).addresses() == ["unix:/tmp/s"]
+    wiring = Wiring("/tmp/s", ("10.0.0.1", 4242), 60.0)
+    assert wiring.addresses() == ["tcp:10.0.0.1:4242", "unix:/tmp/s"]
+    assert wiring.addresses(unix=False) == ["tcp:10.0.0.1:4242"]
+    from popdist_launcher.launcher.hosts import HostSlots
+    from popdist_launcher.launcher.backends.mpi import MpiBackend
+    backend = MpiBackend([HostSlots("localhost", 2), HostSlots("node-b", 2)], [2, 2])
+    plan = _plan((Host("localhost", "127.0.0.1"), Host("node-b", "10.0.0.2")), [2, 2])
+    (launch,) = backend.launches(plan, wiring, "s3cr3t")
+    argv = list(launch.argv)
+    assert argv[argv.index("--connect") + 1] == "tcp:10.0.0.1:4242,unix:/tmp/s"
+
+
 # ---- the supervisor with stand-in engines ----------------------------------------------------
 class ShellEngine(Backend):
     """An engine that is a shell script: it starts wrappers itself (or fails)."""

@@ -62,7 +62,7 @@ def run() -> None:
 def _run_plain(argv: "list[str]", environ: "dict[str, str]") -> "int | None":
     """``-np N PROGRAM [ARGS]`` without click (launcher/plain_job.py): its exit code, or None
     when the command is not that plain or is refused (the CLI runs it and says why)."""
-    if len(argv) < 3 or argv[0] not in ("-np", "--num-instances"):
+    if plain_count(argv, environ) is None:
         return None  # decided before plain_job's imports
     from popdist_launcher.launcher import plain_job
     try:
@@ -171,17 +171,25 @@ def plain_command(count: int, mpirun: str, unix_path: str) -> "list[str]":
         wrapper_command([f"unix:{unix_path}"], START_TIMEOUT, local=True)
 
 
-def plain_instances(argv: "list[str]", environ: "dict[str, str]") -> "int | None":
-    """N when the command is ``-np N PROGRAM [ARGS]`` in an environment that sets no option,
-    no Slurm allocation and makes mpi the default backend for N local instances; else None."""
+def plain_count(argv: "Sequence[str]", environ: "Mapping[str, str]") -> "int | None":
+    """N when the command is ``-np N PROGRAM [ARGS]`` in an environment that sets no option
+    (no POPRUN_* variable); else None."""
     if len(argv) < 3 or argv[0] not in ("-np", "--num-instances") or argv[2].startswith("-"):
         return None
-    if not (argv[1].isascii() and argv[1].isdigit()) or not 2 <= int(argv[1]) <= \
-            MAX_EARLY_INSTANCES:
+    if not (argv[1].isascii() and argv[1].isdigit()):
         return None
-    if "SLURM_JOB_ID" in environ or any(name.startswith("POPRUN_") for name in environ):
+    if any(name.startswith("POPRUN_") for name in environ):
         return None
-    return int(argv[1]) if mpi_transport_available() else None
+    return int(argv[1])
+
+
+def plain_instances(argv: "list[str]", environ: "dict[str, str]") -> "int | None":
+    """N when the command is plain (plain_count), outside a Slurm allocation, and mpi is the
+    default backend for N local instances; else None."""
+    count = plain_count(argv, environ)
+    if count is None or not 2 <= count <= MAX_EARLY_INSTANCES or "SLURM_JOB_ID" in environ:
+        return None
+    return count if mpi_transport_available() else None
 
 
 def start(argv: "list[str]", environ: "dict[str, str]") -> None:

@@ -14,7 +14,7 @@ gc.disable()  # as in launch.py: the imports below make no garbage worth a colle
 import sys  # noqa: E402
 from typing import Dict, Mapping, Optional, Sequence  # noqa: E402
 
-from popdist_launcher.launcher import options, ports, topology  # noqa: E402
+from popdist_launcher.launcher import fast_start, options, ports, topology  # noqa: E402
 from popdist_launcher.launcher.agent import run_job  # noqa: E402
 from popdist_launcher.launcher.plan import PlanError  # noqa: E402
 
@@ -45,15 +45,11 @@ DEFAULTS: Dict[str, object] = {
 
 
 def params(argv: Sequence[str], environ: Mapping[str, str]) -> Optional[Dict[str, object]]:
-    """The CLI's values for ``argv`` when it is ``-np N PROGRAM [ARGS]`` and no POPRUN_* variable
-    sets an option; else None."""
-    if len(argv) < 3 or argv[0] not in ("-np", "--num-instances") or argv[2].startswith("-"):
+    """The CLI's values for ``argv`` when it is plain (fast_start.plain_count); else None."""
+    count = fast_start.plain_count(argv, environ)
+    if count is None:
         return None
-    if not (argv[1].isascii() and argv[1].isdigit()):
-        return None
-    if any(name.startswith("POPRUN_") for name in environ):
-        return None
-    return dict(DEFAULTS, num_instances=int(argv[1]), program=argv[2], args=tuple(argv[3:]))
+    return dict(DEFAULTS, num_instances=count, program=argv[2], args=tuple(argv[3:]))
 
 
 def run(argv: Sequence[str], environ: Mapping[str, str]) -> Optional[int]:

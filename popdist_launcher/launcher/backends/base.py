@@ -23,14 +23,19 @@ class Wiring(NamedTuple):
     tcp_address: Optional[Tuple[str, int]]
     start_timeout: float
 
-    def wrapper_argv(self, *how: str, unix: bool = True, tcp: bool = True) -> List[str]:
+    def addresses(self, unix: bool = True) -> List[str]:
+        """Where a wrapper looks for the launcher, in the order it tries them. TCP (there only
+        when some wrapper may run on another host) comes first: a Unix socket's path can be
+        reachable from another host too (hosts that share a filesystem, as network namespaces
+        or containers on one machine), and such a connection would outlive that host's
+        network, hiding its loss from the connection's keepalive."""
+        tcp = [] if self.tcp_address is None else \
+            [f"tcp:{self.tcp_address[0]}:{self.tcp_address[1]}"]
+        return tcp + ([f"unix:{self.unix_path}"] if unix else [])
+
+    def wrapper_argv(self, *how: str, unix: bool = True) -> List[str]:
         """The command that starts a wrapper; ``how`` says which instance it is."""
-        addresses = []
-        if unix:
-            addresses.append(f"unix:{self.unix_path}")
-        if tcp and self.tcp_address is not None:
-            addresses.append(f"tcp:{self.tcp_address[0]}:{self.tcp_address[1]}")
-        return [sys.executable, "-m", WRAPPER_MODULE, "--connect", ",".join(addresses),
+        return [sys.executable, "-m", WRAPPER_MODULE, "--connect", ",".join(self.addresses(unix)),
                 "--timeout", f"{self.start_timeout:g}", *how]
 
 

@@ -68,15 +68,7 @@ class MpiBackend(Backend):
             if self.network:
                 argv += ["--prtemca", "prte_if_include", self.network,
                          "--mca", "btl_tcp_if_include", self.network]
-        # One wrapper command for every rank. With other hosts, TCP comes first: a Unix socket
-        # path can be reachable from another host's ranks too (hosts that share a filesystem,
-        # like network namespaces or containers on one machine), and such a connection would
-        # outlive that host's network, hiding its loss from the connection's keepalive.
-        addresses = [f"unix:{wiring.unix_path}"]
-        if wiring.tcp_address is not None:
-            tcp = f"tcp:{wiring.tcp_address[0]}:{wiring.tcp_address[1]}"
-            addresses = addresses + [tcp] if local else [tcp] + addresses
-        wrapper = wrapper_command(addresses, wiring.start_timeout, local)
+        wrapper = wrapper_command(wiring.addresses(), wiring.start_timeout, local)
         if len(contexts) == 1:
             return argv + app_context(plan.num_instances, hosts) + self.global_args \
                 + self.local_args + wrapper
