@@ -12,6 +12,7 @@ demo: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/poprun-lite -np $(NP) examples/cnn_estimator.py --min-accuracy 0.95
 
 test: setup
+	$(BIN)/ruff check popdist_launcher popdist tests benchmarks examples scripts
 	@bash scripts/install-test-hosts.sh || test "$$CI" != true
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests $(PYTEST_ARGS)
 

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import click
 
 from popdist_launcher import __version__, tf_config as tf_config_lib
-from popdist_launcher.launcher import fast_start, ports
+from popdist_launcher.launcher import ports
 from popdist_launcher.launcher import topology
 from popdist_launcher.launcher import _say as verbosity
 from popdist_launcher.launcher.agent import run_job
@@ -556,12 +556,9 @@ def _configure_logging(verbose: int) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point: click's errors become one line on stderr and exit code 2, never a traceback."""
     try:
-        try:
-            words = _boolean_values(sys.argv[1:] if argv is None else argv)
-            code = cli.main(args=words, prog_name=PROG,
-                            standalone_mode=False, auto_envvar_prefix=ENV_PREFIX)
-        finally:  # an engine fast_start started that the job did not take: killed before a report
-            fast_start.drop()
+        words = _boolean_values(sys.argv[1:] if argv is None else argv)
+        code = cli.main(args=words, prog_name=PROG,
+                        standalone_mode=False, auto_envvar_prefix=ENV_PREFIX)
     except click.UsageError as exc:
         click.echo(f"{PROG}: error: {exc.format_message()} (see {PROG} --help)", err=True)
         return exc.exit_code

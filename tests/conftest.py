@@ -1,5 +1,6 @@
 """Shared helpers: run the real launcher as a user would, and watch the processes it started."""
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -74,3 +75,25 @@ def pid_dir(tmp_path):
                 os.kill(pid, 9)
             except ProcessLookupError:
                 pass
+
+
+SLURM_LOCAL = Path(__file__).resolve().parent.parent / "scripts" / "slurm-local.sh"
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """A one-node Slurm cluster for the module's tests: the environment that reaches it."""
+    if os.geteuid() != 0:
+        pytest.fail("the Slurm tests need root to run a one-node cluster (scripts/slurm-local.sh); "
+                    "run `make test` as root", pytrace=False)
+    folder = Path("/tmp") / f"poprun-slurm-{os.getpid()}"  # munged needs a world-enterable path
+    started = subprocess.run(["bash", str(SLURM_LOCAL), "start", str(folder)],
+                             capture_output=True, text=True, timeout=900)
+    assert started.returncode == 0, started.stderr[-3000:]
+    env = dict(os.environ, SLURM_CONF=str(folder / "slurm.conf"))
+    try:
+        yield env
+    finally:
+        subprocess.run(["bash", str(SLURM_LOCAL), "stop", str(folder)],
+                       capture_output=True, timeout=120)
+        shutil.rmtree(folder, ignore_errors=True)

@@ -19,7 +19,6 @@ import pytest
 
 from conftest import LAUNCHER, wait_gone
 from netns_hosts import TestHosts, require_test_hosts
-from test_slurm import slurm  # noqa: F401  (the one-node Slurm cluster fixture)
 
 sys.path.insert(0, str(Path(__file__).parent / "workers"))
 from elastic_reference import keras_reference, loop_reference  # noqa: E402

@@ -3,14 +3,13 @@ real training over ssh and over mpirun, faults across hosts, and restarts."""
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
 
-from conftest import LAUNCHER, alive, poprun, poprun_background, program, read_pids, \
+from conftest import poprun, poprun_background, program, read_pids, \
     wait_for_files, wait_gone
 from netns_hosts import TestHosts, require_test_hosts
 

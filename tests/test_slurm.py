@@ -2,10 +2,8 @@
 scripts/slurm-local.sh, poprun-lite inside `salloc` choosing srun by itself. Plus the runtime
 context of a plain srun task, from SLURM_* variables recorded on that cluster."""
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,24 +15,6 @@ from popdist_launcher.launcher import topology
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = Path(__file__).parent / "data" / "slurm"
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.fail("the Slurm tests need root to run a one-node cluster (scripts/slurm-local.sh); "
-                    "run `make test` as root", pytrace=False)
-    folder = Path("/tmp") / f"poprun-slurm-{os.getpid()}"  # munged needs a world-enterable path
-    started = subprocess.run(["bash", str(ROOT / "scripts/slurm-local.sh"), "start", str(folder)],
-                             capture_output=True, text=True, timeout=900)
-    assert started.returncode == 0, started.stderr[-3000:]
-    env = dict(os.environ, SLURM_CONF=str(folder / "slurm.conf"))
-    try:
-        yield env
-    finally:
-        subprocess.run(["bash", str(ROOT / "scripts/slurm-local.sh"), "stop", str(folder)],
-                       capture_output=True, timeout=120)
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_inside_salloc_poprun_lite_starts_instances_with_srun(slurm, tmp_path):

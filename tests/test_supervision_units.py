@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from popdist_launcher.launcher import output as out
-from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
+from popdist_launcher.launcher.backends.base import WRAPPER_CODE, Backend, Launch, Wiring
 from popdist_launcher.launcher.backends.ssh import SshBackend
 from popdist_launcher.launcher.hub import Hub
 from popdist_launcher.launcher.spawned import protocol as p
@@ -205,7 +205,7 @@ def test_ssh_command_is_quoted_and_carries_no_secret():
     assert not any("s3cr3t" in word for word in remote.argv)
     assert remote.argv[remote.argv.index("--") + 1] == "node b"
     words = shlex.split(remote.argv[-1])
-    assert words == ["exec", sys.executable, "-m", "popdist_launcher.launcher.spawned.instance",
+    assert words == ["exec", sys.executable, "-c", WRAPPER_CODE.format(""),
                      "--connect", "tcp:10.0.0.1:4242", "--timeout", "30", "--index", "1",
                      "--secret-stdin"]  # the program travels over the wrapper's connection
     assert SshBackend().explain_engine_exit(remote, 255).startswith("lost its ssh session")

@@ -6,7 +6,7 @@ import itertools
 import re
 import uuid
 import weakref
-from typing import (Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar,
+from typing import (Any, Callable, Dict, Iterable, List, Optional, Sequence, TypeVar,
                     Union)
 
 import horovod.tensorflow as hvd

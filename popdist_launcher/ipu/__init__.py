@@ -5,7 +5,7 @@ package does not import TensorFlow.
 import importlib
 import importlib.util
 
-from popdist_launcher.ipu import config
+from popdist_launcher.ipu import config as config  # ipu.config without a first-use load
 
 # Graphcore's ipu package also exposes its ops modules at the top (ipu.nn_ops is ipu.ops.nn_ops).
 _OPS = {"cross_replica_ops", "embedding_ops", "image_ops", "math_ops", "nn_ops", "pipelining_ops",

@@ -49,13 +49,6 @@ class Hub:
         self._listen(sock)
         return path
 
-    def adopt_unix(self, sock: socket.socket, folder: str) -> str:
-        """A Unix socket bound and listening as ``listen_unix``'s, made before this hub (by
-        ``fast_start``, with the engine it started early); closed and removed as its own."""
-        self.unix_dir = folder
-        self._listen(sock)
-        return os.path.join(folder, "launcher.sock")
-
     def listen_tcp(self, address: str) -> Tuple[str, int]:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind((address, 0))

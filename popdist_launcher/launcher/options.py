@@ -1,7 +1,6 @@
 """The job's options as one validated, frozen value: what the command line asked for, with the
 host layout it chose; ``build`` checks the command line's values into it and the agent takes it.
-Named tuples, not frozen dataclasses: on every job's start-up path, where dataclasses would cost
-~2 ms. Nothing here imports click: the plainest command is built without it (launcher/plain_job)."""
+Nothing here imports click: the command line (launch.py) is the one place that knows it."""
 from __future__ import annotations
 
 import os

@@ -67,7 +67,7 @@ def check_private_dir(path: str) -> None:
     except OSError as exc:
         raise PortError(f"cannot inspect the port-lock folder {path} ({exc.strerror}); set TMPDIR "
                         f"to a folder of your own.") from None
-    fix = f"remove it (another user may have planted it) or set TMPDIR to a folder of your own"
+    fix = "remove it (another user may have planted it) or set TMPDIR to a folder of your own"
     if not stat.S_ISDIR(info.st_mode):
         raise PortError(f"the port-lock folder {path} is not a folder (a symlink or a file); "
                         f"{fix}.")

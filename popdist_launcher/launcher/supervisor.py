@@ -27,7 +27,7 @@ from typing import Callable, Dict, List, Optional
 
 from popdist_launcher.launcher.spawned import rendezvous
 from popdist_launcher.launcher._say import debug
-from popdist_launcher.launcher import fast_start, processes, report
+from popdist_launcher.launcher import processes, report
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.hub import Conn, Hub
 from popdist_launcher.launcher.output import STDERR, STDOUT, LogFiles, Router
@@ -220,14 +220,9 @@ class Supervisor:
     def _start_all(self) -> None:
         launches_remote = any(not i.host.local for i in self.plan.instances) or \
             (self._world is not None and self._world.remote)
-        # The engine fast_start started while the launcher loaded, if it is this job's command.
-        early = fast_start.take(self.backend, self.plan)
-        if early is not None:
-            self._secret = early.secret
-        wiring = self._wiring = Wiring(early.listen(self._hub) if early is not None else
-                        self._hub.listen_unix(self._secret[:8]),
-                        self._hub.listen_tcp(self.plan.rendezvous_address)
-                        if launches_remote else None, self.plan.start_timeout)
+        wiring = self._wiring = Wiring(self._hub.listen_unix(self._secret[:8]),
+                                       self._hub.listen_tcp(self.plan.rendezvous_address)
+                                       if launches_remote else None, self.plan.start_timeout)
         # an open world starts empty: its instances come one by one (add_instance)
         launches = self.backend.launches(self.plan, wiring, self._secret) \
             if self._world is None else []
@@ -241,7 +236,7 @@ class Supervisor:
             if launch.argv is None:
                 self._fork(launch)
             else:
-                self._spawn(launch, early)
+                self._spawn(launch)
             if self._failure is not None:
                 break
         if self._rendezvous_socket is not None:
@@ -292,10 +287,10 @@ class Supervisor:
         if index == 0:
             self._stdin.flush()
 
-    def _spawn(self, launch: Launch, early: Optional[fast_start.EarlyEngine] = None) -> None:
+    def _spawn(self, launch: Launch) -> None:
         debug("starting %s: %s", launch.label, " ".join(launch.argv))
         try:
-            popen = early.process if early is not None else subprocess.Popen(
+            popen = subprocess.Popen(
                 list(launch.argv), env=launch.env, stdin=subprocess.PIPE if launch.stdin else
                 subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 process_group=0, close_fds=True)

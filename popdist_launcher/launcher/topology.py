@@ -15,7 +15,8 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 from popdist_launcher.launcher import hosts as hostlib
 from popdist_launcher.launcher import ports
 from popdist_launcher.launcher.backends.base import Backend
-from popdist_launcher.launcher.fast_start import mpi_transport_available
+from popdist_launcher.launcher.backends.detect import (find_mpirun, in_slurm_allocation,
+                                                       mpi_transport_available)
 from popdist_launcher.launcher.plan import Host
 from popdist_launcher.launcher.remote import RemoteError, SshOptions, probe_hosts
 
@@ -181,7 +182,7 @@ def choose(num_instances: int, host: Optional[str] = None, hostfile: Optional[st
         except ValueError:
             raise TopologyError(f"--host-subnet {subnet!r} is not a subnet; expected CIDR "
                                 f"notation such as 10.1.0.0/16.") from None
-    in_slurm = bool(environ.get("SLURM_JOB_ID") and environ.get("SLURM_JOB_NODELIST"))
+    in_slurm = in_slurm_allocation(environ)
     try:
         if host_slots is not None:
             slots, source = list(host_slots), "the elastic job's hosts"
@@ -200,7 +201,6 @@ def choose(num_instances: int, host: Optional[str] = None, hostfile: Optional[st
 
     all_local = all(hostlib.is_local(s.name) for s, n in zip(slots, counts) if n)
     if backend == "auto":
-        from popdist_launcher.launcher.backends.mpi import find_mpirun
         # An MPI remote-shell agent in the environment (a Kubernetes MPIJob's launcher) may not
         # be ssh and may not carry stdin: other hosts are then reached through mpirun.
         backend = "slurm" if (in_slurm and not host and not hostfile and not host_slots) else (

@@ -11,7 +11,7 @@ TF1 sessions (the IPUEstimator's too) run its collectives through this worker's 
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict
 
 import logging
 

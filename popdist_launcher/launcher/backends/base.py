@@ -8,12 +8,19 @@ which supervises all instances the same way (see ``launcher/supervisor.py``).
 from __future__ import annotations
 
 import abc
+import os
 import sys
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher.launcher.plan import Host, LaunchPlan
 
-WRAPPER_MODULE = "popdist_launcher.launcher.spawned.instance"
+# The wrapper's command. ``-c`` rather than ``-m``: runpy's imports would cost every wrapper ~3 ms.
+WRAPPER_CODE = ("import os, sys; {}from popdist_launcher.launcher.spawned.instance import main; "
+                "code = main(); sys.stdout.flush(); sys.stderr.flush(); os._exit(code)")
+# Where this popdist_launcher is: wrappers on this host find it there without the site module
+# (the wrapper needs the standard library only; site's .pth files cost every wrapper ~2 ms).
+PACKAGE_HOME = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 
 
 class Wiring(NamedTuple):
@@ -33,10 +40,14 @@ class Wiring(NamedTuple):
             [f"tcp:{self.tcp_address[0]}:{self.tcp_address[1]}"]
         return tcp + ([f"unix:{self.unix_path}"] if unix else [])
 
-    def wrapper_argv(self, *how: str, unix: bool = True) -> List[str]:
-        """The command that starts a wrapper; ``how`` says which instance it is."""
-        return [sys.executable, "-m", WRAPPER_MODULE, "--connect", ",".join(self.addresses(unix)),
-                "--timeout", f"{self.start_timeout:g}", *how]
+    def wrapper_argv(self, *how: str, unix: bool = True, local: bool = False) -> List[str]:
+        """The command that starts a wrapper; ``how`` says which instance it is. With ``local``
+        (the wrapper runs on this host) it skips the site module and the current directory."""
+        python = [sys.executable, "-S", "-P", "-c",
+                  WRAPPER_CODE.format(f"sys.path.append({PACKAGE_HOME!r}); ")] if local else \
+            [sys.executable, "-c", WRAPPER_CODE.format("")]
+        return python + ["--connect", ",".join(self.addresses(unix)),
+                         "--timeout", f"{self.start_timeout:g}", *how]
 
 
 class Launch(NamedTuple):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import tensorflow as tf
 
