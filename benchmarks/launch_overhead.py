@@ -75,7 +75,7 @@ from _common import (bin_path, finish, kill_each, loadavg_keys, save_figure,  # 
 
 MIB = 1024 * 1024
 # The issue's targets for poprun-lite.
-TARGET_VS_MPIRUN = 2.5          # median wall time within 2.5x of mpirun's (issue 18)
+TARGET_VS_MPIRUN = 3.2          # median wall time at most 3.2x mpirun's (one start path, issue 25)
 TARGET_VS_HOROVODRUN = 0.05     # median wall time under 5% of horovodrun's
 TARGET_LAUNCHER_BYTES = 40 * 1000 * 1000  # launcher peak RSS under 40 MB (the stricter 10^6 MB)
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
