@@ -60,12 +60,12 @@ class HostEmbeddingOptimizerSpec:
         return self._eager_dummies[name]
 
     def create_register_instruction(self, embedding_tensor, slot_vars: List, name: str):
-        """Nothing to connect on a CPU: a no-op (None when eager)."""
-        return None if tf.executing_eagerly() else tf.no_op(name=f"{name}_register")
+        """Nothing to connect on a CPU: a no-op in the table's graph (None when eager)."""
+        return _no_op_beside(embedding_tensor, f"{name}_register")
 
     def create_deregister_instruction(self, embedding_tensor, slot_vars: List, name: str):
-        """Nothing to disconnect on a CPU: a no-op (None when eager)."""
-        return None if tf.executing_eagerly() else tf.no_op(name=f"{name}_deregister")
+        """Nothing to disconnect on a CPU: a no-op in the table's graph (None when eager)."""
+        return _no_op_beside(embedding_tensor, f"{name}_deregister")
 
     def create_slot_variables(self, embedding_tensor, name: str) -> List:
         """Plain SGD keeps no state besides the table."""
@@ -123,6 +123,15 @@ class HostEmbeddingSGDGAOptimizerSpec(HostEmbeddingOptimizerSpec):
                 return tf.group(tf.compat.v1.assign(pending, tf.zeros_like(pending)))
 
         return tf.cond(tf.equal(counted % self._accumulation_factor, 0), apply_pending, tf.no_op)
+
+
+def _no_op_beside(embedding_tensor, name: str):
+    """A no-op in the graph that holds the table, as an op taking the table would be (a
+    program may register while another graph is the default); None when eager."""
+    if tf.executing_eagerly():
+        return None
+    with embedding_tensor.graph.as_default():
+        return tf.no_op(name=name)
 
 
 def _host_value(embedding_tensor):

@@ -28,30 +28,32 @@ index, count = popdist.getInstanceIndex(), popdist.getNumInstances()
 steps = len(IDS) // count
 out = {"instance": index, "instances": count, "steps": steps}
 
-sgd = embedding_ops.create_host_embedding(
-    "sgd_table", [ROWS, WIDTH], np.float32, initializer=tf.constant_initializer(INIT),
-    optimizer_spec=embedding_ops.HostEmbeddingOptimizerSpec(LR))
-accumulated = embedding_ops.create_host_embedding(
-    "ga_table", [ROWS, WIDTH], np.float32, initializer=tf.constant_initializer(INIT),
-    optimizer_spec=embedding_ops.HostEmbeddingSGDGAOptimizerSpec(LR, ACCUMULATION))
-frozen = embedding_ops.create_host_embedding(
-    "frozen_table", [ROWS, WIDTH], np.float32, initializer=tf.constant_initializer(INIT))
+# The model is built in a graph of its own and registered while that graph is not the default,
+# as Graphcore's click-through-rate programs do.
+graph = tf.Graph()
+with graph.as_default():
+    sgd = embedding_ops.create_host_embedding(
+        "sgd_table", [ROWS, WIDTH], np.float32, initializer=tf.constant_initializer(INIT),
+        optimizer_spec=embedding_ops.HostEmbeddingOptimizerSpec(LR))
+    accumulated = embedding_ops.create_host_embedding(
+        "ga_table", [ROWS, WIDTH], np.float32, initializer=tf.constant_initializer(INIT),
+        optimizer_spec=embedding_ops.HostEmbeddingSGDGAOptimizerSpec(LR, ACCUMULATION))
+    frozen = embedding_ops.create_host_embedding(
+        "frozen_table", [ROWS, WIDTH], np.float32, initializer=tf.constant_initializer(INIT))
 
-dataset = tf.data.Dataset.from_tensor_slices(IDS).shard(count, index)
-infeed = ipu.ipu_infeed_queue.IPUInfeedQueue(dataset)
+    dataset = tf.data.Dataset.from_tensor_slices(IDS).shard(count, index)
+    infeed = ipu.ipu_infeed_queue.IPUInfeedQueue(dataset)
 
+    def body(loss, ids):
+        rows = sgd.lookup(ids) + 2 * accumulated.lookup(ids) + frozen.lookup(ids)
+        w = tf.get_variable("w", [WIDTH, 1], initializer=tf.ones_initializer())
+        h = tf.matmul(rows, w)
+        step_loss = tf.reduce_sum(h * h) / 2
+        return step_loss, tf.train.GradientDescentOptimizer(LR_W).minimize(step_loss)
 
-def body(loss, ids):
-    rows = sgd.lookup(ids) + 2 * accumulated.lookup(ids) + frozen.lookup(ids)
-    w = tf.get_variable("w", [WIDTH, 1], initializer=tf.ones_initializer())
-    h = tf.matmul(rows, w)
-    step_loss = tf.reduce_sum(h * h) / 2
-    return step_loss, tf.train.GradientDescentOptimizer(LR_W).minimize(step_loss)
-
-
-with ipu.scopes.ipu_scope("/device:IPU:0"):
-    run = ipu.ipu_compiler.compile(lambda: ipu.loops.repeat(steps, body, [0.0], infeed))
-trace = gen_ipu_ops.ipu_event_trace()
+    with ipu.scopes.ipu_scope("/device:IPU:0"):
+        run = ipu.ipu_compiler.compile(lambda: ipu.loops.repeat(steps, body, [0.0], infeed))
+    trace = gen_ipu_ops.ipu_event_trace()
 
 cfg = ipu.config.IPUConfig()
 cfg.auto_select_ipus = 1
@@ -67,16 +69,19 @@ def error(fn):
     return None
 
 
-with tf.Session() as sess:
-    sess.run(tf.global_variables_initializer())
+with graph.as_default():
+    initialize = tf.global_variables_initializer()
+    w_variable = tf.trainable_variables("w")[0]
+with tf.Session(graph=graph) as sess:
+    sess.run(initialize)
     sess.run(infeed.initializer)
     with sgd.register(sess), accumulated.register(sess), frozen.register(sess):
         out["loss"] = float(sess.run(run)[0])
     for name, embedding in (("sgd", sgd), ("ga", accumulated), ("frozen", frozen)):
         out[name] = sess.run(embedding.get_embedding_tensor()).tolist()
-    out["w"] = sess.run(tf.trainable_variables("w")[0]).ravel().tolist()
+    out["w"] = sess.run(w_variable).ravel().tolist()
     out["trace"] = sess.run(trace).tolist()
-out["variables"] = sorted(v.op.name for v in tf.global_variables())
+out["variables"] = sorted(v.op.name for v in graph.get_collection("variables"))
 out["register_without_session"] = error(lambda: sgd.register())
 out["call"] = error(lambda: sgd(1))
 out["popnn_op"] = error(lambda: gen_popnn_ops.popnn_gru_layer(1))
