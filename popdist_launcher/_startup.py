@@ -1,5 +1,6 @@
 """Run at every interpreter start by ``popdist_launcher.pth`` in site-packages: makes
-``tensorflow.python.ipu[.X]`` import as ``popdist_launcher.ipu[.X]`` (the same module objects),
+``tensorflow.python.ipu[.X]`` import as ``popdist_launcher.ipu[.X]`` (the same module objects)
+and the SDK's internal ``tensorflow.compiler.plugin[.X]`` as ``popdist_launcher.ipu._sdk[.X]``,
 so IPU programs run unedited, and runs the hooks registered with ``after_import`` right after a
 module (TensorFlow, the estimator's RunConfig ...) first finishes importing. Standard library
 only; nothing is imported until a program imports one of those modules.
@@ -15,6 +16,9 @@ TARGET = "popdist_launcher.ipu"
 # Graphcore's Keras module (``from tensorflow.keras import ipu``; ``keras.ipu.PipelineStage``).
 KERAS_ALIASES = ("keras.ipu", "tensorflow.keras.ipu", "keras.api._v2.keras.ipu")
 KERAS_TARGET = "popdist_launcher.ipu.keras"
+# The SDK's internal modules (``from tensorflow.compiler.plugin.poplar.ops import gen_ipu_ops``).
+SDK_ALIASED = "tensorflow.compiler.plugin"
+SDK_TARGET = "popdist_launcher.ipu._sdk"
 
 
 class _AliasLoader:
@@ -32,7 +36,8 @@ class _AliasLoader:
 
 
 class IPUAliasFinder:
-    """A meta path finder for ``tensorflow.python.ipu`` and its submodules."""
+    """A meta path finder for ``tensorflow.python.ipu``, Graphcore's Keras ``ipu`` modules,
+    ``tensorflow.compiler.plugin`` and their submodules."""
 
     def find_spec(self, fullname, path=None, target=None):
         keras_alias = next((a for a in KERAS_ALIASES if fullname == a or fullname.startswith(a + ".")), None)
@@ -40,6 +45,8 @@ class IPUAliasFinder:
             real = KERAS_TARGET + fullname[len(keras_alias):]
         elif fullname == ALIASED or fullname.startswith(ALIASED + "."):
             real = TARGET + fullname[len(ALIASED):]
+        elif fullname == SDK_ALIASED or fullname.startswith(SDK_ALIASED + "."):
+            real = SDK_TARGET + fullname[len(SDK_ALIASED):]
         else:
             return None
         import importlib.util

@@ -16,5 +16,7 @@ from tensorflow.python.distribute import values as values_lib  # noqa: F401
 from tensorflow.python.distribute.cluster_resolver import TFConfigClusterResolver  # noqa: F401
 from tensorflow.python.eager.polymorphic_function import polymorphic_function  # noqa: F401
 from tensorflow.python.ops import control_flow_util  # noqa: F401
+from tensorflow.python.ops import ref_variable  # noqa: F401 (ipu host embedding tables)
+from tensorflow.python.ops import resource_variable_ops  # noqa: F401
 from tensorflow.python.trackable.base import CheckpointInitialValue  # noqa: F401
 from tensorflow.python.util import nest  # noqa: F401

@@ -1,11 +1,15 @@
-"""``ipu.embedding_ops``: Graphcore's embedding lookup, a gather of rows here.
-``serialization_factor`` (splitting the lookup to save IPU memory) is checked as Graphcore checks
-it and changes no number."""
+"""``ipu.embedding_ops``: Graphcore's embedding lookup, a gather of rows here, and its host
+embeddings (tables on the host, updated there). ``serialization_factor`` (splitting the lookup to
+save IPU memory) is checked as Graphcore checks it and changes no number."""
 from __future__ import annotations
 
 from typing import Optional
 
 import tensorflow as tf
+
+from popdist_launcher.ipu.ops._host_embedding import (  # noqa: F401 (Graphcore's names here)
+    HostEmbedding, HostEmbeddingOptimizerSpec, HostEmbeddingSGDGAOptimizerSpec,
+    create_host_embedding)
 
 
 def embedding_lookup(params, ids, serialization_factor: int = 1, indices_are_sorted: bool = False,

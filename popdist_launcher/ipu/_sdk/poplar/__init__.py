@@ -1,0 +1,1 @@
+"""``tensorflow.compiler.plugin.poplar``: the packages ``ops`` and ``driver``."""
