@@ -6,8 +6,9 @@ from __future__ import annotations
 import collections
 import enum
 import os
+import signal
 import subprocess
-from typing import Deque, Dict, NamedTuple, Optional
+from typing import Deque, Dict, Iterable, NamedTuple, Optional
 
 from popdist_launcher.launcher import report
 from popdist_launcher.launcher.backends.base import Launch
@@ -81,6 +82,17 @@ class Outcome:
             return JobState.INTERRUPTED
         return JobState.STOPPED if self.stop_reason is not None else JobState.SUCCEEDED
 
+    def engine_failed_to_start(self, instances: Iterable["Instance"],
+                               transients: Iterable[str]) -> bool:
+        """Whether an engine failed, by one of its known start-up ``transients``, before any of
+        ``instances`` started (nothing of the user's program ran)."""
+        failure = self.failure
+        if failure is None or failure.kind != "engine" or self.signal is not None:
+            return False
+        if any(i.pid is not None for i in instances):
+            return False
+        return any(t in line for line in failure.cause.engine_lines for t in transients)
+
     def result(self) -> JobResult:
         failure = self.failure
         if failure is not None:
@@ -135,6 +147,16 @@ class Instance:
     @property
     def who(self) -> str:
         return self.name or f"instance {self.index}"
+
+    def kill_forked_program(self) -> None:
+        """Its wrapper, forked on this host, is gone: its program's process group (not a reused
+        pid) goes too."""
+        if self.pid is not None and self.launch is not None and not self.launch.engine:
+            try:
+                if os.getpgid(self.pid) == self.pid:
+                    os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def end(self) -> report.InstanceEnd:
         """How it ended, as the failure report tells it."""

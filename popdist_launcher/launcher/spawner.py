@@ -10,7 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from popdist_launcher.launcher import processes
 from popdist_launcher.launcher._say import debug
@@ -146,10 +146,10 @@ class Spawner:
         if self._watchdog is not None and started.engine:
             self._watchdog.forget(started.pid)
 
-    def kill_engines(self) -> None:
-        """SIGKILL to every engine's process group still running."""
+    def kill_engines(self, which: Callable[[Launch], bool] = lambda launch: True) -> None:
+        """SIGKILL to the process group of every engine still running (of ``which`` launches)."""
         for started in self.started:
-            if started.engine and started.returncode is None:
+            if started.engine and started.returncode is None and which(started.launch):
                 processes.signal_group(started.pid, signal.SIGKILL)
 
     def kill_all(self) -> None:

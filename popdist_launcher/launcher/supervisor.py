@@ -4,15 +4,16 @@ instances over the wrappers' connections, and end the job.
 The job moves STARTING -> RUNNING -> STOPPING -> DRAINING -> SUCCEEDED | FAILED | INTERRUPTED
 | STOPPED (``attempt.py``'s TRANSITIONS); each instance PENDING -> CONNECTED -> RUNNING -> EXITED
 (or LOST when its wrapper's connection closes without an exit status). Everything is decided here,
-from the wrappers' reports, the same way on every backend: the first instance to exit non-zero ends the
-job (the others get SIGTERM, then SIGKILL after the grace period); SIGINT, SIGTERM and SIGHUP
-are forwarded as they are and stop the job; SIGUSR1 and SIGUSR2 are forwarded; SIGQUIT prints
-every instance's Python stacks; ``--timeout`` collects the stacks, then stops the job. An engine
-(mpirun, srun, ssh) that ends before its instances started is the job's failure. The wrappers'
+from the wrappers' reports, the same way on every backend: in the plan's fixed world the first
+instance to exit non-zero ends the job (the others get SIGTERM, then SIGKILL after the grace
+period), as does an engine (mpirun, srun, ssh) that ends before its instances started; SIGINT,
+SIGTERM and SIGHUP are forwarded as they are and stop the job; SIGUSR1 and SIGUSR2 are forwarded;
+SIGQUIT prints every instance's Python stacks; ``--timeout`` collects the stacks, then stops the
+job. What an instance's end means is its world's (``world.py``): in an elastic job's open world
+instances are added while the job runs and their ends are reported instead. The wrappers'
 connections are ``hub.py``'s, the processes it starts ``spawner.py``'s, stdin forwarding
 ``stdin_forward.py``'s and stack collection ``stacks.py``'s; the attempts of a job are
-``agent.py``'s. What an instance's end means is its world's (``world.py``): in an elastic job's
-open world instances are added while the job runs and their ends are reported instead.
+``agent.py``'s.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from popdist_launcher.launcher.plan import Host, LaunchPlan
 from popdist_launcher.launcher.attempt import (
     FINAL, TIMEOUT_EXIT_CODE, TRANSITIONS, UNRESPONSIVE_SECONDS, Failure, Instance, InstanceState,
     JobResult, JobState, Outcome, Started)
-from popdist_launcher.launcher.wakeup import signals_to
+from popdist_launcher.launcher.wakeup import received, signals_to
 from popdist_launcher.launcher.world import FixedWorld, World
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -48,6 +49,9 @@ ENGINE_PREFIXES = ("OMPI_", "PMIX_", "PRTE_", "SLURM_", "SRUN_")
 
 
 class Supervisor:
+    """Runs one attempt (``run``) in one selector loop, over its world (``world.py``): the plan's
+    fixed one unless an elastic job gives an ``OpenWorld``."""
+
     def __init__(self, plan: LaunchPlan, backend: Backend, router: Router,
                  rendezvous_socket: Optional[socket.socket] = None,
                  timeout: Optional[float] = None, world: Optional[World] = None) -> None:
@@ -63,14 +67,11 @@ class Supervisor:
         self._secret = os.urandom(16).hex()
         self._spawner = Spawner(self._sel, router, rendezvous_socket)
         self._hub = Hub(self._sel, plan.num_instances)
-        self._stacks = StackCollector(router, self._hub)
+        self._stacks = StackCollector(router, self._hub, self._ends, self._timed_out)
         self.world = world if world is not None else FixedWorld()
         self.world.bind(self)
         self._wiring: Optional[Wiring] = None
-        to = self.world.stdin_to
-        self._stdin = StdinForwarder(self._sel, self._hub, lambda: (
-            (self.instances[to].conn, self.instances[to].settled) if to is not None
-            else (None, True)))
+        self._stdin = StdinForwarder(self._sel, self._hub, self.world.stdin_target)
         self._outcome = Outcome()
         self.failure_title = "job"  # what the failure report says failed ("attempt 2")
         self._job_deadline = time.monotonic() + timeout if timeout else None
@@ -133,13 +134,7 @@ class Supervisor:
     def engine_failed_to_start(self) -> bool:
         """Whether an engine failed by a known start-up transient before any instance started
         (nothing of the user's program ran): worth starting once more."""
-        failure = self._outcome.failure
-        if failure is None or failure.kind != "engine" or self._outcome.signal is not None:
-            return False
-        if any(i.pid is not None for i in self.instances):
-            return False
-        return any(t in line for line in failure.cause.engine_lines
-                   for t in self.backend.start_transients)
+        return self._outcome.engine_failed_to_start(self.instances, self.backend.start_transients)
 
     # ---- state -----------------------------------------------------------------------------
     def _to(self, state: JobState) -> None:
@@ -181,12 +176,6 @@ class Supervisor:
                 break
         self._spawner.await_rendezvous()
 
-    def _spec(self, index: int) -> dict:
-        env = {"PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
-        env.update(self.world.env(index))
-        return {"argv": list(self.plan.program), "env": env, "cwd": os.getcwd(),
-                "stdin": index == self.world.stdin_to}
-
     def start_one(self, index: int, host: Host) -> None:
         """Start instance ``index`` alone on ``host`` (an open world's)."""
         self._start(self.backend.launch_one(index, host, self._wiring, self._secret))
@@ -195,7 +184,7 @@ class Supervisor:
         """A wrapper forked on this host (``launch.argv`` None), else an engine."""
         if launch.argv is None:
             index = launch.instances[0]
-            started, sock = self._spawner.fork(launch, self._spec(index))
+            started, sock = self._spawner.fork(launch, self.world.spec(index))
             inst = self.instances[index]
             inst.conn, inst.launch = self._hub.add(sock, index), started
             inst.to(InstanceState.CONNECTED)
@@ -261,9 +250,10 @@ class Supervisor:
             if self.state in (JobState.STARTING, JobState.RUNNING):
                 self.router.say(f"poprun-lite: --timeout {self._timeout:g} s expired; collecting "
                                 f"every instance's Python stacks, then stopping the job.")
-                self._collect_stacks(f"--timeout {self._timeout:g} s expired", "timeout")
+                self._stacks.request(self.instances, f"--timeout {self._timeout:g} s expired",
+                                     "timeout")
         if self._stacks.dump is not None and now >= self._stacks.dump.deadline:
-            self._finish_dump()
+            self._stacks.done()
         if self._kill_deadline is not None and now >= self._kill_deadline:
             self._kill_deadline = None
             self._kill_everything()
@@ -322,17 +312,13 @@ class Supervisor:
             self._on_frame(self.instances[conn.index], kind, payload)
 
     def _hello(self, conn: Conn, payload: bytes) -> bool:
-        try:
-            index_text, mac, _, _, theirs = payload.decode("ascii").split()[:5]
-            index, their_challenge = int(index_text), bytes.fromhex(theirs)
-            good = 0 <= index < len(self.instances) and \
-                p.mac_ok(self._secret.encode(), conn.challenge, index, mac)
-        except (ValueError, UnicodeDecodeError):
-            good, index = False, -1
-        if not good:
+        proven = p.hello_proven(payload, self._secret.encode(), conn.challenge,
+                                len(self.instances))
+        if proven is None:
             self.router.say("poprun-lite: warning: refused a connection that did not prove it "
                             "belongs to this job.")
             return False
+        index, their_challenge = proven
         inst = self.instances[index]
         if inst.state is not InstanceState.PENDING:
             self.router.say(f"poprun-lite: warning: instance {index} connected twice; "
@@ -342,10 +328,9 @@ class Supervisor:
         inst.conn = conn
         inst.to(InstanceState.CONNECTED)
         run = self.state in (JobState.STARTING, JobState.RUNNING) and not inst.stopped
-        spec = self._spec(index)
+        spec = self.world.spec(index)
         proof = p.mac(self._secret.encode(), p.LAUNCHER_PROOF + their_challenge, index).encode()
-        self._hub.send(conn, p.SPEC, proof + p.encode_spec(spec["argv"], spec["env"], spec["cwd"],
-                                                           spec["stdin"], run))
+        self._hub.send(conn, p.SPEC, proof + p.encode_spec(**spec, run=run))
         if not run:
             inst.to(InstanceState.EXITED)  # never started: nothing to wait for
             self.world.ended(inst, "not-started", "stopped before it started")
@@ -369,15 +354,16 @@ class Supervisor:
         elif kind == p.EXIT:
             self._on_exit(inst, int(payload))
         elif kind == p.STACKS:
-            self._on_stacks(inst, payload.decode("utf-8", "replace"))
+            if self._stacks.on_stacks(inst.index, payload.decode("utf-8", "replace")):
+                self._stacks.done()
         elif kind == p.STALL:
             reason = payload.decode("utf-8", "replace").strip()
             if self._stacks.dump is None and self.state in (JobState.STARTING, JobState.RUNNING):
                 self.router.say(f"poprun-lite: {inst.who} reports a stalled "
                                 f"collective ({reason}); collecting every instance's Python "
                                 f"stacks.")
-                self._collect_stacks(f"{inst.who} reported a stall: {reason}", "stall",
-                                     keep=inst.index)
+                self._stacks.request(self.instances, f"{inst.who} reported a stall: {reason}",
+                                     "stall", keep=inst.index)
 
     def _on_exit(self, inst: Instance, returncode: int) -> None:
         inst.returncode = returncode
@@ -399,12 +385,7 @@ class Supervisor:
         inst.to(InstanceState.LOST)
         if inst.conn is not None:
             self._hub.close(inst.conn)
-        if inst.pid is not None and inst.launch is not None and not inst.launch.engine:
-            try:  # a wrapper of this host died: its program's group (not a reused pid) goes
-                if os.getpgid(inst.pid) == inst.pid:
-                    os.killpg(inst.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        inst.kill_forked_program()
         self.world.lost(inst, what, how, host_gone)
 
     # ---- engines and forked wrappers --------------------------------------------------------
@@ -425,16 +406,13 @@ class Supervisor:
 
     # ---- signals -----------------------------------------------------------------------------
     def _on_signals(self, wake: socket.socket) -> None:
-        try:
-            data = wake.recv(64)
-        except BlockingIOError:
-            return
-        for signum in data:
+        for signum in received(wake):
             if signum == DUMP_SIGNAL:
                 if self._stacks.dump is None:
                     self.router.say("poprun-lite: SIGQUIT: collecting every instance's Python "
                                     "stacks (the job goes on).")
-                    self._collect_stacks("on request (SIGQUIT to poprun-lite)", "print")
+                    self._stacks.request(self.instances, "on request (SIGQUIT to poprun-lite)",
+                                         "print")
             elif signum in FORWARDED_SIGNALS:
                 self._forward(signum)
 
@@ -471,40 +449,20 @@ class Supervisor:
     def _kill_everything(self) -> None:
         for inst in self.instances:
             self.signal_instance(inst, signal.SIGKILL)
-        for started in self._spawner.started:  # engines still starting instances
-            if started.engine and started.returncode is None and any(
-                    self.instances[i].state is InstanceState.PENDING
-                    for i in started.launch.instances):
-                processes.signal_group(started.pid, signal.SIGKILL)
+        self._spawner.kill_engines(lambda launch: any(  # engines still starting instances
+            self.instances[i].state is InstanceState.PENDING for i in launch.instances))
         self._unresponsive_deadline = time.monotonic() + UNRESPONSIVE_SECONDS
 
-    # ---- stacks ------------------------------------------------------------------------------
-    def _collect_stacks(self, reason: str, then: str, keep: Optional[int] = None) -> None:
-        running = [i for i in self.instances
-                   if i.state is InstanceState.RUNNING and i.conn is not None]
-        if self._stacks.collect(running, reason, then, keep):
-            self._finish_dump()
-
-    def _on_stacks(self, inst: Instance, text: str) -> None:
-        if self._stacks.on_stacks(inst.index, text):
-            self._finish_dump()
-
-    def _finish_dump(self) -> None:
-        dump = self._stacks.finish()
-        if dump is None:
-            return
-        if dump.then == "print":
-            self.router.say(report.stacks_report(self.router.stacks, self._ends()))
-        elif dump.then == "timeout":
-            cause = report.Cause(f"the job timeout (--timeout {self._timeout:g} s) expired.")
-            self.fail(Failure(cause, TIMEOUT_EXIT_CODE, "timeout"))
+    def _timed_out(self) -> None:
+        """--timeout's stacks are in: the job fails."""
+        cause = report.Cause(f"the job timeout (--timeout {self._timeout:g} s) expired.")
+        self.fail(Failure(cause, TIMEOUT_EXIT_CODE, "timeout"))
 
     # ---- ending ------------------------------------------------------------------------------
     def _begin_drain(self) -> None:
         self._to(JobState.DRAINING)
         self._kill_deadline = self._unresponsive_deadline = self._job_deadline = None
-        if self._stacks.dump is not None:
-            self._finish_dump()
+        self._stacks.done()
         for conn in self._hub.conns:
             if conn.index is None:
                 self._hub.close(conn)

@@ -29,5 +29,13 @@ def signals_to(sel: selectors.BaseSelector, signals: Iterable[int], key: tuple) 
         wake_w.close()
 
 
+def received(wake: socket.socket) -> bytes:
+    """The signals carried since the last call, one byte each (none: empty)."""
+    try:
+        return wake.recv(64)
+    except BlockingIOError:
+        return b""
+
+
 def _ignore(signum, frame) -> None:  # the wakeup fd carries the signal to the loop
     pass

@@ -3,14 +3,16 @@ failure ends the job, or an elastic job's open world, where instances come and g
 from __future__ import annotations
 
 import abc
+import os
 import signal
 import time
-from typing import Callable, Dict, List, Optional, Protocol, Set
+from typing import Callable, Dict, List, Optional, Protocol, Set, Tuple
 
 from popdist_launcher.launcher import processes, report
 from popdist_launcher.launcher.attempt import (
     TIMEOUT_EXIT_CODE, UNRESPONSIVE_SECONDS, Failure, Instance, InstanceState, JobState, Started)
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
+from popdist_launcher.launcher.hub import Conn
 from popdist_launcher.launcher.output import LogFiles, Router
 from popdist_launcher.launcher.plan import Host, LaunchPlan
 
@@ -51,8 +53,23 @@ class World(abc.ABC):
         """The launches that start the attempt."""
         return []
 
-    def env(self, index: int) -> Dict[str, str]:
-        """The variables instance ``index`` gets on top of what it inherits."""
+    def stdin_target(self) -> Tuple[Optional[Conn], bool]:
+        """The connection of the instance stdin goes to (None until it has one), and whether
+        that instance has ended (stdin goes nowhere: None, True)."""
+        if self.stdin_to is None:
+            return None, True
+        inst = self.sup.instances[self.stdin_to]
+        return inst.conn, inst.settled
+
+    def spec(self, index: int) -> dict:
+        """What instance ``index`` runs: the program, the variables it gets on top of what it
+        inherits, its folder, and whether the launcher's stdin goes to it."""
+        env = {"PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
+        env.update(self._env(index))
+        return {"argv": list(self.sup.plan.program), "env": env, "cwd": os.getcwd(),
+                "stdin": index == self.stdin_to}
+
+    def _env(self, index: int) -> Dict[str, str]:
         plan = self.sup.plan
         return plan.instance_env(index) if index < plan.num_instances else plan.evaluator_env()
 
@@ -189,7 +206,7 @@ class OpenWorld(World):
         self.on_stopping = on_stopping
         self.remote = remote
         self.accepting = True
-        self._env: Dict[int, Dict[str, str]] = {}
+        self._envs: Dict[int, Dict[str, str]] = {}
         self._start_by: Dict[int, float] = {}  # each instance's own start and kill deadlines
         self._kill_at: Dict[int, float] = {}
         self._killed: Set[int] = set()  # SIGKILL sent by its own kill deadline
@@ -202,7 +219,7 @@ class OpenWorld(World):
         ``on_end``, at once ("not-started") once the job is stopping."""
         sup = self.sup
         inst = Instance(len(sup.instances), host.name, f"instance {tag}")
-        self._env[inst.index] = env
+        self._envs[inst.index] = env
         sup.instances.append(inst)
         sup.router.add(inst.index, tag, logs, host.name)
         if not self.accepting:
@@ -229,9 +246,9 @@ class OpenWorld(World):
         for inst in self.sup.instances:
             self.stop_instance(inst)
 
-    def env(self, index: int) -> Dict[str, str]:
-        own = self._env.get(index)
-        return own if own is not None else super().env(index)
+    def _env(self, index: int) -> Dict[str, str]:
+        own = self._envs.get(index)
+        return own if own is not None else super()._env(index)
 
     def deadline(self) -> Optional[float]:
         found = [d for deadlines in (self._start_by, self._kill_at)
