@@ -1,6 +1,5 @@
-"""The vocabulary of one attempt: the job's and each instance's states and their transitions,
-how an attempt ends (its outcome, failure and result), and the processes the launcher started;
-``supervisor.py`` moves them."""
+"""The vocabulary of one attempt that ``supervisor.py`` moves: the job's and each instance's states
+and transitions, how the attempt ends, and the processes the launcher started."""
 from __future__ import annotations
 
 import collections

@@ -1,6 +1,5 @@
-"""The processes one attempt starts: wrappers forked on this host, engines (mpirun, srun, ssh) in
-their own process groups with their lines shown and kept, Horovod's rendezvous helper; reaped as
-they end, killed when the attempt ends."""
+"""The processes one attempt starts (wrappers forked on this host, engines such as mpirun, srun or
+ssh, Horovod's rendezvous helper): started, their lines shown, reaped, killed at the end."""
 from __future__ import annotations
 
 import json
