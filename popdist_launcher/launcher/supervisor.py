@@ -269,6 +269,11 @@ class Supervisor:
                 self._hub.close(conn)
             self._spawner.kill_all()
 
+    def _timed_out(self) -> None:
+        """--timeout's stacks are in: the job fails."""
+        cause = report.Cause(f"the job timeout (--timeout {self._timeout:g} s) expired.")
+        self.fail(Failure(cause, TIMEOUT_EXIT_CODE, "timeout"))
+
     def _advance(self) -> None:
         """Move the job on once what it waits for has happened."""
         if self.state is JobState.STARTING and all(
@@ -434,6 +439,7 @@ class Supervisor:
         self._begin_stop(signum)
 
     def signal_instance(self, inst: Instance, signum: int) -> None:
+        """``signum`` to ``inst``'s program, through its wrapper, unless it has ended."""
         if inst.conn is not None and not inst.settled:
             self._hub.send(inst.conn, p.SIGNAL, bytes([signum]))
 
@@ -452,11 +458,6 @@ class Supervisor:
         self._spawner.kill_engines(lambda launch: any(  # engines still starting instances
             self.instances[i].state is InstanceState.PENDING for i in launch.instances))
         self._unresponsive_deadline = time.monotonic() + UNRESPONSIVE_SECONDS
-
-    def _timed_out(self) -> None:
-        """--timeout's stacks are in: the job fails."""
-        cause = report.Cause(f"the job timeout (--timeout {self._timeout:g} s) expired.")
-        self.fail(Failure(cause, TIMEOUT_EXIT_CODE, "timeout"))
 
     # ---- ending ------------------------------------------------------------------------------
     def _begin_drain(self) -> None:
