@@ -379,9 +379,9 @@ class Supervisor:
         self._stacks.ended(inst.index)
         self.world.exited(inst)
 
-    def release(self, inst: Instance) -> None:
-        """Tell ``inst``'s wrapper it need not wait for the job's end."""
-        self._hub.send(inst.conn, p.RELEASE)
+    def send(self, inst: Instance, kind: int, payload: bytes = b"") -> None:
+        """One frame to ``inst``'s wrapper (it has a connection)."""
+        self._hub.send(inst.conn, kind, payload)
 
     def lose(self, inst: Instance, what: str, how: str = "lost",
              host_gone: bool = False) -> None:

@@ -15,6 +15,7 @@ from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.hub import Conn
 from popdist_launcher.launcher.output import LogFiles, Router
 from popdist_launcher.launcher.plan import Host, LaunchPlan
+from popdist_launcher.launcher.spawned import protocol as p
 
 
 class Supervision(Protocol):
@@ -35,7 +36,7 @@ class Supervision(Protocol):
 
     def signal_instance(self, inst: Instance, signum: int) -> None: ...
 
-    def release(self, inst: Instance) -> None: ...
+    def send(self, inst: Instance, kind: int, payload: bytes = b"") -> None: ...
 
 
 class World(abc.ABC):
@@ -284,7 +285,7 @@ class OpenWorld(World):
 
     def exited(self, inst: Instance) -> None:
         if inst.conn is not None:  # its wrapper need not wait for the job's end
-            self.sup.release(inst)
+            self.sup.send(inst, p.RELEASE)
         self.ended(inst, "exited")
 
     def lost(self, inst: Instance, what: str, how: str, host_gone: bool) -> None:
