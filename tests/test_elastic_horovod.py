@@ -334,7 +334,8 @@ def test_open_world_supervisor_adds_instances_reports_ends_and_stops_one(tmp_pat
     from popdist_launcher.launcher.backends.local import LocalBackend
     from popdist_launcher.launcher.output import LogFiles, OutputOptions, Router
     from popdist_launcher.launcher.plan import Host, LaunchPlan
-    from popdist_launcher.launcher.attempt import JobState, OpenWorld
+    from popdist_launcher.launcher.attempt import JobState
+    from popdist_launcher.launcher.world import OpenWorld
     from popdist_launcher.launcher.supervisor import Supervisor
 
     plan = LaunchPlan(program=(sys.executable, "-c", OPEN_WORLD_PROGRAM), num_instances=0,

@@ -1,6 +1,7 @@
 """The fast layer under the supervision tests: the wire format, output routing, log files, the
 ssh and mpirun command lines, the supervisor's parts (connection hub, stdin forwarding, stack
-collection) and the supervisor driven by stand-in engines (real processes, no TensorFlow)."""
+collection, instance states, a wrapper's hello) and the supervisor driven by stand-in engines
+(real processes, no TensorFlow)."""
 import hashlib
 import hmac
 import os
@@ -477,3 +478,45 @@ def test_tcp_wrapper_connections_have_keepalive_on_both_ends():
     wrapper.close()
     hub.close_all()
     sel.close()
+
+
+# ---- instance states and a wrapper's hello ---------------------------------------------------
+def test_instance_states_change_only_along_the_transition_table():
+    from popdist_launcher.launcher.attempt import INSTANCE_TRANSITIONS, Instance, InstanceState
+
+    states = list(InstanceState)
+    for start in states:
+        for target in states:
+            inst = Instance(3, "hostA")
+            inst._state = start  # the starting point only; changes go through to()
+            if target is start or target in INSTANCE_TRANSITIONS.get(start, ()):
+                inst.to(target)
+                assert inst.state is target
+            else:
+                with pytest.raises(AssertionError, match=f"instance 3 state {start.value} -> "):
+                    inst.to(target)
+                assert inst.state is start
+    inst = Instance(0, "hostA")
+    with pytest.raises(AttributeError):
+        inst.state = InstanceState.RUNNING  # no raw writes
+    for state in (InstanceState.CONNECTED, InstanceState.RUNNING, InstanceState.EXITED):
+        inst.to(state)
+    assert inst.settled and inst.state is InstanceState.EXITED
+    assert INSTANCE_TRANSITIONS.get(InstanceState.EXITED, ()) == ()  # final
+
+
+def test_a_hello_is_proven_by_the_job_secret_and_the_launchers_challenge():
+    secret, challenge, theirs = b"s3cr3t", os.urandom(16), os.urandom(16)
+
+    def hello(index, key=secret, words=None):
+        words = words or [str(index), p.mac(key, challenge, index), "hostA", "123", theirs.hex()]
+        return " ".join(words).encode()
+
+    assert p.hello_proven(hello(2), secret, challenge, 3) == (2, theirs)
+    assert p.hello_proven(hello(3), secret, challenge, 3) is None  # no such instance
+    assert p.hello_proven(hello(-1), secret, challenge, 3) is None
+    assert p.hello_proven(hello(1, key=b"other"), secret, challenge, 3) is None
+    assert p.hello_proven(hello(1), secret, os.urandom(16), 3) is None  # another connection's
+    assert p.hello_proven(b"1 abc", secret, challenge, 3) is None
+    assert p.hello_proven("1 ü x y z".encode(), secret, challenge, 3) is None
+    assert p.hello_proven(hello(1, words=["x", "m", "h", "1", "00"]), secret, challenge, 3) is None

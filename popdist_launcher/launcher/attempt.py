@@ -1,17 +1,20 @@
-"""The vocabulary of one attempt: the job's and each instance's states and their transitions,
-an attempt's result and failure, the processes the launcher started, and the open-world hooks
-of an elastic job; ``supervisor.py`` moves them."""
+"""The vocabulary of one attempt that ``supervisor.py`` moves: the job's and each instance's states
+and transitions, how the attempt ends, and the processes the launcher started."""
 from __future__ import annotations
 
 import collections
 import enum
 import os
+import signal
 import subprocess
-from typing import Callable, Deque, Dict, NamedTuple, Optional
+from typing import Deque, Dict, Iterable, NamedTuple, Optional
 
 from popdist_launcher.launcher import report
 from popdist_launcher.launcher.backends.base import Launch
 from popdist_launcher.launcher.hub import Conn
+
+UNRESPONSIVE_SECONDS = 5.0  # after SIGKILL was sent, a wrapper that still has not answered
+TIMEOUT_EXIT_CODE = 124     # as timeout(1)
 
 
 class JobState(enum.Enum):
@@ -55,33 +58,117 @@ class Failure(NamedTuple):
     kind: str  # "instance", "engine", "start-timeout", "timeout", "lost"
 
 
+class Outcome:
+    """What decided how the attempt ends: the first failure, a stopping signal or the launcher's
+    own request to stop (``Supervisor.request_stop``); none of them: it succeeded."""
+
+    def __init__(self) -> None:
+        self.failure: Optional[Failure] = None
+        self.signal: Optional[int] = None
+        self.stop_reason: Optional[str] = None
+
+    @property
+    def decided(self) -> bool:
+        return self.failure is not None or self.signal is not None or \
+            self.stop_reason is not None
+
+    @property
+    def state(self) -> JobState:
+        """The job's final state."""
+        if self.failure is not None:
+            return JobState.FAILED
+        if self.signal is not None:
+            return JobState.INTERRUPTED
+        return JobState.STOPPED if self.stop_reason is not None else JobState.SUCCEEDED
+
+    def engine_failed_to_start(self, instances: Iterable["Instance"],
+                               transients: Iterable[str]) -> bool:
+        """Whether an engine failed, by one of its known start-up ``transients``, before any of
+        ``instances`` started (nothing of the user's program ran)."""
+        failure = self.failure
+        if failure is None or failure.kind != "engine" or self.signal is not None:
+            return False
+        if any(i.pid is not None for i in instances):
+            return False
+        return any(t in line for line in failure.cause.engine_lines for t in transients)
+
+    def result(self) -> JobResult:
+        failure = self.failure
+        if failure is not None:
+            return JobResult(JobState.FAILED, failure.exit_code, failure.cause.instance,
+                             self.signal)
+        if self.signal is not None:
+            return JobResult(JobState.INTERRUPTED, 128 + self.signal, None, self.signal)
+        return JobResult(self.state, 0, None, None)
+
+
+# Each instance's: PENDING -> CONNECTED -> RUNNING -> EXITED, or LOST on the way.
+INSTANCE_TRANSITIONS = {
+    InstanceState.PENDING: (InstanceState.CONNECTED, InstanceState.EXITED, InstanceState.LOST),
+    InstanceState.CONNECTED: (InstanceState.RUNNING, InstanceState.EXITED, InstanceState.LOST),
+    InstanceState.RUNNING: (InstanceState.EXITED, InstanceState.LOST),
+    # lost by its engine's end (before it started), then its wrapper's exit status was read
+    InstanceState.LOST: (InstanceState.EXITED,),
+}
+
+
 class Instance:
-    __slots__ = ("index", "host", "state", "pid", "returncode", "conn", "stopped", "launch",
-                 "name", "env", "start_by", "kill_at", "killed")
+    __slots__ = ("index", "host", "_state", "pid", "returncode", "conn", "stopped", "launch",
+                 "name")
 
     def __init__(self, index: int, host: str, name: str = "") -> None:
         self.index = index
         self.host = host
         self.name = name  # "evaluator" for --evaluator's process (index num_instances)
-        self.state = InstanceState.PENDING
+        self._state = InstanceState.PENDING
         self.pid: Optional[int] = None
         self.returncode: Optional[int] = None
         self.conn: Optional[Conn] = None
         self.stopped = False  # the launcher sent it a stopping signal
         self.launch: Optional["Started"] = None
-        # open world only: its environment, and its own start and kill deadlines
-        self.env: Optional[Dict[str, str]] = None
-        self.start_by: Optional[float] = None
-        self.kill_at: Optional[float] = None
-        self.killed = False  # SIGKILL sent by its own kill deadline
+
+    @property
+    def state(self) -> InstanceState:
+        return self._state
+
+    def to(self, state: InstanceState) -> None:
+        """The one way an instance's state changes (INSTANCE_TRANSITIONS)."""
+        if state is self._state:
+            return
+        if state not in INSTANCE_TRANSITIONS.get(self._state, ()):
+            raise AssertionError(f"{self.who} state {self._state.value} -> {state.value}")
+        self._state = state
 
     @property
     def settled(self) -> bool:
-        return self.state in (InstanceState.EXITED, InstanceState.LOST)
+        return self._state in (InstanceState.EXITED, InstanceState.LOST)
 
     @property
     def who(self) -> str:
         return self.name or f"instance {self.index}"
+
+    def kill_forked_program(self) -> None:
+        """Its wrapper, forked on this host, is gone: its program's process group (not a reused
+        pid) goes too."""
+        if self.pid is not None and self.launch is not None and not self.launch.engine:
+            try:
+                if os.getpgid(self.pid) == self.pid:
+                    os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def end(self) -> report.InstanceEnd:
+        """How it ended, as the failure report tells it."""
+        how = {InstanceState.LOST: "lost", InstanceState.EXITED: "exited"}.get(
+            self._state, "not started")
+        if self._state is InstanceState.EXITED and self.returncode is None:
+            how = "not started"
+        if how == "exited" and self.stopped and self.returncode != 0:
+            how = "stopped"
+        if self._state is InstanceState.LOST and self.pid is None:
+            how = "not started"
+        return report.InstanceEnd(self.index, self.host, self.pid, self.returncode, how,
+                                  self.name)
 
 
 class Started:
@@ -99,19 +186,3 @@ class Started:
     @property
     def engine(self) -> bool:
         return self.popen is not None
-
-
-class OpenWorld(NamedTuple):
-    """An open-world job (Horovod elastic): instances are added while it runs
-    (``Supervisor.add_instance``), and their ends are reported instead of ending the job.
-
-    ``on_end(inst, how, detail)``: ``how`` is "exited" (``inst.returncode`` says how), "lost"
-    (its wrapper's connection ended without an exit status, or its host stopped answering),
-    "start-failed" (its engine or the start timeout ended it before it ran) or "not-started";
-    exactly one call per instance. ``on_stopping()``: the whole job begins to stop (a signal,
-    ``--timeout``, ``request_stop``), before any instance is signalled. ``remote``: instances may
-    be started on other hosts (the launcher listens on TCP too)."""
-
-    on_end: Callable[[Instance, str, str], None]
-    on_stopping: Callable[[], None]
-    remote: bool = False

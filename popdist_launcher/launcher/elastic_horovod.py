@@ -29,8 +29,9 @@ from popdist_launcher.launcher.remote import BackgroundProbe, RemoteError, probe
 from popdist_launcher.launcher.spawned import placement as placing
 from popdist_launcher.launcher.spawned import rendezvous
 from popdist_launcher.launcher.spawned.protocol import UNSET_ENV
-from popdist_launcher.launcher.attempt import Instance, JobState, OpenWorld
+from popdist_launcher.launcher.attempt import Instance, JobState
 from popdist_launcher.launcher.supervisor import Supervisor
+from popdist_launcher.launcher.world import OpenWorld
 from popdist_launcher.launcher.topology import LOOPBACK, TopologyError, _local_choice
 
 HELPER_MODULE = "popdist_launcher.launcher.spawned.elastic_driver"

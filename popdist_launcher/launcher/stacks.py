@@ -3,8 +3,10 @@ the job goes on), when --timeout expires and when an instance reports a stalled 
 from __future__ import annotations
 
 import time
-from typing import Iterable, NamedTuple, Optional
+from typing import Callable, Dict, Iterable, NamedTuple, Optional
 
+from popdist_launcher.launcher import report
+from popdist_launcher.launcher.attempt import Instance, InstanceState
 from popdist_launcher.launcher.hub import Hub
 from popdist_launcher.launcher.output import Router
 from popdist_launcher.launcher.spawned import protocol as p
@@ -20,11 +22,17 @@ class Dump(NamedTuple):
 
 
 class StackCollector:
-    """One collection at a time; the stacks go to ``router.stacks`` (and its logs)."""
+    """One collection at a time; the stacks go to ``router.stacks`` (and its logs). When one
+    ends (``done``), stacks collected on request are printed with ``ends()``, and a timeout's
+    collection calls ``on_timeout()``."""
 
-    def __init__(self, router: Router, hub: Hub) -> None:
+    def __init__(self, router: Router, hub: Hub,
+                 ends: Callable[[], Dict[int, report.InstanceEnd]] = dict,
+                 on_timeout: Callable[[], None] = lambda: None) -> None:
         self.router = router
         self.hub = hub
+        self.ends = ends
+        self.on_timeout = on_timeout
         self.dump: Optional[Dump] = None
         self.in_report = False  # collected because of a timeout or a stall
 
@@ -51,6 +59,14 @@ class StackCollector:
         self.dump = Dump(reason, then, time.monotonic() + DUMP_WAIT_SECONDS, waiting)
         return not waiting
 
+    def request(self, instances: Iterable[Instance], reason: str, then: str,
+                keep: Optional[int] = None) -> None:
+        """``collect`` from those of ``instances`` that run; ``done`` at once if none does."""
+        running = [i for i in instances
+                   if i.state is InstanceState.RUNNING and i.conn is not None]
+        if self.collect(running, reason, then, keep):
+            self.done()
+
     def on_stacks(self, index: int, text: str) -> bool:
         """An instance's stacks arrived; True when the collection has them all."""
         reason = self.dump.reason if self.dump else "written by the program itself"
@@ -70,3 +86,13 @@ class StackCollector:
         """End the collection (all in, or its time is up); the dump, or None if none ran."""
         dump, self.dump = self.dump, None
         return dump
+
+    def done(self) -> None:
+        """End the collection, if one runs: print the stacks or call ``on_timeout``."""
+        dump = self.finish()
+        if dump is None:
+            return
+        if dump.then == "print":
+            self.router.say(report.stacks_report(self.router.stacks, self.ends()))
+        elif dump.then == "timeout":
+            self.on_timeout()

@@ -86,6 +86,20 @@ def mac_ok(secret: bytes, challenge: bytes, index: int, offered: str) -> bool:
     return _compare_digest(mac(secret, challenge, index), str(offered))
 
 
+def hello_proven(payload: bytes, secret: bytes, challenge: bytes,
+                 count: int) -> "tuple[int, bytes] | None":
+    """A wrapper's HELLO, checked against the launcher's ``challenge``: (its index, below
+    ``count``, and its own challenge), or None when it does not prove it belongs to the job."""
+    try:
+        index_text, offered, _, _, theirs = payload.decode("ascii").split()[:5]
+        index, their_challenge = int(index_text), bytes.fromhex(theirs)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if 0 <= index < count and mac_ok(secret, challenge, index, offered):
+        return index, their_challenge
+    return None
+
+
 LAUNCHER_PROOF = b"launcher"  # what the launcher's answer to a wrapper's challenge starts with
 MAC_SIZE = 64  # hex digits
 
