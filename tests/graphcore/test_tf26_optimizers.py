@@ -62,6 +62,9 @@ def check(got):
     assert got["round_trip"] == ["RMSprop", {"name": "RMSprop", "learning_rate": 0.01,
                                              "decay": 0.1, "rho": 0.8, "momentum": 0.0,
                                              "epsilon": 1e-07, "centered": False}]
+    assert got["wrappers"] == ["keras.src.optimizers.legacy.gradient_descent",
+                               "keras.src.optimizers.sgd"]
+    assert got["pipeline_output"] == "keras.src.optimizers.sgd"
     assert got["plain_loaded"] == ["RMSprop", 0.1, 4]  # class, decay and step count restored
     # 2 data-parallel replicas (2 IPUs, one stage): one update per 2 batches; with gradient
     # accumulation 4 per replica: per 8; pipelined (2 stages, one replica), 4 micro-batches: per 4

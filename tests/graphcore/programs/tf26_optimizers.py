@@ -12,7 +12,8 @@ import popdist
 import tensorflow as tf
 from tensorflow.python import ipu
 
-from keras.optimizer_v2 import optimizer_v2  # noqa: I100 (a TF 2.6 name: after the IPU layer)
+from keras.ipu.optimizers import GradientAccumulationOptimizer  # noqa: I100 (after the IPU layer)
+from keras.optimizer_v2 import optimizer_v2  # a TF 2.6 name
 
 config = ipu.config.IPUConfig()
 config.auto_select_ipus = 2
@@ -40,6 +41,12 @@ out["stock_config_class"] = type(tf.keras.optimizers.deserialize(stock)).__modul
 rms = tf.keras.optimizers.RMSprop(lr=0.01, decay=0.1, rho=0.8)
 again = tf.keras.optimizers.deserialize(tf.keras.optimizers.serialize(rms))
 out["round_trip"] = [type(again).__name__, again.get_config()]
+# The IPU layer's wrappers take TF 2.6's classes and, by their lasting name, Keras 2.11+'s.
+out["wrappers"] = [type(GradientAccumulationOptimizer(made, 2)._opt).__module__
+                   for made in (tf.keras.optimizers.SGD(0.1),
+                                tf.keras.optimizers.experimental.SGD(0.1))]
+out["pipeline_output"] = type(ipu.pipelining_ops.OptimizerFunctionOutput(
+    tf.keras.optimizers.experimental.SGD(0.1), tf.constant(1.0)).opt).__module__
 strategy = ipu.ipu_strategy.IPUStrategy()
 
 
