@@ -154,7 +154,8 @@ _TF26_OPTIMIZERS = {"Adadelta": "adadelta", "Adagrad": "adagrad", "Adam": "adam"
                     "Ftrl": "ftrl", "Nadam": "nadam", "RMSprop": "rmsprop", "SGD": "gradient_descent",
                     "Optimizer": "optimizer_v2"}
 # The public modules that hold those names (``tf.keras.optimizers``, ``keras.optimizers``).
-_OPTIMIZER_API = ("keras.optimizers", "keras.api._v2.keras.optimizers", "tensorflow.keras.optimizers")
+_OPTIMIZER_API = ("keras.optimizers", "keras.api._v2.keras.optimizers", "tensorflow.keras.optimizers",
+                  "keras.api._v1.keras.optimizers")
 
 
 def use_tf26_optimizers(_module=None) -> None:
