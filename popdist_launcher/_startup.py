@@ -3,8 +3,8 @@
 so IPU programs run unedited (importing one of those names also gives TensorFlow 2.6's Keras
 optimizers, see popdist_launcher._keras_compat), and runs the hooks registered with
 ``after_import`` right after a module (TensorFlow, the estimator's RunConfig ...) first finishes
-importing. Standard library
-only; nothing is imported until a program imports one of those modules.
+importing. Standard library only; nothing is imported until a program imports one of those
+modules.
 POPDIST_LAUNCHER_IPU_ALIAS=0 turns the alias off. POPDIST_TF1=1 and POPRUN_TF_CONFIG_AUTO=1
 (names of popdist_launcher._contract, spelled out here to import nothing) register hooks.
 """
