@@ -1,14 +1,19 @@
 """TensorFlow 2.6 -> 2.15 bridges for IPU programs: the Keras modules that Graphcore's TF 2.6 programs
 import and that moved (``keras.optimizer_v2``, ``keras.engine``, ``tensorflow.python.keras.datasets``
-...), and ``compile(steps_per_execution=<tensor>)``, which Graphcore's Keras accepted.
+...), ``compile(steps_per_execution=<tensor>)``, which Graphcore's Keras accepted, and TF 2.6's
+Keras optimizers (the ``OptimizerV2`` classes) under the public optimizer names.
 
 The site hook calls ``install`` once the IPU layer (``popdist_launcher.ipu``) has imported, so a program
 that never imports it sees stock TensorFlow 2.15. An alias is made only for a module that does not
 exist in this TensorFlow: it names the module that holds the same classes now (``keras.X`` ->
 ``keras.src.X``, ``keras.optimizer_v2.X`` -> ``keras.src.optimizers.legacy.X``,
 ``tensorflow.python.keras.X`` -> ``keras.src.X``); every module that imports keeps importing itself.
+The optimizers follow a narrower trigger: ``use_tf26_optimizers`` runs when the program imports the IPU
+layer by one of Graphcore's names (``tensorflow.python.ipu``, ``tensorflow.keras.ipu``, ``keras.ipu``),
+so the project's own strategies, which use the IPU layer inside, keep Keras 2.15's optimizers.
 Standard library only at import time (the site hook may load this module).
 """
+import functools
 import importlib
 import importlib.util
 import logging
@@ -142,3 +147,49 @@ def add_losses_utils(losses_module) -> None:
     use ``keras.losses.losses_utils.ReductionV2``)."""
     if not hasattr(losses_module, "losses_utils"):
         losses_module.losses_utils = importlib.import_module("keras.src.utils.losses_utils")
+
+
+# TensorFlow 2.6's ``tf.keras.optimizers`` classes: Keras 2.15 keeps them in ``optimizers.legacy``.
+_TF26_OPTIMIZERS = {"Adadelta": "adadelta", "Adagrad": "adagrad", "Adam": "adam", "Adamax": "adamax",
+                    "Ftrl": "ftrl", "Nadam": "nadam", "RMSprop": "rmsprop", "SGD": "gradient_descent",
+                    "Optimizer": "optimizer_v2"}
+# The public modules that hold those names (``tf.keras.optimizers``, ``keras.optimizers``).
+_OPTIMIZER_API = ("keras.optimizers", "keras.api._v2.keras.optimizers", "tensorflow.keras.optimizers",
+                  "keras.api._v1.keras.optimizers")
+
+
+def use_tf26_optimizers(_module=None) -> None:
+    """From now on the public Keras optimizer names, string names (``compile(optimizer="adam")``,
+    ``optimizers.get``) and configs without ``is_legacy_optimizer: False`` give TF 2.6's
+    ``OptimizerV2`` classes; modules not imported yet are patched when they import."""
+    from popdist_launcher._startup import after_import
+    after_import("keras.src.optimizers", "popdist_launcher._keras_compat:legacy_by_name")
+    for name in _OPTIMIZER_API:
+        after_import(name, "popdist_launcher._keras_compat:tf26_optimizer_names")
+
+
+def legacy_by_name(optimizers_module) -> None:
+    """Make ``keras.src.optimizers.deserialize`` (which ``get`` calls) pick the legacy class for a
+    name or a config that does not say it comes from a Keras 2.11+ optimizer."""
+    original = optimizers_module.deserialize
+    if getattr(original, "_tf26", False):
+        return
+
+    @functools.wraps(original)
+    def deserialize(config, custom_objects=None, use_legacy_format=False, **kwargs):
+        kwargs["use_legacy_optimizer"] = True  # a non-empty config's own flag still decides
+        return original(config, custom_objects, use_legacy_format, **kwargs)
+
+    deserialize._tf26 = True
+    optimizers_module.deserialize = deserialize
+
+
+def tf26_optimizer_names(api_module) -> None:
+    """Point a public optimizers module's TF 2.6 names at the ``OptimizerV2`` classes."""
+    optimizers_module = importlib.import_module("keras.src.optimizers")
+    legacy_by_name(optimizers_module)
+    for name, module in _TF26_OPTIMIZERS.items():
+        legacy = importlib.import_module(f"keras.src.optimizers.legacy.{module}")
+        setattr(api_module, name, getattr(legacy, "OptimizerV2" if name == "Optimizer" else name))
+    api_module.deserialize = optimizers_module.deserialize
+    log.debug("%s: TensorFlow 2.6's OptimizerV2 classes", api_module.__name__)

@@ -1,9 +1,11 @@
 """Run at every interpreter start by ``popdist_launcher.pth`` in site-packages: makes
 ``tensorflow.python.ipu[.X]`` import as ``popdist_launcher.ipu[.X]`` (the same module objects)
 and the SDK's internal ``tensorflow.compiler.plugin[.X]`` as ``popdist_launcher.ipu._sdk[.X]``,
-so IPU programs run unedited, and runs the hooks registered with ``after_import`` right after a
-module (TensorFlow, the estimator's RunConfig ...) first finishes importing. Standard library
-only; nothing is imported until a program imports one of those modules.
+so IPU programs run unedited (importing the IPU layer by Graphcore's names also gives TensorFlow
+2.6's Keras optimizers, see popdist_launcher._keras_compat), and runs the hooks registered with
+``after_import`` right after a module (TensorFlow, the estimator's RunConfig ...) first finishes
+importing. Standard library only; nothing is imported until a program imports one of those
+modules.
 POPDIST_LAUNCHER_IPU_ALIAS=0 turns the alias off. POPDIST_TF1=1 and POPRUN_TF_CONFIG_AUTO=1
 (names of popdist_launcher._contract, spelled out here to import nothing) register hooks.
 """
@@ -29,7 +31,9 @@ class _AliasLoader:
 
     def create_module(self, spec):
         import importlib
-        return importlib.import_module(self._target)
+        module = importlib.import_module(self._target)
+        _graphcore_name_imported()
+        return module
 
     def exec_module(self, module) -> None:
         pass  # the target module ran when it was imported under its own name
@@ -98,6 +102,16 @@ class AfterImportFinder:
 
         loader.exec_module = exec_module
         return spec
+
+
+_TF26_OPTIMIZERS = []  # [True] once a Graphcore name of the IPU layer has been imported
+
+
+def _graphcore_name_imported() -> None:
+    """The program imports the IPU layer by Graphcore's name: TF 2.6's Keras optimizers (once)."""
+    if not _TF26_OPTIMIZERS:
+        _TF26_OPTIMIZERS.append(True)
+        _run_hooks(["popdist_launcher._keras_compat:use_tf26_optimizers"], None)
 
 
 def _run_hooks(hooks, module) -> None:

@@ -618,8 +618,9 @@ def _make_accumulating_train_function(model, n: int):
     def micro(iterator, index):
         outputs = strategy.run(micro_step, args=(next(iterator), index))
         model._train_counter.assign_add(1)  # noqa: SLF001
-        return training.reduce_per_replica(outputs, strategy,
-                                           reduction=model.distribute_reduction_method)
+        # Every device returns the metrics' results, already reduced over the replicas: the
+        # first device's are the values (a sum showed N times the loss in the progress bar).
+        return training.reduce_per_replica(outputs, strategy, reduction="first")
 
     def train_function(iterator):
         steps = model._steps_per_execution  # noqa: SLF001 (Keras lowers it for a short last run)

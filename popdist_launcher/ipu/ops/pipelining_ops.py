@@ -61,8 +61,8 @@ class OptimizerFunctionOutput:
     def __init__(self, opt, loss, compute_gradients_args=None, compute_gradients_kwargs=None,
                  apply_gradients_args=None, apply_gradients_kwargs=None, variables=None, tape=None,
                  gradient_capture_context=None, captured_gradient_outfeed=None) -> None:
-        if not isinstance(opt, (tf.compat.v1.train.Optimizer, tf.keras.optimizers.Optimizer,
-                                tf.keras.optimizers.legacy.Optimizer)):
+        if not isinstance(opt, (tf.compat.v1.train.Optimizer, tf.keras.optimizers.legacy.Optimizer,
+                                tf.keras.optimizers.experimental.Optimizer)):  # any Keras base
             raise TypeError("OptimizerFunctionOutput.opt must be a TensorFlow Optimizer or Keras "
                             "Optimizer object.")
         if not tf.is_tensor(loss):

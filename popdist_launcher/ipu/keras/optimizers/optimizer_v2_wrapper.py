@@ -18,9 +18,11 @@ def _is_legacy(opt) -> bool:
 
 def check_optimizer(opt, what: str) -> None:
     """TypeError unless ``opt`` is a Keras optimizer (legacy ``OptimizerV2`` or Keras 2.11+)."""
-    if not (_is_legacy(opt) or isinstance(opt, tf.keras.optimizers.Optimizer)):
+    # Keras 2.11+'s base by its lasting name (tf.keras.optimizers.Optimizer is OptimizerV2 for
+    # programs that import the IPU layer by Graphcore's names).
+    if not (_is_legacy(opt) or isinstance(opt, tf.keras.optimizers.experimental.Optimizer)):
         raise TypeError(f"{what} wraps a Keras optimizer (keras.optimizer_v2 / "
-                        f"tf.keras.optimizers.legacy, or tf.keras.optimizers), got "
+                        f"tf.keras.optimizers.legacy, or tf.keras.optimizers.experimental), got "
                         f"{type(opt).__name__}.")
 
 
