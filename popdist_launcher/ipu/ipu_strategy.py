@@ -44,6 +44,9 @@ class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
     """
 
     _ipu_layer = True
+    # The Keras extensions' mark of this strategy and its subclasses (the replicas of one
+    # process's IPU system): read by attribute, so that they need not import this module.
+    _emulates_ipus = True
 
     def __init__(self, ipu_device: str = "/device:IPU:0", cpu_device: str = "/device:CPU:0",
                  enable_dataset_iterators: bool = True, enable_keras_extensions: bool = True) -> None:

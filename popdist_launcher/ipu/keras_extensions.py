@@ -28,7 +28,6 @@ options train exactly as before.
 """
 from __future__ import annotations
 
-import enum
 import importlib
 import logging
 import math
@@ -37,26 +36,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import tensorflow as tf
 from keras.src.engine import data_adapter, training  # the one place this package reaches into Keras
 
-from popdist_launcher.ipu.gradient_accumulation import (GradientAccumulationReductionMethod,
-                                                        parse_member)
+from popdist_launcher.ipu.gradient_accumulation import GradientAccumulationReductionMethod
+from popdist_launcher.ipu.replicated_metrics import ReplicatedMetricReductionMethod
 
 log = logging.getLogger(__name__)
 _logged: set = set()
 _original: Dict[str, Any] = {}
-
-
-class ReplicatedMetricReductionMethod(enum.Enum):
-    """How Graphcore's Keras returns metrics of several replicas. Here Keras metrics of a
-    replicated IPUStrategy always cover every replica's batches (what MEAN gives for mean
-    metrics on an IPU system)."""
-    NONE = 1
-    LIST = 2
-    SUM = 3
-    MEAN = 4
-
-    @classmethod
-    def parse(cls, value) -> "ReplicatedMetricReductionMethod":
-        return parse_member(cls, value)
 
 
 def _log_once(key: str, message: str, *args: Any) -> None:
@@ -323,11 +308,11 @@ def replica_layout(num_ipus: int, shards: int, local_replicas: int, ipus_per_rep
 
 def _replicas(model) -> Tuple[int, int]:
     from popdist_launcher import runtime
-    from popdist_launcher.ipu import config, ipu_strategy
+    from popdist_launcher.ipu import config
 
     system = config.get_configured_system()
     strategy = model.distribute_strategy
-    if not isinstance(strategy, ipu_strategy.IPUStrategyV1):
+    if not getattr(strategy, "_emulates_ipus", False):
         # PopDistStrategy / IPUHorovodStrategy: each local replica reads its own batches.
         return getattr(strategy.extended, "num_local_replicas", 1), 1
     if system is None:
@@ -346,11 +331,11 @@ def emulated_replicas(model) -> int:
     """The replicas Graphcore's rule gives a model under an IPUStrategy that has a single
     device (TensorFlow started before configure_ipu_system could make one device per
     replica): they run one after another on that device (1: no emulation)."""
-    from popdist_launcher.ipu import config, ipu_strategy
+    from popdist_launcher.ipu import config
 
     system = config.get_configured_system()
     strategy = model.distribute_strategy
-    if system is None or not isinstance(strategy, ipu_strategy.IPUStrategyV1) or \
+    if system is None or not getattr(strategy, "_emulates_ipus", False) or \
             strategy.num_local_replicas != 1 or system.multi_replica_distribution:
         return 1
     shards = shard_count(model)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Optional
 
-from popdist_launcher.ipu.keras_extensions import ReplicatedMetricReductionMethod  # noqa: F401
+from popdist_launcher.ipu.replicated_metrics import ReplicatedMetricReductionMethod  # noqa: F401
 
 
 __ipu__built__ = "1"

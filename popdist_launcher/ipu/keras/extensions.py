@@ -10,7 +10,7 @@ from popdist_launcher.ipu.keras import (FunctionalLayerPipelineStageAssignment, 
                                         NestedModelPipelineStageAssignment, PipelineStage,
                                         SequentialLayerPipelineStageAssignment,
                                         SequentialNestedModelPipelineStageAssignment)
-from popdist_launcher.ipu.keras_extensions import ReplicatedMetricReductionMethod  # noqa: F401
+from popdist_launcher.ipu.replicated_metrics import ReplicatedMetricReductionMethod  # noqa: F401
 
 
 class ModelExtension:
