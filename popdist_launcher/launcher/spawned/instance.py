@@ -301,6 +301,28 @@ class Wrapper:
                 self.released = time.monotonic()
                 self.kill_program(SIGKILL)
                 kill_descendants()
+            elif kind == p.CUT_PEERS:
+                self.cut_peers(payload)
+
+    def cut_peers(self, payload: bytes) -> None:
+        """A worker of the job failed: make the program's pending collective fail now by
+        shutting down its connections to the job's workers (see peer_sockets.py)."""
+        if self.pid is None or self.returncode is not None:
+            return
+        from popdist_launcher.launcher.spawned import peer_sockets
+        host = os.uname().nodename
+        try:
+            count = peer_sockets.cut(self.pid, payload)
+        except OSError as exc:
+            line = f"poprun-lite: {host}: warning: could not shut down the program's " \
+                   f"connections to its failed peers ({exc.strerror or exc}; needs Linux >= " \
+                   f"5.6); it waits out HOROVOD_GLOO_TIMEOUT_SECONDS instead."
+        else:
+            if not count:  # none left (its collective failed already), or none to its peers
+                return
+            line = f"poprun-lite: {host}: a worker of the job failed: shut down {count} " \
+                   f"connection(s) of the program to the job's workers."
+        self.send(p.STDERR, f"{line}\n".encode())
 
     def write_stdin(self) -> None:
         fd = self.stdin_fd
