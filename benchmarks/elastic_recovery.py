@@ -1,6 +1,11 @@
 """Recovery of a Horovod elastic job from a lost host: poprun-lite's elastic mode next to
 horovodrun's, on the same program and the same hosts.
 
+Launchers: ``poprun-lite``; ``poprun-lite-nocut``, the same with ``POPRUN_CUT_PEERS=0`` (the
+launcher does not tell the survivors' wrappers to shut down their programs' connections to the
+job's hosts when a worker fails: the behaviour before that notice, for a before/after in one
+run); ``horovodrun``.
+
 What it measures
 ----------------
 Two test hosts, ``hostA`` and ``hostB`` (network namespaces with their own sshd,
@@ -35,9 +40,9 @@ tests/elastic_peer.py); poprun-lite runs from the root namespace with ``--ssh-co
 
 Every launch is bounded: one that does not finish is stopped (its process group, then whatever
 is left on the test hosts, by pid). ``--runs`` runs per (fault, launcher), launchers in an order
-rotated from run to run. Medians over the runs that recovered; ratio poprun-lite / horovodrun of
-the median recovery (goal: at most 1; a horovodrun that never recovers counts as a met goal when
-poprun-lite recovered every run).
+rotated from run to run. Medians over the runs that recovered; ratios poprun-lite / horovodrun
+and poprun-lite / poprun-lite-nocut of the median recovery (goal: at most 1; a peer that never
+recovers counts as a met goal when poprun-lite recovered every run).
 
 Results: benchmarks/results/elastic_recovery.json (``--out``) and a chart next to it (.png). Needs
 root (network namespaces). A full run (defaults) takes about 30 minutes on 2 cores, most of it
@@ -307,14 +312,14 @@ def plot(runs: List[Run], stats: Dict[str, Dict[str, Dict[str, Any]]], faults: S
 
 def print_table(stats: Dict[str, Dict[str, Dict[str, Any]]],
                 ratios: Dict[str, Dict[str, Any]]) -> None:
-    print(f"\n{'fault':<12}{'launcher':<13}{'ok/runs':>8}{'recovered':>10}{'recovery s':>12}"
+    print(f"\n{'fault':<12}{'launcher':<19}{'ok/runs':>8}{'recovered':>10}{'recovery s':>12}"
           f"{'redone':>8}{'scale-up s':>12}")
     for fault, per in stats.items():
         for launcher, s in per.items():
             rec = "-" if s["recovery_s_median"] is None else f"{s['recovery_s_median']:.2f}"
             red = "-" if s["steps_redone_median"] is None else f"{s['steps_redone_median']:g}"
             up = "-" if s["scale_up_s_median"] is None else f"{s['scale_up_s_median']:.2f}"
-            print(f"{fault:<12}{launcher:<13}{s['ok']:>4}/{s['runs']:<3}{s['recovered']:>10}"
+            print(f"{fault:<12}{launcher:<19}{s['ok']:>4}/{s['runs']:<3}{s['recovered']:>10}"
                   f"{rec:>12}{red:>8}{up:>12}")
     for peer, per in ratios.items():
         for fault, r in per.items():
@@ -377,7 +382,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     for launcher in order:
                         run = run_once(hosts, wrapper, args, launcher, fault, index, workdir)
                         runs.append(run)
-                        print(f"{fault:<12}{launcher:<13}run {index}: recovery "
+                        print(f"{fault:<12}{launcher:<19}run {index}: recovery "
                               f"{run.recovery_s} s, redone {run.steps_redone}, scale-up "
                               f"{run.scale_up_s} s, {'ok' if run.ok else run.error}"
                               + (f" [{'; '.join(run.notes)}]" if run.notes else ""),

@@ -171,12 +171,11 @@ class Supervisor:
         inst.kill_at = time.monotonic() + self.plan.grace_period
         self._signal_instance(inst, signal.SIGTERM)
 
-    def send_to(self, inst: Instance, kind: int, payload: bytes = b"") -> bool:
-        """Open world: one frame to a running instance's wrapper; whether it was sent."""
-        if inst.conn is None or inst.settled or inst.stopped:
-            return False
-        self._hub.send(inst.conn, kind, payload)
-        return True
+    def send_to(self, inst: Instance, kind: int, payload: bytes = b"") -> None:
+        """Open world: one frame to a running instance's wrapper (none to one that is not
+        connected yet, has ended or is being stopped)."""
+        if inst.conn is not None and not inst.settled and not inst.stopped:
+            self._hub.send(inst.conn, kind, payload)
 
     def close_world(self) -> None:
         """Open world: no instance will be added any more; the live ones are stopped with the

@@ -315,8 +315,9 @@ class Wrapper:
             count = peer_sockets.cut(self.pid, payload)
         except OSError as exc:
             line = f"poprun-lite: {host}: warning: could not shut down the program's " \
-                   f"connections to its failed peers ({exc.strerror or exc}; needs Linux >= " \
-                   f"5.6); it waits out HOROVOD_GLOO_TIMEOUT_SECONDS instead."
+                   f"connections to the job's workers ({exc.strerror or exc}; pidfd_getfd " \
+                   f"needs Linux >= 5.6 and the right to trace the program): a collective " \
+                   f"blocked on a failed peer waits out HOROVOD_GLOO_TIMEOUT_SECONDS."
         else:
             if not count:  # none left (its collective failed already), or none to its peers
                 return
