@@ -90,6 +90,7 @@ class Wrapper:
         self.returncode: "int | None" = None
         self.stdin_fd: "int | None" = None
         self.pipes = 0
+        self.mid_line = False  # the program's stderr so far ends inside a line
         self.released: "float | None" = None
         self.stdin_buf = bytearray()
         self.stdin_eof = False
@@ -225,6 +226,8 @@ class Wrapper:
                 self.pipes -= 1
                 return
             self.send(kind, data)
+            if kind == p.STDERR:
+                self.mid_line = not data.endswith(b"\n")
             if not until_empty:
                 return
 
@@ -323,7 +326,8 @@ class Wrapper:
                 return
             line = f"poprun-lite: {host}: a worker of the job failed: shut down {count} " \
                    f"connection(s) of the program to the job's workers."
-        self.send(p.STDERR, f"{line}\n".encode())
+        self.send(p.STDERR, (("\n" if self.mid_line else "") + f"{line}\n").encode())
+        self.mid_line = False
 
     def write_stdin(self) -> None:
         fd = self.stdin_fd
