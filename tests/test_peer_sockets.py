@@ -123,3 +123,23 @@ def test_descendants_include_the_process_itself_and_its_grandchildren():
             except ProcessLookupError:
                 pass
         child.wait()
+
+
+def test_a_descriptor_number_reused_meanwhile_is_left_alone_and_every_copy_closed():
+    """The program may close a socket between the look at its descriptors and the copy: the copy
+    is then another file (here a pipe) or another socket, never shut down, always closed."""
+    r, w = os.pipe()
+    try:
+        assert ps._shut_down(os.dup(r), inode=1) is False
+        left, right = socket.socketpair()
+        copy = os.dup(left.fileno())
+        assert ps._shut_down(copy, inode=os.fstat(right.fileno()).st_ino) is False
+        with pytest.raises(OSError):
+            os.fstat(copy)  # closed
+        assert ps._shut_down(os.dup(left.fileno()), os.fstat(left.fileno()).st_ino) is True
+        assert right.recv(1) == b""
+        left.close()
+        right.close()
+    finally:
+        os.close(r)
+        os.close(w)

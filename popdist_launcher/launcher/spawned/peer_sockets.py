@@ -13,6 +13,7 @@ open (a service of its own, e.g. Horovod's notification service), and every othe
 Imported by the wrapper only when such a notice comes: it costs nothing otherwise.
 POPRUN_CUT_PEERS=0 in the launcher's environment turns the notices off.
 """
+import errno
 import os
 import socket
 import sys
@@ -156,17 +157,30 @@ def cut(pid: int, payload: bytes) -> int:
                 try:
                     copy = getfd(pidfd, fds[inode])
                 except OSError as exc:
-                    if exc.errno == 9:  # EBADF: closed meanwhile
+                    if exc.errno in (errno.EBADF, errno.ESRCH):  # closed or ended meanwhile
                         continue
                     raise
-                sock = socket.socket(fileno=copy)
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                    count += 1
-                except OSError:
-                    pass  # no longer connected
-                finally:
-                    sock.close()
+                count += _shut_down(copy, inode)
         finally:
             os.close(pidfd)
     return count
+
+
+def _shut_down(copy: int, inode: int) -> bool:
+    """Shut down the socket ``copy`` (this process's duplicate) is, if it is still the one with
+    ``inode`` (the program may have closed it and reused its number meanwhile); close ``copy``."""
+    try:
+        if os.fstat(copy).st_ino != inode:
+            os.close(copy)
+            return False
+        sock = socket.socket(fileno=copy)
+    except OSError:
+        os.close(copy)
+        return False
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+        return True
+    except OSError:
+        return False  # no longer connected
+    finally:
+        sock.close()
