@@ -21,7 +21,7 @@ import sys
 SWITCH_ENV = "POPRUN_CUT_PEERS"  # "0": the launcher sends no notices
 ESTABLISHED = "01"
 LISTEN = "0A"
-SYS_PIDFD_GETFD = 438  # the same number on every Linux architecture
+SYS_PIDFD_GETFD = 438  # the same number on every Linux architecture but alpha
 
 
 def notice(rendezvous: "tuple[str, int]", peers: "list[str]") -> bytes:
