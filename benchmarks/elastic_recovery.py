@@ -1,6 +1,11 @@
 """Recovery of a Horovod elastic job from a lost host: poprun-lite's elastic mode next to
 horovodrun's, on the same program and the same hosts.
 
+Launchers: ``poprun-lite``; ``poprun-lite-nocut``, the same with ``POPRUN_CUT_PEERS=0`` (the
+launcher does not tell the survivors' wrappers to shut down their programs' connections to the
+job's hosts when a worker fails: the behaviour before that notice, for a before/after in one
+run); ``horovodrun``.
+
 What it measures
 ----------------
 Two test hosts, ``hostA`` and ``hostB`` (network namespaces with their own sshd,
@@ -35,9 +40,9 @@ tests/elastic_peer.py); poprun-lite runs from the root namespace with ``--ssh-co
 
 Every launch is bounded: one that does not finish is stopped (its process group, then whatever
 is left on the test hosts, by pid). ``--runs`` runs per (fault, launcher), launchers in an order
-rotated from run to run. Medians over the runs that recovered; ratio poprun-lite / horovodrun of
-the median recovery (goal: at most 1; a horovodrun that never recovers counts as a met goal when
-poprun-lite recovered every run).
+rotated from run to run. Medians over the runs that recovered; ratios poprun-lite / horovodrun
+and poprun-lite / poprun-lite-nocut of the median recovery (goal: at most 1; a peer that never
+recovers counts as a met goal when poprun-lite recovered every run).
 
 Results: benchmarks/results/elastic_recovery.json (``--out``) and a chart next to it (.png). Needs
 root (network namespaces). A full run (defaults) takes about 30 minutes on 2 cores, most of it
@@ -75,7 +80,8 @@ from elastic_peer import (Launch, end_leftovers, horovodrun_argv, horovodrun_env
 from netns_hosts import TestHosts, missing_prerequisites  # noqa: E402
 from workers.elastic_reference import loop_reference  # noqa: E402
 
-LAUNCHERS = ("poprun-lite", "horovodrun")
+LAUNCHERS = ("poprun-lite", "poprun-lite-nocut", "horovodrun")
+NOCUT = {"POPRUN_CUT_PEERS": "0"}  # poprun-lite-nocut: the launcher sends survivors no notice
 FAULTS = ("kill", "unreachable")
 WORKER = os.path.join(ROOT, "tests", "workers", "elastic_loop.py")
 SLOTS, NP, MIN_NP = 2, 4, 2
@@ -129,7 +135,7 @@ def run_once(hosts: TestHosts, wrapper: Path, args: argparse.Namespace, launcher
     else:
         argv = poprun_lite_argv(hosts, script, program, np=NP, min_np=MIN_NP, max_np=NP,
                                 variables=variables)
-        env = launch_env()
+        env = launch_env() | (NOCUT if launcher == "poprun-lite-nocut" else {})
     started = time.monotonic()
     launch = Launch(argv, folder / "console.log", env, cwd=folder)
     down = False
@@ -247,12 +253,13 @@ def summarize(runs: List[Run]) -> Dict[str, Any]:
     }
 
 
-def compare(stats: Dict[str, Dict[str, Dict[str, Any]]], faults: Sequence[str]
-            ) -> Dict[str, Any]:
-    """poprun-lite / horovodrun median recovery per fault, and whether the goal (<= 1) holds."""
+def compare(stats: Dict[str, Dict[str, Dict[str, Any]]], faults: Sequence[str],
+            peer_name: str = "horovodrun") -> Dict[str, Any]:
+    """poprun-lite / ``peer_name`` median recovery per fault, and whether the goal (<= 1)
+    holds."""
     out = {}
     for fault in faults:
-        ours, peer = stats[fault].get("poprun-lite"), stats[fault].get("horovodrun")
+        ours, peer = stats[fault].get("poprun-lite"), stats[fault].get(peer_name)
         if not ours or not peer:
             continue
         all_ours = ours["recovered"] == ours["runs"]
@@ -262,7 +269,7 @@ def compare(stats: Dict[str, Dict[str, Dict[str, Any]]], faults: Sequence[str]
         else:
             out[fault] = {"ratio": None,
                           "goal_met": all_ours and peer["recovered"] == 0,
-                          "note": "horovodrun never recovered" if all_ours and
+                          "note": f"{peer_name} never recovered" if all_ours and
                           peer["recovered"] == 0 else "poprun-lite did not recover every run"}
     return out
 
@@ -273,7 +280,8 @@ def plot(runs: List[Run], stats: Dict[str, Dict[str, Dict[str, Any]]], faults: S
     metrics = (("recovery_s", "seconds from the loss to the next step", "recovery_s_median"),
                ("steps_redone", "steps redone", "steps_redone_median"),
                ("scale_up_s", "seconds from add-back to a step at size 4", "scale_up_s_median"))
-    colours = {"poprun-lite": "tab:blue", "horovodrun": "tab:orange"}
+    colours = {"poprun-lite": "tab:blue", "poprun-lite-nocut": "tab:cyan",
+               "horovodrun": "tab:orange"}
     width = 0.8 / max(1, len(launchers))
     for ax, (key, label, stat_key) in zip(axes, metrics):
         for j, launcher in enumerate(launchers):
@@ -302,19 +310,21 @@ def plot(runs: List[Run], stats: Dict[str, Dict[str, Dict[str, Any]]], faults: S
                            "dots = runs)")
 
 
-def print_table(stats: Dict[str, Dict[str, Dict[str, Any]]], ratios: Dict[str, Any]) -> None:
-    print(f"\n{'fault':<12}{'launcher':<13}{'ok/runs':>8}{'recovered':>10}{'recovery s':>12}"
+def print_table(stats: Dict[str, Dict[str, Dict[str, Any]]],
+                ratios: Dict[str, Dict[str, Any]]) -> None:
+    print(f"\n{'fault':<12}{'launcher':<19}{'ok/runs':>8}{'recovered':>10}{'recovery s':>12}"
           f"{'redone':>8}{'scale-up s':>12}")
     for fault, per in stats.items():
         for launcher, s in per.items():
             rec = "-" if s["recovery_s_median"] is None else f"{s['recovery_s_median']:.2f}"
             red = "-" if s["steps_redone_median"] is None else f"{s['steps_redone_median']:g}"
             up = "-" if s["scale_up_s_median"] is None else f"{s['scale_up_s_median']:.2f}"
-            print(f"{fault:<12}{launcher:<13}{s['ok']:>4}/{s['runs']:<3}{s['recovered']:>10}"
+            print(f"{fault:<12}{launcher:<19}{s['ok']:>4}/{s['runs']:<3}{s['recovered']:>10}"
                   f"{rec:>12}{red:>8}{up:>12}")
-    for fault, r in ratios.items():
-        print(f"{fault}: poprun-lite/horovodrun recovery {r['ratio']}, goal met: {r['goal_met']}"
-              + (f" ({r['note']})" if r.get("note") else ""))
+    for peer, per in ratios.items():
+        for fault, r in per.items():
+            print(f"{fault}: poprun-lite/{peer} recovery {r['ratio']}, goal met: "
+                  f"{r['goal_met']}" + (f" ({r['note']})" if r.get("note") else ""))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -372,7 +382,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     for launcher in order:
                         run = run_once(hosts, wrapper, args, launcher, fault, index, workdir)
                         runs.append(run)
-                        print(f"{fault:<12}{launcher:<13}run {index}: recovery "
+                        print(f"{fault:<12}{launcher:<19}run {index}: recovery "
                               f"{run.recovery_s} s, redone {run.steps_redone}, scale-up "
                               f"{run.scale_up_s} s, {'ok' if run.ok else run.error}"
                               + (f" [{'; '.join(run.notes)}]" if run.notes else ""),
@@ -384,7 +394,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     stats = {fault: {launcher: summarize([r for r in runs if r.fault == fault
                                           and r.launcher == launcher])
                      for launcher in launchers} for fault in faults}
-    ratios = compare(stats, faults)
+    ratios = {peer: compare(stats, faults, peer) for peer in launchers if peer != "poprun-lite"}
     report = {
         "benchmark": "elastic_recovery",
         "what": "seconds from a lost host to the next training step, steps redone, and seconds "
@@ -399,7 +409,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
            "cooldown_range": [1, 2], "lost_host": LOST, "horovodrun_driver_host": DRIVER,
            "program": "tests/workers/elastic_loop.py"},
         "stats": stats,
-        "ratio_poprun_lite_over_horovodrun": ratios,
+        "ratio_poprun_lite_over": ratios,
         "runs": [asdict(r) for r in runs],
         "wall_s": round(time.monotonic() - started, 1),
     }

@@ -28,7 +28,9 @@ What it does on a fault (measured with ``elastic_loop.py``, 2 slots per host, Gl
 hostB's workers killed: their ssh sessions end (exit 255), hostB is blacklisted, one survivor
 fails at once ("Connection closed by peer"), the other only when HOROVOD_GLOO_TIMEOUT_SECONDS
 ends ("Timed out waiting 20000ms for recv"), so the next step came 20.2-20.5 s after the kill in
-6 of 7 runs (2.5 s in one), the same under poprun-lite, whose workers are the same Horovod. hostB cut off (``set_down``): its
+6 of 7 runs (2.5 s in one), as under poprun-lite with ``POPRUN_CUT_PEERS=0`` (the same Horovod
+workers; poprun-lite's own wrappers shut the survivors' connections down: under a second).
+hostB cut off (``set_down``): its
 ssh sessions stay open (no ServerAliveInterval), no exit is recorded and the registration round
 never completes: no step at a smaller size until hostB answers again (then within seconds). So
 bound every run (:meth:`Launch.wait`; :meth:`Launch.stop` kills its process group) and end

@@ -153,8 +153,9 @@ def kill_host_b_workers(hosts, job: Job, slots: int) -> float:
     return moment
 
 
-# With 2 slots per host, the survivor that is not hostB's neighbour in Gloo's ring waits
-# HOROVOD_GLOO_TIMEOUT_SECONDS in its collective (its peer is alive but gave up): 30 s.
+# With 2 slots per host, the survivor that is not hostB's neighbour in Gloo's ring would wait
+# HOROVOD_GLOO_TIMEOUT_SECONDS in its collective (its peer is alive but gave up): its wrapper
+# shuts its connections down instead (test_elastic_fast_recovery.py).
 @pytest.mark.slow
 @pytest.mark.parametrize("worker,slots", [("elastic_loop.py", 2), ("elastic_keras.py", 1)])
 def test_killed_host_b_workers_then_host_b_back(hosts, tmp_path, worker, slots):

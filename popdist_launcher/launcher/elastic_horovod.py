@@ -27,8 +27,8 @@ from popdist_launcher.launcher.output import STDERR, STDOUT, LogFiles, Router, o
 from popdist_launcher.launcher.plan import Host, LaunchPlan
 from popdist_launcher.launcher.remote import BackgroundProbe, RemoteError, probe_command, resolve
 from popdist_launcher.launcher.spawned import placement as placing
-from popdist_launcher.launcher.spawned import rendezvous
-from popdist_launcher.launcher.spawned.protocol import UNSET_ENV
+from popdist_launcher.launcher.spawned import peer_sockets, rendezvous
+from popdist_launcher.launcher.spawned.protocol import CUT_PEERS, UNSET_ENV
 from popdist_launcher.launcher.attempt import Instance, JobState
 from popdist_launcher.launcher.supervisor import Supervisor
 from popdist_launcher.launcher.world import OpenWorld
@@ -126,6 +126,7 @@ class ElasticHorovodJob:
         self.poller: Optional[Poller] = None
         self.membership: Optional[Membership] = None
         self.address, self.iface = LOOPBACK, "lo"
+        self.cut_peers = os.environ.get(peer_sockets.SWITCH_ENV, "1") != "0"
 
     # ---- the job ------------------------------------------------------------------------------
     def run(self) -> int:
@@ -391,6 +392,8 @@ class ElasticHorovodJob:
         else:
             worker.code = LOST_CODE if how == "lost" else NOT_RUN_CODE
         worker.blame = self._blame(worker)
+        if worker.blame != "none" and how in ("exited", "lost") and self.cut_peers:
+            self._cut_survivors()  # before the driver can start a round without it
         self._send("EXITED", wid=worker.wid, code=worker.code, how=how, blame=worker.blame)
         where = f"instance {worker.wid} (rank {worker.rank} of {worker.size}) on " \
                 f"{worker.hostname}"
@@ -412,6 +415,17 @@ class ElasticHorovodJob:
             self._event(f"{where} {worker.describe()}"
                         + ("; every instance of the host failed" if worker.blame == "host"
                            else ""))
+
+    def _cut_survivors(self) -> None:
+        """A worker failed: every running worker's wrapper shuts down its program's connections
+        to the job's workers, so a collective blocked on a peer fails now rather than after
+        the Gloo timeout (peer_sockets.py)."""
+        plan = self.supervisor.plan
+        payload = peer_sockets.notice((plan.rendezvous_address, plan.rendezvous_port),
+                                      [h.address for h in self.hosts.values()])
+        for other in self.workers.values():
+            if other.inst is not None and other.ended_round is None:
+                self.supervisor.send_to(other.inst, CUT_PEERS, payload)
 
     def _blame(self, worker: Worker) -> str:
         """Who the driver should blame: "none" (stopped, or a success), "host" (lost, could not

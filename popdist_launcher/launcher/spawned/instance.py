@@ -90,6 +90,7 @@ class Wrapper:
         self.returncode: "int | None" = None
         self.stdin_fd: "int | None" = None
         self.pipes = 0
+        self.mid_line = False  # the program's stderr so far ends inside a line
         self.released: "float | None" = None
         self.stdin_buf = bytearray()
         self.stdin_eof = False
@@ -225,6 +226,8 @@ class Wrapper:
                 self.pipes -= 1
                 return
             self.send(kind, data)
+            if kind == p.STDERR:
+                self.mid_line = not data.endswith(b"\n")
             if not until_empty:
                 return
 
@@ -301,6 +304,30 @@ class Wrapper:
                 self.released = time.monotonic()
                 self.kill_program(SIGKILL)
                 kill_descendants()
+            elif kind == p.CUT_PEERS:
+                self.cut_peers(payload)
+
+    def cut_peers(self, payload: bytes) -> None:
+        """A worker of the job failed: make the program's pending collective fail now by
+        shutting down its connections to the job's workers (see peer_sockets.py)."""
+        if self.pid is None or self.returncode is not None:
+            return
+        from popdist_launcher.launcher.spawned import peer_sockets
+        host = os.uname().nodename
+        try:
+            count = peer_sockets.cut(self.pid, payload)
+        except OSError as exc:
+            line = f"poprun-lite: {host}: warning: could not shut down the program's " \
+                   f"connections to the job's workers ({exc.strerror or exc}; pidfd_getfd " \
+                   f"needs Linux >= 5.6 and the right to trace the program): a collective " \
+                   f"blocked on a failed peer waits out HOROVOD_GLOO_TIMEOUT_SECONDS."
+        else:
+            if not count:  # none left (its collective failed already), or none to its peers
+                return
+            line = f"poprun-lite: {host}: a worker of the job failed: shut down {count} " \
+                   f"connection(s) of the program to the job's workers."
+        self.send(p.STDERR, (("\n" if self.mid_line else "") + f"{line}\n").encode())
+        self.mid_line = False
 
     def write_stdin(self) -> None:
         fd = self.stdin_fd

@@ -26,6 +26,8 @@ STDIN = 23      # bytes for the program's stdin (instance 0 only)
 STDIN_EOF = 24  # the launcher's stdin ended
 DUMP = 25       # write the program's Python stacks (all threads)
 RELEASE = 26    # the job is over: end every descendant, flush output, exit 0
+CUT_PEERS = 27  # a worker of the job failed: shut down the program's connections to its peers
+#                 (Gloo's pairs; payload and rules in peer_sockets.py)
 
 # A host that stops answering (powered off, cut from the network) is found by TCP keepalive
 # on both ends of every wrapper connection: probes after KEEPALIVE_IDLE_S of silence, every
