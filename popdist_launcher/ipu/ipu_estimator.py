@@ -366,7 +366,7 @@ class IPUEstimator(tf.estimator.Estimator):
     # ---- the replicated model function ---------------------------------------------------
     def _replicated_model_fn(self, features, labels, mode, params, config):
         if getattr(self._exporting, "active", False):
-            return self._as_estimator_spec(self._call_user(features, labels, mode, params, config),
+            return _as_estimator_spec(self._call_user(features, labels, mode, params, config),
                                            mode)
         strategy = self._strategy(mode)
         offset = self._instance_index * self._num_local
@@ -378,7 +378,7 @@ class IPUEstimator(tf.estimator.Estimator):
             with tf.control_dependencies(after):
                 spec = self._call_user(features, labels, mode, params, config)
             specs.append(spec)
-            return self._replica_outputs(spec, mode)
+            return _replica_outputs(spec, mode)
 
         def distribute(structure):
             if structure is None:
@@ -413,31 +413,6 @@ class IPUEstimator(tf.estimator.Estimator):
                              f"{type(spec).__name__}.")
         return spec
 
-    @staticmethod
-    def _replica_outputs(spec, mode: str) -> Dict[str, Any]:
-        out: Dict[str, Any] = {}
-        if mode == ModeKeys.PREDICT:
-            out["predictions"] = spec.predictions
-            return out
-        out["loss"] = spec.loss
-        if mode == ModeKeys.TRAIN:
-            if spec.train_op is None:
-                raise ValueError("model_fn returned no train_op in TRAIN mode.")
-            host_call = getattr(spec, "host_call", None)
-            with tf.control_dependencies([spec.train_op]):
-                out["done"] = tf.constant(True)
-                if host_call is not None:
-                    # After the step's train_op, as on the IPU (the tensors leave the device
-                    # when the step has run).
-                    out["host_call"] = [tf.identity(t) for t in host_call[1]]
-        else:
-            eval_metrics = getattr(spec, "eval_metrics", None)
-            if eval_metrics is not None:
-                out["eval_metrics"] = list(eval_metrics[1])
-            if spec.eval_metric_ops:
-                out["eval_metric_ops"] = {k: tuple(v) for k, v in spec.eval_metric_ops.items()}
-        return out
-
     def _train_spec(self, strategy, features, labels, run_step, specs):
         iterations = self._iterations(ModeKeys.TRAIN)
         global_step = tf.compat.v1.train.get_global_step()
@@ -457,7 +432,7 @@ class IPUEstimator(tf.estimator.Estimator):
                 outputs = run_step(step_features, step_labels, after=[start])
             deps = list(strategy.experimental_local_results(outputs["done"]))
             if "host_call" in outputs:
-                deps += self._run_host_call(strategy, specs[0].host_call[0],
+                deps += _run_host_call(strategy, specs[0].host_call[0],
                                             outputs["host_call"], after=[start])
             loss = strategy.reduce(tf.distribute.ReduceOp.MEAN, outputs["loss"], axis=None)
             with tf.control_dependencies(deps):
@@ -480,23 +455,6 @@ class IPUEstimator(tf.estimator.Estimator):
             ModeKeys.TRAIN, loss=total / iterations, train_op=train_op,
             training_hooks=list(spec.training_hooks), training_chief_hooks=list(chief_hooks),
             scaffold=getattr(spec, "scaffold", None))
-
-    @staticmethod
-    def _run_host_call(strategy, fn: Callable, tensors, after=()) -> list:
-        """Run host_call's ``fn`` on the host, once per replica with that replica's tensors, in
-        replica context (as Graphcore's IPUEstimator under a strategy): an optimizer's
-        ``apply_gradients`` there reduces the gradients over every replica of every instance
-        and updates the mirrored variables. Its ops run after ``after``. Returns what to run
-        with the step."""
-        def on_host(*replica_tensors):
-            with tf.device("/device:CPU:0"), tf.control_dependencies(list(after)):
-                return fn(*replica_tensors)
-
-        # As for the model_fn: TF1 optimizers divide by the number of replicas.
-        with strategy.scope(), strategy._scale_loss_for_estimator_enabled():  # noqa: SLF001
-            result = strategy.run(on_host, args=tuple(tensors))
-        return [r for r in tf.nest.flatten(strategy.experimental_local_results(result))
-                if r is not None]
 
     def _eval_spec(self, strategy, outputs, specs):
         spec = specs[0]
@@ -534,12 +492,56 @@ class IPUEstimator(tf.estimator.Estimator):
             scaffold=getattr(spec, "scaffold", None),
             export_outputs=getattr(spec, "export_outputs", None))
 
-    @staticmethod
-    def _as_estimator_spec(spec, mode):
-        if isinstance(spec, tf.estimator.EstimatorSpec):
-            return spec
-        return tf.estimator.EstimatorSpec(mode, predictions=spec.predictions, loss=spec.loss,
-                                          train_op=spec.train_op)
+
+def _replica_outputs(spec, mode: str) -> Dict[str, Any]:
+    """What one replica's step hands back from its ``model_fn`` spec in ``mode``."""
+    out: Dict[str, Any] = {}
+    if mode == ModeKeys.PREDICT:
+        out["predictions"] = spec.predictions
+        return out
+    out["loss"] = spec.loss
+    if mode == ModeKeys.TRAIN:
+        if spec.train_op is None:
+            raise ValueError("model_fn returned no train_op in TRAIN mode.")
+        host_call = getattr(spec, "host_call", None)
+        with tf.control_dependencies([spec.train_op]):
+            out["done"] = tf.constant(True)
+            if host_call is not None:
+                # After the step's train_op, as on the IPU (the tensors leave the device
+                # when the step has run).
+                out["host_call"] = [tf.identity(t) for t in host_call[1]]
+    else:
+        eval_metrics = getattr(spec, "eval_metrics", None)
+        if eval_metrics is not None:
+            out["eval_metrics"] = list(eval_metrics[1])
+        if spec.eval_metric_ops:
+            out["eval_metric_ops"] = {k: tuple(v) for k, v in spec.eval_metric_ops.items()}
+    return out
+
+
+def _run_host_call(strategy, fn: Callable, tensors, after=()) -> list:
+    """Run host_call's ``fn`` on the host, once per replica with that replica's tensors, in
+    replica context (as Graphcore's IPUEstimator under a strategy): an optimizer's
+    ``apply_gradients`` there reduces the gradients over every replica of every instance
+    and updates the mirrored variables. Its ops run after ``after``. Returns what to run
+    with the step."""
+    def on_host(*replica_tensors):
+        with tf.device("/device:CPU:0"), tf.control_dependencies(list(after)):
+            return fn(*replica_tensors)
+
+    # As for the model_fn: TF1 optimizers divide by the number of replicas.
+    with strategy.scope(), strategy._scale_loss_for_estimator_enabled():  # noqa: SLF001
+        result = strategy.run(on_host, args=tuple(tensors))
+    return [r for r in tf.nest.flatten(strategy.experimental_local_results(result))
+            if r is not None]
+
+
+def _as_estimator_spec(spec, mode):
+    """A ``model_fn``'s spec as tf.estimator's EstimatorSpec."""
+    if isinstance(spec, tf.estimator.EstimatorSpec):
+        return spec
+    return tf.estimator.EstimatorSpec(mode, predictions=spec.predictions, loss=spec.loss,
+                                      train_op=spec.train_op)
 
 
 # The n-th IPUEstimator built without a model_dir in this process: every instance runs the same
