@@ -45,7 +45,7 @@ and poprun-lite / poprun-lite-nocut of the median recovery (goal: at most 1; a p
 recovers counts as a met goal when poprun-lite recovered every run).
 
 Results: benchmarks/results/elastic_recovery.json (``--out``) and a chart next to it (.png). Needs
-root (network namespaces). A full run (defaults) takes about 30 minutes on 2 cores, most of it
+root (network namespaces). A full run (defaults) takes about 45 minutes on 2 cores, most of it
 horovodrun waiting out the recovery cap.
 
 Run::
