@@ -309,15 +309,21 @@ def test_start_timeout_names_the_instances_that_never_came():
         in stderr
 
 
-def test_sigusr2_is_forwarded_and_the_job_goes_on():
+def test_sigusr2_is_forwarded_and_the_job_goes_on(tmp_path):
     engine = ShellEngine("for i in 0 1; do WRAPPER & done; wait")
+    # Sent once both programs handle SIGUSR2 (each says so with a file): a program still
+    # starting would be ended by the signal's default action.
     program = (sys.executable, "-c",
                "import signal, sys, time, os\n"
                "got = []\n"
                "signal.signal(signal.SIGUSR2, lambda *a: got.append(1))\n"
-               "if os.environ['POPDIST_INSTANCE_INDEX'] == '0':\n"
-               "    time.sleep(0.5); os.kill(int(os.environ['LAUNCHER_PID']), signal.SIGUSR2)\n"
+               f"ready = {str(tmp_path)!r}\n"
+               "open(os.path.join(ready, os.environ['POPDIST_INSTANCE_INDEX']), 'w').close()\n"
                "deadline = time.time() + 30\n"
+               "if os.environ['POPDIST_INSTANCE_INDEX'] == '0':\n"
+               "    while len(os.listdir(ready)) < 2 and time.time() < deadline:\n"
+               "        time.sleep(0.01)\n"
+               "    os.kill(int(os.environ['LAUNCHER_PID']), signal.SIGUSR2)\n"
                "while not got and time.time() < deadline: time.sleep(0.01)\n"
                "print('got USR2' if got else 'no USR2', flush=True)\n")
     os.environ["LAUNCHER_PID"] = str(os.getpid())
