@@ -128,10 +128,8 @@ class Supervisor:
         self.world.stop_instance(inst)
 
     def send_to(self, inst: Instance, kind: int, payload: bytes = b"") -> None:
-        """Open world: one frame to a running instance's wrapper (none to one that is not
-        connected yet, has ended or is being stopped)."""
-        if inst.conn is not None and not inst.settled and not inst.stopped:
-            self.send(inst, kind, payload)
+        """Open world: ``OpenWorld.send_to``."""
+        self.world.send_to(inst, kind, payload)
 
     def close_world(self) -> None:
         """Open world: ``OpenWorld.close``."""

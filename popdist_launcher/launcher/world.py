@@ -240,6 +240,12 @@ class OpenWorld(World):
         self._kill_at[inst.index] = time.monotonic() + self.sup.plan.grace_period
         self.sup.signal_instance(inst, signal.SIGTERM)
 
+    def send_to(self, inst: Instance, kind: int, payload: bytes = b"") -> None:
+        """One frame to a running instance's wrapper (none to one that is not connected yet,
+        has ended or is being stopped)."""
+        if inst.conn is not None and not inst.settled and not inst.stopped:
+            self.sup.send(inst, kind, payload)
+
     def close(self) -> None:
         """No instance will be added any more; the live ones are stopped with the grace period,
         and the job ends (succeeded) once every instance has ended."""
