@@ -208,6 +208,7 @@ class ElasticHorovodJob:
         settings = {"np": self.options.num_instances, "min_np": elastic.min_np,
                     "max_np": elastic.max_np, "elastic_timeout": elastic.elastic_timeout,
                     "reset_limit": elastic.reset_limit,
+                    "failure_limit": elastic.host_failure_limit,
                     "cooldown_range": list(elastic.cooldown_range)
                     if elastic.cooldown_range else None, "allowed": sorted(allowed)}
         self.helper = subprocess.Popen(
@@ -302,6 +303,10 @@ class ElasticHorovodJob:
             how_long = "for the rest of the job" if cooldown is None else \
                 f"for {float(cooldown):.1f} s (--blacklist-cooldown-range)"
             self._event(f"{frame['host']} blacklisted {how_long}")
+        elif kind == "RETRY":
+            self._event(f"{frame['host']} is the job's only host left: instance {frame['wid']}'s "
+                        f"slot is started again (failure {frame['streak']} in a row without "
+                        f"progress; --host-failure-limit {frame['limit']})")
         elif kind == "FATAL":
             self.fatal = str(frame["reason"])
             self.supervisor.request_stop(f"the elastic job cannot go on: {self.fatal}")
@@ -390,7 +395,8 @@ class ElasticHorovodJob:
         else:
             worker.code = LOST_CODE if how == "lost" else NOT_RUN_CODE
         worker.blame = self._blame(worker)
-        self._send("EXITED", wid=worker.wid, code=worker.code, how=how, blame=worker.blame)
+        self._send("EXITED", wid=worker.wid, code=worker.code, how=how, blame=worker.blame,
+                   what=worker.describe())
         where = f"instance {worker.wid} (rank {worker.rank} of {worker.size}) on " \
                 f"{worker.hostname}"
         if worker.blame == "none":

@@ -33,6 +33,7 @@ DEFAULTS: Dict[str, object] = {
     "autotune_log_file": None, "tf_config": "auto", "tf1": False, "evaluator": False,
     "max_restarts": 0, "min_np": None, "max_np": None, "host_discovery_script": None,
     "slots_per_host": None, "elastic_timeout": None, "reset_limit": None,
+    "host_failure_limit": None,
     "blacklist_cooldown_range": None, "elastic_mode": "auto", "print_topology": False,
     "export_config": None, "overwrite_config": False, "verbose": 0,
     # PopRun's IPU options (launch.IPU_ONLY)
