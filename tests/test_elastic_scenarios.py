@@ -1,8 +1,8 @@
 """Horovod 0.28's elastic integration scenarios (its test/integration/elastic_common.py) through
 poprun-lite with horovodrun's options and Horovod's expected results, acted out by
 workers/elastic_scenario.py on two hosts of this machine (localhost and 127.0.0.1, as Horovod's
-tests use them); then faults: a discovery script that flaps, a host whose workers fail at start,
-a worker killed during the state sync, SIGTERM during a reset. Every job: one line per
+tests use them); then faults: a discovery script that flaps, a host whose workers fail as they
+start, a worker killed during the state sync, SIGTERM during a reset. Every job: one line per
 membership change, a final summary, no epoch trained twice, nothing left running.
 
 Where Horovod's tests patch horovodrun (its driver polls discovery every 10 ms; one host is
@@ -215,23 +215,27 @@ def test_a_discovery_script_that_flaps(tmp_path):
 
 
 def test_a_host_whose_workers_all_fail_at_start_is_blacklisted_with_its_cooldown(tmp_path):
-    job = Scenario(tmp_path, elastic(2, 2, None, "-H", ",".join(TWO_HOSTS),
-                                     "--blacklist-cooldown-range", "1", "2"),
-                   worker_args=["--fail-at-start", "127.0.0.1", "--epochs", "3",
-                                "--epoch-wait", "2"])
+    """127.0.0.1 joins after the first epoch and its workers fail as they begin to train, every
+    time: it is blacklisted, and started again only after each cooldown, while localhost trains
+    on. (Workers that die before their Gloo initialisation: see README, Troubleshooting.)"""
+    job = Scenario(tmp_path, elastic(2, 2, 4, "--blacklist-cooldown-range", "1", "2"),
+                   hosts=[[0, ["localhost:2"]], [None, TWO_HOSTS]],
+                   worker_args=["--fail-at-start", "127.0.0.1", "--epochs", "4",
+                                "--epoch-wait", "1.5"])
     text = job.finish()
     assert job.proc.returncode == 0, text[-5000:]
-    check_epochs_once(job.records(), 3)
-    assert {r["host"] for r in job.records()} == {"localhost"}
-    # Each time the host is blacklisted, its workers are started again only after the cooldown.
-    lines = MEMBERSHIP.findall(text)
-    stamps = re.findall(r"^poprun-lite: \[([0-9:.]+)\] (.*)$", text, re.MULTILINE)
-    seconds = [(_seconds(t), line) for t, line in stamps]
-    out = [(t, float(m.group(1))) for t, line in seconds
+    records = job.records()
+    check_epochs_once(records, 4)
+    assert {(r["host"], r["size"]) for r in records} == {("localhost", 2)}
+    stamped = [(_seconds(t), line) for t, line in
+               re.findall(r"^poprun-lite: \[([0-9:.]+)\] (.*)$", text, re.MULTILINE)]
+    out = [(t, float(m.group(1))) for t, line in stamped
            if (m := re.match(r"127\.0\.0\.1 blacklisted for ([0-9.]+) s", line))]
-    back = [t for t, line in seconds if re.match(r"round \d+: 4 instance", line)]
-    assert out, lines
-    for (t_out, cooldown), t_back in zip(out, back[1:]):
+    back = [t for t, line in stamped if re.match(r"round \d+: 4 instance", line)]
+    assert out and all(1 <= cooldown <= 2 for _, cooldown in out), text[-5000:]
+    # Each start on 127.0.0.1 after the first comes after the cooldown of the blacklist before.
+    for t_back in back[1:]:
+        t_out, cooldown = max(o for o in out if o[0] < t_back)
         assert t_back >= t_out + cooldown - 0.05, (t_out, cooldown, t_back)
     assert job.started_on("127.0.0.1") == 2 * len(back)
 

@@ -421,7 +421,8 @@ class ElasticHorovodJob:
     def _blame(self, worker: Worker) -> str:
         """Who the driver should blame: "none" (stopped, or a success), "host" (lost, could not
         start there, or every instance of the host in this round failed: it is blacklisted),
-        "slot" (the program failed on a live host: that slot is started again)."""
+        "slot" (the program failed on a live host: the driver blacklists the host when the other
+        hosts carry --min-np, else starts the slot again, up to --host-failure-limit)."""
         if worker.inst.stopped or worker.code == 0:
             return "none"
         if worker.how != "exited":

@@ -14,7 +14,8 @@ usage: elastic_scenario.py LOG [--epochs N] [--batches N] [--epoch-wait S] [--ho
               listed fail just before that step: by an exception, or by SIGKILL (--fail-by kill)
   --sync-failures {"n": [start ranks]}: the listed workers are killed (SIGKILL) as their n-th
               state sync begins, while the others are in its broadcast
-  --fail-at-start  every worker on HOST exits with 3 before hvd.init()
+  --fail-at-start  every worker on HOST raises as it begins to train (after hvd.init() and its
+              first state sync)
   --pid-dir   each worker writes its pid to DIR/<pid>
 
 The state holds epoch, batch, commits and rendezvous (how many times training was entered, i.e.
@@ -25,10 +26,6 @@ import json
 import os
 import signal
 import time
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-import tensorflow as tf  # noqa: E402
-import horovod.tensorflow as hvd  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("log")
@@ -55,8 +52,9 @@ sync_failures = {int(n): ranks for n, ranks in json.loads(args.sync_failures).it
 if args.pid_dir:
     with open(os.path.join(args.pid_dir, str(os.getpid())), "w") as f:
         f.write(host)
-if host == args.fail_at_start:
-    raise SystemExit(3)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import tensorflow as tf  # noqa: E402
+import horovod.tensorflow as hvd  # noqa: E402
 
 hvd.init()
 features = tf.reshape(tf.range(16, dtype=tf.float32), (8, 2)) / 16.0
@@ -98,6 +96,8 @@ def wait_for_notice(state) -> None:
 @hvd.elastic.run
 def train(state):
     state.rendezvous += 1
+    if host == args.fail_at_start:
+        raise RuntimeError(f"{host}: this host's workers fail as they begin to train")
     while state.epoch < args.epochs:
         while state.batch < args.batches:
             maybe_fail(state.epoch, state.batch)
