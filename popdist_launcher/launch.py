@@ -445,6 +445,10 @@ def _export_path(ctx: click.Context, param: click.Parameter,
 @click.option("--reset-limit", type=int, default=None, show_envvar=True,
               help="Elastic: the most times the job may re-form after a failure or a host "
                    "change.  [default: no limit]")
+@click.option("--host-failure-limit", type=int, default=None, show_envvar=True,
+              help="Elastic: a host whose instances fail this many times in a row without "
+                   "progress (see README, 'Failures that repeat') is blacklisted when other "
+                   "hosts can carry the job, else the job ends.  [default: 3]")
 @click.option("--blacklist-cooldown-range", type=int, nargs=2, default=None,
               metavar="LOW HIGH", show_envvar=True,
               help="Elastic: a failed host may return after LOW..HIGH seconds (doubling with "

@@ -43,6 +43,7 @@ class FakeLauncher:
         self.log_path = tmp_path / "helper.log"
         settings = {"np": 2, "min_np": 1, "max_np": 2, "elastic_timeout": 60,
                     "reset_limit": None, "cooldown_range": None, "allowed": ["127.0.0.1"],
+                    "failure_limit": 3,
                     **settings}
         with open(self.log_path, "w") as log:
             self.helper = subprocess.Popen(
@@ -100,7 +101,7 @@ class FakeLauncher:
                 if code is not None:
                     del self.workers[wid]
                     code = 128 - code if code < 0 else code
-                    self.send("EXITED", wid=wid, code=code, how="exited",
+                    self.send("EXITED", wid=wid, code=code, how="exited", what=f"exited with {code}",
                               blame="none" if wid in self.stopped else blame(starts[wid], code))
         raise AssertionError("no DONE from the helper\n" + self.log_tail())
 
@@ -186,7 +187,8 @@ def report_restart(fake: FakeLauncher, failed_wid: int) -> None:
 
 @pytest.mark.slow
 def test_a_failed_slot_on_a_live_host_is_started_again_and_the_job_finishes(launcher, tmp_path):
-    fake = launcher({}, {"PROBE_FAIL": "hB:8:9"})
+    # --min-np 2: hA alone cannot carry the job, so hB's failed worker is started again there.
+    fake = launcher({"min_np": 2}, {"PROBE_FAIL": "hB:8:9"})
     fake.send("HOSTS", hosts=TWO_HOSTS)
     done = fake.run(lambda start, code: "slot")
     # Ranks follow HOSTS (Horovod alone orders new hosts through a set); ROUND comes first.
@@ -201,6 +203,8 @@ def test_a_failed_slot_on_a_live_host_is_started_again_and_the_job_finishes(laun
     assert fake.kinds("ROUND")[1:] == [round_frame(2, TWO_HOSTS)]
     assert fake.kinds("START")[2:] == [start(3, 2, "hB", 1)]
     assert fake.kinds("BLACKLIST", "STOP", "FATAL") == []
+    assert fake.kinds("RETRY") == [{"kind": "RETRY", "host": "hB", "wid": hb, "streak": 1,
+                                    "limit": 3}]
     assert done["error"] is None
     assert {name: code for name, (code, _) in done["results"].items()} == {"hA[0]": 0, "hB[0]": 0}
     # Both finished at size 2 with the same state: 20 steps of size 2 (the 8 steps before the
@@ -278,7 +282,7 @@ def test_a_host_the_launcher_stops_listing_leaves_and_rejoins_when_listed_again(
 
 @pytest.mark.slow
 def test_a_failure_beyond_the_reset_limit_ends_the_job_with_the_limit_as_error(launcher):
-    fake = launcher({"reset_limit": 0}, {"PROBE_FAIL": "hB:8:9"})
+    fake = launcher({"reset_limit": 0, "min_np": 2}, {"PROBE_FAIL": "hB:8:9"})
     fake.send("HOSTS", hosts=TWO_HOSTS)
     done = fake.run(lambda start, code: "slot")
     assert done["error"] == ("Horovod was shutdown because number of resets during elastic job "
@@ -378,13 +382,17 @@ def test_the_driver_builds_the_host_manager_named_in_its_module():
         driver.ElasticDriver.__init__)
 
 
-def test_rank_order_follows_hosts_and_only_host_blame_blacklists():
+def test_rank_order_follows_hosts_and_a_failure_blacklists_when_others_carry_the_job():
     from popdist_launcher.launcher.spawned import elastic_driver
 
+    Verdict = elastic_driver.Verdict
     discovery = elastic_driver.PushedHosts()
     manager = elastic_driver.LauncherHostManager(discovery, (1, 2))
     ours, theirs = socket.socketpair()
     manager.link = elastic_driver.LauncherLink(ours)
+    ended: List[str] = []
+    manager.min_np, manager.give_up = 7, ended.append
+    manager.streaks = elastic_driver.FailureStreaks(2)
     names = [f"node{i:02d}" for i in (7, 3, 11, 0, 5, 9, 1, 4)]  # a set would shuffle them
     discovery.push([[name, 1] for name in names[:5]])
     manager.update_available_hosts()
@@ -393,16 +401,58 @@ def test_rank_order_follows_hosts_and_only_host_blame_blacklists():
     discovery.push([[name, 1] for name in reversed(names)])
     manager.update_available_hosts()
     assert manager.current_hosts.host_assignment_order == names[:5] + names[:4:-1]
-    # A failed slot on a live host is not the host's fault; a blamed host is blacklisted.
-    manager.blame(("node03", 0), on_host=False)
+    # A failed worker blacklists its host while the 7 others carry --min-np 7; a blamed host
+    # is blacklisted whatever the others offer.
+    manager.blame(("node03", 0), Verdict(1, False, False, "exited with 1"))
     manager.blacklist("node03")
-    manager.blame(("node11", 0), on_host=True)
+    manager.blame(("node11", 0), Verdict(2, True, False, "could not start"))
     manager.blacklist("node11")
     manager.blacklist("node11")  # the registry calls it once per failed slot: one frame
-    assert not manager.is_blacklisted("node03") and manager.is_blacklisted("node11")
+    assert manager.is_blacklisted("node03") and manager.is_blacklisted("node11")
     assert "node11" not in manager.current_hosts.host_assignment_order
+    # 6 hosts left: a failure is started again in place, bounded by --host-failure-limit 2;
+    # a failure after progress starts the count over.
+    for wid, progressed in ((3, False), (4, True), (5, False)):
+        manager.blame(("node00", 0), Verdict(wid, False, progressed, "exited with 9"))
+        manager.blacklist("node00")
+    assert not manager.is_blacklisted("node00")
+    assert ended == ["instance 5 on node00 exited with 9, the 2nd failure of node00 in a row "
+                     "without progress (--host-failure-limit 2), and no other host can carry "
+                     "the job."]
     ours.close()
     frames = [json.loads(line) for line in theirs.makefile().read().splitlines()]
     theirs.close()
-    assert [(f["kind"], f["host"]) for f in frames] == [("BLACKLIST", "node11")]
+    assert [(f["kind"], f["host"]) for f in frames] == [
+        ("BLACKLIST", "node03"), ("BLACKLIST", "node11"), ("RETRY", "node00"),
+        ("RETRY", "node00")]
     assert 1 <= frames[0]["cooldown"] <= 2
+    assert [(f["wid"], f["streak"]) for f in frames[2:]] == [(3, 1), (4, 1)]
+
+
+def test_workers_that_go_on_keep_the_lowest_ranks():
+    """A worker restarted in place on the first host, and a new host's workers, take ranks after
+    every worker that goes on through the reset: rank 0 holds the last commit."""
+    from horovod.runner.elastic.discovery import DiscoveredHosts
+
+    from popdist_launcher.launcher.spawned import elastic_driver
+
+    class Driver(elastic_driver.LauncherElasticDriver):
+        def __init__(self) -> None:  # only what the assignment reads
+            self._host_assignments = {}
+            self._min_num_proc, self._max_num_proc = 1, None
+
+    def assign(driver, hosts):
+        current = DiscoveredHosts(host_slots=dict(hosts), host_assignment_order=list(dict(hosts)))
+        by_host, ordered = driver._get_host_assignments(current)
+        driver._host_assignments = by_host
+        assert [s.rank for s in ordered] == list(range(len(ordered)))
+        assert all([s.local_rank for s in slots] == list(range(len(slots)))
+                   for slots in by_host.values())
+        return [(s.hostname, s.local_rank) for s in ordered]
+
+    driver = Driver()
+    assert assign(driver, [("A", 2), ("B", 2)]) == [("A", 0), ("A", 1), ("B", 0), ("B", 1)]
+    # A[0] (rank 0) failed and is started again in place; C joins.
+    driver._host_assignments["A"] = driver._host_assignments["A"][1:]
+    assert assign(driver, [("A", 2), ("B", 2), ("C", 1)]) == [
+        ("A", 1), ("B", 0), ("B", 1), ("A", 0), ("C", 0)]

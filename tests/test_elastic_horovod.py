@@ -272,6 +272,66 @@ def test_one_host_a_killed_instance_is_started_again(tmp_path):
     assert wait_gone(job.worker_pids(), timeout=10) == []
 
 
+def start_env(pid: int) -> dict:
+    """The environment a worker was started with (its rank and host in its first round)."""
+    return dict(item.split("=", 1) for item in
+                Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in item)
+
+
+def check_no_step_redone_beyond_the_commit(text: str, moment: float) -> None:
+    """Rank 0's steps after ``moment`` (a kill) go on from the last commit before it: nothing
+    committed is trained again (the state sync's source held the commit)."""
+    before = max(int(n) for n, _, t in STEP.findall(text) if float(t) <= moment)
+    after = [n for n, _, _ in steps_after(text, moment)]
+    assert after and min(after) > before - COMMIT, (before, after)
+
+
+@pytest.mark.slow
+def test_one_host_rank_0_killed_mid_epoch_the_survivor_is_the_source_of_the_sync(tmp_path):
+    job = Job(tmp_path, ["-np", "2", "--min-np", "2", "--backend", "local", "--elastic-mode",
+                         "horovod", "elastic_loop.py"])
+    job.wait_for_step(12, size=2)
+    victim = next(p for p in job.worker_pids() if start_env(p)["HOROVOD_RANK"] == "0")
+    moment = time.time()
+    os.kill(victim, signal.SIGKILL)
+    text = job.finish()
+    assert job.proc.returncode == 0, text[-5000:]
+    result = check_weights(job, loop_reference)
+    # The final rank 0 is the survivor (it went through the reset); the new worker took rank 1.
+    assert result["resets"] >= 1 and result["size"] == 2
+    check_no_step_redone_beyond_the_commit(text, moment)
+    assert re.search(r"instance \d \(rank 0 of 2\) on localhost was killed by SIGKILL", text)
+    assert re.search(r"localhost is the job's only host left: instance \d's slot is started "
+                     r"again \(failure 1 in a row without progress; --host-failure-limit 3\)",
+                     text)
+    assert "blacklisted" not in text
+    check_membership_log(job, text)
+    assert wait_gone(job.worker_pids(), timeout=10) == []
+
+
+@pytest.mark.slow
+def test_the_host_of_rank_0_killed_the_other_host_goes_on_from_the_last_commit(tmp_path):
+    # localhost and 127.0.0.1 are two hosts of this machine, as in horovodrun's own tests.
+    job = Job(tmp_path, ["-np", "3", "--min-np", "1", "-H", "localhost:2,127.0.0.1:1",
+                         "--backend", "local", "--elastic-mode", "horovod", "elastic_loop.py"])
+    job.wait_for_step(12, size=3)
+    envs = {p: start_env(p) for p in job.worker_pids()}
+    victims = [p for p, env in envs.items() if env["HOROVOD_HOSTNAME"] == "localhost"]
+    assert sorted(envs[p]["HOROVOD_RANK"] for p in victims) == ["0", "1"]
+    moment = time.time()
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    text = job.finish()
+    assert job.proc.returncode == 0, text[-5000:]
+    result = check_weights(job, loop_reference)  # 3 workers, then 1: the same weights
+    assert (result["host"], result["size"]) == (socket.gethostname(), 1)
+    check_no_step_redone_beyond_the_commit(text, moment)
+    assert [(size, on) for _, size, on in rounds(text)] == [(3, "localhost:2,"), (1, "127.0.0.1:1")]
+    assert "localhost blacklisted for the rest of the job" in text
+    check_membership_log(job, text)
+    assert wait_gone(job.worker_pids(), timeout=10) == []
+
+
 @pytest.mark.slow
 def test_one_host_signals_and_timeout_stop_every_worker(tmp_path):
     """SIGTERM to poprun-lite reaches every worker (exit 143); --timeout collects every

@@ -6,6 +6,7 @@ ends it, and on one host a killed instance is started again. Hosts are network n
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -212,7 +213,28 @@ def test_on_one_host_a_killed_instance_is_started_again(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert [r["index"] for r in records(runs, 1)] == [0, 1, 2]
     assert {r["num_instances"] for r in records(runs, 1)} == {3}
-    assert "restarting on the same hosts -> 3 instance(s) on localhost (3)" in result.stderr
+    assert "restarting on the same hosts (failure 1 in a row without progress; " \
+           "--host-failure-limit 3) -> 3 instance(s) on localhost (3)" in result.stderr
+
+
+def test_on_one_host_a_failure_that_repeats_ends_the_job_at_the_host_failure_limit(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "done").write_text("")
+    result = poprun("-np", "2", "--min-np", "2", "--backend", "local", "--host-failure-limit",
+                    "2", program("elastic_member.py"), str(runs), "1+", "done", timeout=120)
+    assert result.returncode == 128 + 9, result.stderr[-3000:]
+    err = result.stderr
+    assert "restarting on the same hosts (failure 1 in a row without progress; " \
+           "--host-failure-limit 2) -> 2 instance(s) on localhost (2) (attempt 1" in err
+    assert re.search(r"poprun-lite: the job ends: instance 1 was killed by SIGKILL \(host "
+                     r"localhost\), pid \d+, the 2nd failure of localhost in a row without "
+                     r"progress \(--host-failure-limit 2\), and no other host can carry the "
+                     r"job\.\n", err), err
+    assert "the job ran 2 attempt(s)" in err and "Traceback" not in err
+    assert [r["attempt"] for r in records(runs, 1)] == [1, 1]
+    assert not list(runs.glob("a2-*.json"))
+    assert wait_gone([r["pid"] for a in (0, 1) for r in records(runs, a)]) == []
 
 
 def test_a_host_that_stops_answering_is_left_out_and_the_job_goes_on(hosts, tmp_path):

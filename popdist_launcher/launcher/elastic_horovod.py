@@ -210,6 +210,7 @@ class ElasticHorovodJob:
         settings = {"np": self.options.num_instances, "min_np": elastic.min_np,
                     "max_np": elastic.max_np, "elastic_timeout": elastic.elastic_timeout,
                     "reset_limit": elastic.reset_limit,
+                    "failure_limit": elastic.host_failure_limit,
                     "cooldown_range": list(elastic.cooldown_range)
                     if elastic.cooldown_range else None, "allowed": sorted(allowed)}
         self.helper = subprocess.Popen(
@@ -304,6 +305,10 @@ class ElasticHorovodJob:
             how_long = "for the rest of the job" if cooldown is None else \
                 f"for {float(cooldown):.1f} s (--blacklist-cooldown-range)"
             self._event(f"{frame['host']} blacklisted {how_long}")
+        elif kind == "RETRY":
+            self._event(f"{frame['host']} is the job's only host left: instance {frame['wid']}'s "
+                        f"slot is started again (failure {frame['streak']} in a row without "
+                        f"progress; --host-failure-limit {frame['limit']})")
         elif kind == "FATAL":
             self.fatal = str(frame["reason"])
             self.supervisor.request_stop(f"the elastic job cannot go on: {self.fatal}")
@@ -394,7 +399,8 @@ class ElasticHorovodJob:
         worker.blame = self._blame(worker)
         if worker.blame != "none" and how in ("exited", "lost") and self.cut_peers:
             self._cut_survivors()  # before the driver can start a round without it
-        self._send("EXITED", wid=worker.wid, code=worker.code, how=how, blame=worker.blame)
+        self._send("EXITED", wid=worker.wid, code=worker.code, how=how, blame=worker.blame,
+                   what=worker.describe())
         where = f"instance {worker.wid} (rank {worker.rank} of {worker.size}) on " \
                 f"{worker.hostname}"
         if worker.blame == "none":
@@ -430,7 +436,8 @@ class ElasticHorovodJob:
     def _blame(self, worker: Worker) -> str:
         """Who the driver should blame: "none" (stopped, or a success), "host" (lost, could not
         start there, or every instance of the host in this round failed: it is blacklisted),
-        "slot" (the program failed on a live host: that slot is started again)."""
+        "slot" (the program failed on a live host: the driver blacklists the host when the other
+        hosts carry --min-np, else starts the slot again, up to --host-failure-limit)."""
         if worker.inst.stopped or worker.code == 0:
             return "none"
         if worker.how != "exited":

@@ -1,7 +1,9 @@
 """Elastic restarts, for programs without Horovod's elastic protocol: when an instance or a host
 fails, or the discovery script reports a change, stop every instance (grace period), blacklist a
 failed host (with the cooldown), re-plan on the hosts available (--min-np .. --max-np instances,
-replicas per instance kept) and start the next attempt with fresh ports and rendezvous."""
+replicas per instance kept) and start the next attempt with fresh ports and rendezvous. On the
+job's only host a failure starts the job again there, until the host has failed
+--host-failure-limit times in a row without progress (an attempt that ran PROGRESS_S)."""
 from __future__ import annotations
 
 import selectors
@@ -45,6 +47,7 @@ class ElasticAgent(Agent):
         self.num_instances = elastic.first_size
         self.num_replicas = elastic.first_size * self.replicas_per_instance
         self.blacklist = membership.Blacklist(elastic.cooldown_range)
+        self.streaks = membership.FailureStreaks(elastic.host_failure_limit)
         script = elastic.discovery_script
         if script is None and elastic.cooldown_range is not None and len(elastic.hosts) > 1:
             # Fixed hosts come back after their cooldown: the same answer every second lets
@@ -112,7 +115,10 @@ class ElasticAgent(Agent):
             self._record(why)
             if failure.kind == "timeout":
                 return self._end(result.exit_code)
-            changes = [self._blame(supervisor, why)]
+            change = self._blame(supervisor, why)
+            if change is None:
+                return self._end(result.exit_code or 1)
+            changes = [change]
         return self._next_attempt(changes, result.exit_code)
 
     def _unreachable(self, exc: TopologyError) -> Optional[int]:
@@ -195,10 +201,11 @@ class ElasticAgent(Agent):
                 signal.signal(s, handler)
 
     # ---- what happened -----------------------------------------------------------------------
-    def _blame(self, supervisor: Supervisor, why: str) -> str:
+    def _blame(self, supervisor: Supervisor, why: str) -> Optional[str]:
         """Blacklist the host a failure is blamed on (as horovodrun does), unless it is the job's
-        only host: there its instances are slots that fail and start again. The membership
-        line's text."""
+        only host: there its instances are slots that fail and start again, until it has failed
+        --host-failure-limit times in a row without progress (None: the job ends, said here).
+        The membership line's text."""
         failure = supervisor.failure
         if failure.cause.instance is not None:
             blamed = [supervisor.instances[failure.cause.instance].host]
@@ -208,7 +215,18 @@ class ElasticAgent(Agent):
         blamed = [self._member_name(host) for host in blamed]
         known = [name for name, _ in self.members.hosts]
         if not blamed or set(known) <= set(blamed):
-            return f"{why}; restarting on the same hosts"
+            progressed = time.monotonic() - self.started_at >= membership.PROGRESS_S
+            for host in blamed:
+                self.streaks.record(host, progressed)
+            ended = [host for host in blamed if self.streaks.reached(host)]
+            if ended:
+                self.say(f"poprun-lite: the job ends: {self.streaks.sentence(ended[0], why)}")
+                return None
+            count = max(self.streaks.count(host) for host in blamed)
+            return (f"{why}; restarting on the same hosts (failure {count} in a row without "
+                    f"progress; --host-failure-limit {self.streaks.limit})")
+        for host in blamed:
+            self.streaks.clear(host)
         return "; ".join(self._blacklist(host, why) for host in blamed)
 
     def _blacklist(self, host: str, why: str) -> str:

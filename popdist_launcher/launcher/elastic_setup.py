@@ -14,6 +14,7 @@ from popdist_launcher.launcher.topology import Layout, TopologyError
 
 DEFAULT_ELASTIC_TIMEOUT = 600.0  # seconds, horovodrun's default
 COOLDOWN_BOUNDS = (1, 3600)      # seconds, horovodrun's bounds for --blacklist-cooldown-range
+DEFAULT_HOST_FAILURE_LIMIT = 3   # failures of one host in a row without progress
 DISCOVERY_TIMEOUT = 10.0         # seconds one run of the discovery script may take
 
 Choose = Callable[[int, Sequence[hostlib.HostSlots], str], Layout]
@@ -22,7 +23,8 @@ Choose = Callable[[int, Sequence[hostlib.HostSlots], str], Layout]
 def check(num_instances: int, min_np: Optional[int], max_np: Optional[int],
           script: Optional[str], slots_per_host: Optional[int],
           elastic_timeout: Optional[float], reset_limit: Optional[int],
-          cooldown_range: Optional[Tuple[int, int]], mode: str, argv: Sequence[str], *,
+          cooldown_range: Optional[Tuple[int, int]], mode: str,
+          host_failure_limit: Optional[int], argv: Sequence[str], *,
           host: Optional[str], hostfile: Optional[str], oversubscribe: bool, backend: str,
           start_timeout: float, choose: Choose) -> ElasticOptions:
     """Raises PlanError (one sentence) for anything an elastic job cannot run with."""
@@ -39,6 +41,10 @@ def check(num_instances: int, min_np: Optional[int], max_np: Optional[int],
         raise PlanError(f"--slots-per-host must be at least 1 (got {slots_per_host}).")
     if reset_limit is not None and reset_limit < 0:
         raise PlanError(f"--reset-limit must be 0 or more (got {reset_limit}).")
+    if host_failure_limit is not None and host_failure_limit < 1:
+        raise PlanError(f"--host-failure-limit must be at least 1 (got {host_failure_limit}): "
+                        f"it counts a host's failures in a row without progress before the "
+                        f"host is blacklisted or the job ends.")
     if cooldown_range is not None:
         low, high = cooldown_range
         if not COOLDOWN_BOUNDS[0] <= low <= high <= COOLDOWN_BOUNDS[1]:
@@ -79,7 +85,9 @@ def check(num_instances: int, min_np: Optional[int], max_np: Optional[int],
         relayout=relayout, first_size=first, discovery_script=script,
         slots_per_host=slots_per_host,
         elastic_timeout=DEFAULT_ELASTIC_TIMEOUT if elastic_timeout is None else elastic_timeout,
-        reset_limit=reset_limit, cooldown_range=cooldown_range, mode=mode)
+        reset_limit=reset_limit, cooldown_range=cooldown_range, mode=mode,
+        host_failure_limit=DEFAULT_HOST_FAILURE_LIMIT if host_failure_limit is None
+        else host_failure_limit)
 
 
 def _hosts_at_start(script: Optional[str], slots_per_host: int, host: Optional[str],

@@ -1,5 +1,6 @@
 """Which hosts an elastic job may use: the host discovery script (run once, or periodically in a
-child process), the blacklist with Horovod's cooldown rule, and the log of membership changes.
+child process), the blacklist with Horovod's cooldown rule, the count of a host's failures in a
+row without progress, and the log of membership changes.
 
 Standard library only: this runs in the launcher, which never imports Horovod.
 """
@@ -229,6 +230,45 @@ class Blacklist:
         for host in ended:
             del self._until[host]
         return ended
+
+
+PROGRESS_S = 60.0  # an instance (restart mode: an attempt) that ran this long made progress
+
+
+class FailureStreaks:
+    """Failures of each host in a row without progress (--host-failure-limit): a failure after
+    progress starts its host's count again at 1."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._counts: Dict[str, int] = {}
+
+    def record(self, host: str, progressed: bool) -> int:
+        """Count one failure of ``host``; its failures in a row without progress, this one
+        included."""
+        count = 1 if progressed else self._counts.get(host, 0) + 1
+        self._counts[host] = count
+        return count
+
+    def clear(self, host: str) -> None:
+        self._counts.pop(host, None)
+
+    def count(self, host: str) -> int:
+        return self._counts.get(host, 0)
+
+    def reached(self, host: str) -> bool:
+        return self.count(host) >= self.limit
+
+    def sentence(self, host: str, what: str) -> str:
+        """Why the job ends: ``what`` names the failed instance and how it ended."""
+        return (f"{what}, the {_ordinal(self.count(host))} failure of {host} in a row "
+                f"without progress (--host-failure-limit {self.limit}), and no other host can "
+                f"carry the job.")
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 class Answer(NamedTuple):

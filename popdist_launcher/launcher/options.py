@@ -52,6 +52,7 @@ class ElasticOptions(NamedTuple):
     reset_limit: Optional[int] = None
     cooldown_range: Optional[Tuple[int, int]] = None
     mode: str = "restart"  # "horovod": Horovod's elastic driver; "restart": elastic restarts
+    host_failure_limit: int = 3  # --host-failure-limit: failures in a row without progress
 
 
 def build(params: Mapping[str, Any], environ: Mapping[str, str]) -> JobOptions:
@@ -67,6 +68,7 @@ def build(params: Mapping[str, Any], environ: Mapping[str, str]) -> JobOptions:
         _only_elastic(slots_per_host=p["slots_per_host"], elastic_timeout=p["elastic_timeout"],
                       reset_limit=p["reset_limit"],
                       blacklist_cooldown_range=p["blacklist_cooldown_range"],
+                      host_failure_limit=p["host_failure_limit"],
                       elastic_mode=None if p["elastic_mode"] == "auto" else p["elastic_mode"])
     num_instances = p["num_instances"]
     if num_instances is None:
@@ -113,7 +115,8 @@ def build(params: Mapping[str, Any], environ: Mapping[str, str]) -> JobOptions:
         elastic = elastic_setup.check(
             num_instances, min_np, max_np, p["host_discovery_script"], p["slots_per_host"],
             p["elastic_timeout"], p["reset_limit"], p["blacklist_cooldown_range"],
-            p["elastic_mode"], argv, host=p["host"], hostfile=p["hostfile"],
+            p["elastic_mode"], p["host_failure_limit"], argv, host=p["host"],
+            hostfile=p["hostfile"],
             oversubscribe=oversubscribe, backend=backend, start_timeout=start_timeout,
             choose=lambda n, slots, chosen: topology.choose(
                 n, backend=chosen, environ=environ, subnet=subnet, iface=iface,

@@ -3,7 +3,7 @@
 usage: elastic_member.py DIR KILLED [UNTIL]
 Writes DIR/a<attempt>-i<index>.json (pid, host, instance count, restart count, Slurm step). On
 attempt 0 the instances in the comma-separated KILLED ("-" for none) then kill themselves with
-SIGKILL; the others wait until the file DIR/UNTIL exists (at most 120 s; without UNTIL they
+SIGKILL (an index followed by "+": in every attempt); the others wait until the file DIR/UNTIL exists (at most 120 s; without UNTIL they
 exit at once).
 """
 import json
@@ -23,7 +23,8 @@ tmp = os.path.join(folder, f".a{attempt}-i{index}.tmp")
 with open(tmp, "w") as f:
     json.dump(me, f)
 os.replace(tmp, os.path.join(folder, f"a{attempt}-i{index}.json"))
-if attempt == 0 and killed != "-" and index in [int(i) for i in killed.split(",")]:
+victims = [] if killed == "-" else killed.split(",")
+if (attempt == 0 and str(index) in victims) or f"{index}+" in victims:
     time.sleep(0.5)
     os.kill(os.getpid(), signal.SIGKILL)
 deadline = time.monotonic() + 120

@@ -6,17 +6,19 @@ python -m popdist_launcher.launcher.spawned.elastic_driver CONTROL_FD RENDEZVOUS
 
 CONTROL_FD is the helper's end of a socketpair carrying one JSON object per line (key "kind"):
 from the launcher HOSTS (usable hosts in rank order), ALLOW (more rendezvous client addresses) and
-EXITED (one per START: exit code and blame); to the launcher ROUND, START, STOP, BLACKLIST, FATAL
-(one sentence, always followed by DONE) and DONE. RENDEZVOUS_FD is a listening TCP socket the
+EXITED (one per START: exit code, blame, how in words); to the launcher ROUND, START, STOP,
+BLACKLIST, RETRY, FATAL (one sentence, always followed by DONE) and DONE. RENDEZVOUS_FD is a listening TCP socket the
 launcher bound: Horovod's elastic rendezvous handler is served on it, behind the secret, for the
 whole job. The helper ignores SIGINT (the launcher forwards signals to the workers it started),
 never installs Horovod's signal handlers, and exits at once when CONTROL_FD reaches end of file.
 
 What differs from horovodrun's driver: hosts come from the launcher (it runs the discovery
-script and removes lost hosts), ranks follow the order of HOSTS, a host is blacklisted only when
-the launcher blames the host for an exit (a failed slot on a live host is started again), a
-round that cannot start ends with FATAL instead of a silent stop, and every wait of ours and
-every connection to a worker is bounded.
+script and removes lost hosts), hosts take ranks in the order of HOSTS and the workers that go on
+through a reset keep the lowest ranks (rank 0, the source of the state sync, holds the last
+commit), a failed worker on the job's only host(s) is started again in place (RETRY) until the
+host fails --host-failure-limit times in a row without progress (then FATAL), a round that
+cannot start ends with FATAL instead of a silent stop, and every wait of ours and every
+connection to a worker is bounded.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import horovod
 from horovod.runner.common.util import network
@@ -40,6 +42,7 @@ from horovod.runner.elastic.rendezvous import create_rendezvous_handler
 from horovod.runner.elastic.worker import (HostUpdateResult, WorkerNotificationClient,
                                            WorkerNotificationService)
 
+from popdist_launcher.launcher.membership import PROGRESS_S, FailureStreaks
 from popdist_launcher.launcher.spawned.rendezvous import (MIN_SECRET_CHARS, SECRET_ENV,
                                                           make_server)
 
@@ -113,18 +116,33 @@ class PushedHosts(HostDiscovery):
             return dict(self._hosts)
 
 
+class Verdict(NamedTuple):
+    """The launcher's verdict on the end of one worker, kept for the registry's blacklist call."""
+
+    wid: int
+    on_host: bool  # the host is to blame (lost, could not start, all its workers failed)
+    progressed: bool  # the worker got somewhere before it failed (see progressed())
+    what: str  # how it ended, in words ("exited with 1")
+
+
 class LauncherHostManager(HostManager):
     """Horovod's HostManager with two changes: rank order follows HOSTS (hosts of the previous
     assignment first, in their order, then new ones in the order HOSTS lists them; Horovod
-    orders new hosts through a set), and a host is blacklisted only when the launcher blamed the
-    host for an exit of one of its workers."""
+    orders new hosts through a set), and a failed worker blacklists its host when the launcher
+    blamed the host or the other hosts can carry the job (--min-np); otherwise (the job's only
+    hosts) the worker is started again in place, until the host has failed ``failure_limit``
+    times in a row without progress: then the job ends with one sentence."""
 
     def __init__(self, discovery: HostDiscovery, cooldown_range=None) -> None:
         super().__init__(discovery, cooldown_range)
         self.link: Optional[LauncherLink] = None  # set by the driver before any round
+        # set by the driver before any round:
+        self.min_np = 1
+        self.streaks = FailureStreaks(1)
+        self.give_up: Callable[[str], None] = lambda reason: None
         self._cooldown_range = cooldown_range
         self._blame_lock = threading.Lock()
-        self._blamed: Set[Slot] = set()
+        self._verdicts: Dict[Slot, Verdict] = {}
 
     def update_available_hosts(self) -> HostUpdateResult:
         previous = set(self._current_hosts.host_assignment_order)
@@ -137,21 +155,43 @@ class LauncherHostManager(HostManager):
         order[:] = [h for h in order if h in previous] + new
         return result
 
-    def blame(self, slot: Slot, on_host: bool) -> None:
-        """Record the launcher's verdict on the last exit of ``slot``'s worker."""
+    def blame(self, slot: Slot, verdict: Optional[Verdict]) -> None:
+        """Record the launcher's verdict on the last failed exit of ``slot``'s worker (None: it
+        did not fail, or a new worker took the slot)."""
         with self._blame_lock:
-            if on_host:
-                self._blamed.add(slot)
+            if verdict is None:
+                self._verdicts.pop(slot, None)
             else:
-                self._blamed.discard(slot)
+                self._verdicts[slot] = verdict
+
+    def _others_carry(self, host: str) -> bool:
+        hosts = self.current_hosts
+        others = sum(hosts.get_slots(h) for h in hosts.host_assignment_order
+                     if h != host and not self.is_blacklisted(h))
+        return others >= self.min_np
 
     def blacklist(self, host: str) -> None:
         with self._blame_lock:
-            blamed = {slot for slot in self._blamed if slot[0] == host}
-            self._blamed -= blamed
-        if not blamed:
-            log.info("%s: a worker failed on a live host; it is started again", host)
+            verdicts = [(slot, v) for slot, v in self._verdicts.items() if slot[0] == host]
+            for slot, _ in verdicts:
+                del self._verdicts[slot]
+        if not verdicts:
+            return  # the registry calls it once per failed slot: the first call decided
+        if any(v.on_host for _, v in verdicts) or self._others_carry(host):
+            self.streaks.clear(host)
+            self._blacklist(host)
             return
+        # The job's only host(s): start the worker again in place, but not for ever.
+        for _, verdict in verdicts:
+            streak = self.streaks.record(host, verdict.progressed)
+        last = verdicts[-1][1]
+        if not self.streaks.reached(host):
+            self.link.send("RETRY", host=host, wid=last.wid, streak=streak,
+                           limit=self.streaks.limit)
+            return
+        self.give_up(self.streaks.sentence(host, f"instance {last.wid} on {host} {last.what}"))
+
+    def _blacklist(self, host: str) -> None:
         was_blacklisted = self.is_blacklisted(host)
         super().blacklist(host)
         if not was_blacklisted:
@@ -179,7 +219,7 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
 
     def __init__(self, link: LauncherLink, rendezvous, discovery: PushedHosts, min_np: int,
                  max_np: Optional[int], elastic_timeout: float, reset_limit: Optional[int],
-                 cooldown_range: Optional[Tuple[int, int]]) -> None:
+                 cooldown_range: Optional[Tuple[int, int]], failure_limit: int) -> None:
         self._link = link
         self._fatal: Optional[str] = None
         self._ended_lock = threading.Lock()
@@ -191,6 +231,10 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
         super().__init__(rendezvous, discovery, min_np, max_np, timeout=elastic_timeout,
                          reset_limit=reset_limit, cooldown_range=cooldown_range, verbose=0)
         self._host_manager.link = link
+        self._host_manager.min_np = min_np
+        self._host_manager.streaks = FailureStreaks(failure_limit)
+        self._host_manager.give_up = self._give_up
+        self.on_ready: Callable[[str, int, int], None] = lambda host, slot, round: None
         threading.Thread(target=self._notify_forever, name="notifier", daemon=True).start()
 
     def round(self) -> int:
@@ -215,6 +259,28 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
                         hosts=[[host, len(slots)] for host, slots in self.host_assignments.items()])
         self._start_worker_processes(pending_slots)
 
+    def record_ready(self, host, slot) -> None:
+        self.on_ready(host, slot, self.round())
+        super().record_ready(host, slot)
+
+    def _get_host_assignments(self, current_hosts):
+        """Horovod's assignment with the ranks renumbered: the workers that go on keep their
+        order and take the lowest ranks, new and restarted workers follow in Horovod's order.
+        Rank 0 is the source of every state sync, so it must hold the last commit (Horovod
+        alone gives rank 0 to a worker restarted in place on the first host)."""
+        by_host, ordered = super()._get_host_assignments(current_hosts)
+        kept = {(host, s.local_rank): s.rank for host, slots in self._host_assignments.items()
+                for s in slots}
+
+        def key(slot_info):
+            previous = kept.get((slot_info.hostname, slot_info.local_rank))
+            return (0, previous) if previous is not None else (1, slot_info.rank)
+
+        ordered = sorted(ordered, key=key)
+        for rank, slot_info in enumerate(ordered):
+            slot_info.rank = rank  # the same objects as by_host's, listed by local rank
+        return by_host, ordered
+
     def _update_host_assignments(self, current_hosts):
         with self._ended_lock:
             ended, self._ended_slots = self._ended_slots, set()
@@ -225,7 +291,15 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
             for host, slots in self._host_assignments.items()}
         return super()._update_host_assignments(current_hosts)
 
+    def _give_up(self, reason: str) -> None:
+        """End the job with ``reason`` (FATAL); no round starts after it."""
+        self._fatal = reason
+        self._link.send("FATAL", reason=reason)
+        self.stop(reason)
+
     def resume(self) -> None:
+        if self.finished():  # given up while the registry handled the failure
+            raise RuntimeError(self._fatal or "the job is ending")
         try:
             super().resume()
         except Exception as exc:
@@ -313,11 +387,29 @@ class LauncherWorkers:
         self._ended: Dict[int, threading.Event] = {}
         self._exits: Dict[int, Tuple[int, str]] = {}
         self._current: Dict[Slot, int] = {}  # the latest worker id of each slot
+        self._begun: Dict[int, Tuple[int, float]] = {}  # wid -> (its round, monotonic start)
+        self._rejoined: Set[int] = set()  # workers that registered in a later round
 
     def bind(self, driver: LauncherElasticDriver) -> None:
         """The driver whose rounds the workers belong to (built once the first HOSTS came)."""
         self._driver = driver
         self._host_manager = driver._host_manager
+        driver.on_ready = self.registered
+
+    def registered(self, host: str, slot: int, round_number: int) -> None:
+        """The worker of ``slot`` asked for its rank in round ``round_number``."""
+        with self._lock:
+            wid = self._current.get((host, slot))
+            if wid is not None and wid in self._begun and round_number > self._begun[wid][0]:
+                self._rejoined.add(wid)
+
+    def progressed(self, wid: int) -> bool:
+        """The worker got somewhere: it took part in a later rendezvous round than the one it
+        started in (it went on through a reset), or it ran for PROGRESS_S."""
+        with self._lock:
+            started = self._begun.get(wid)
+            return wid in self._rejoined or (
+                started is not None and time.monotonic() - started[1] >= PROGRESS_S)
 
     def create_worker(self, slot_info, events: List[threading.Event]) -> Tuple[int, float]:
         slot = (slot_info.hostname, slot_info.local_rank)
@@ -326,7 +418,8 @@ class LauncherWorkers:
             wid = next(self._ids)
             self._ended[wid] = ended
             self._current[slot] = wid
-        self._host_manager.blame(slot, on_host=False)
+            self._begun[wid] = (self._driver.round(), time.monotonic())
+        self._host_manager.blame(slot, None)
         self._link.send("START", wid=wid, round=self._driver.round(),
                         hostname=slot_info.hostname, rank=slot_info.rank, size=slot_info.size,
                         local_rank=slot_info.local_rank, local_size=slot_info.local_size,
@@ -336,22 +429,25 @@ class LauncherWorkers:
             if not stop_sent and any(event.is_set() for event in events):
                 self._link.send("STOP", wid=wid)  # the job ends or the host is blacklisted
                 stop_sent = True
+        progressed = self.progressed(wid)
         with self._lock:
-            code, blame = self._exits.pop(wid)
+            code, blame, what = self._exits.pop(wid)
             del self._ended[wid]
             latest = self._current.get(slot) == wid
         if latest:
-            self._host_manager.blame(slot, on_host=blame == "host")
+            failed = code != 0 and blame != "none"
+            self._host_manager.blame(slot, Verdict(wid, blame == "host", progressed, what)
+                                     if failed else None)
             self._driver.slot_ended(slot)
         return code, time.time()
 
-    def exited(self, wid: int, code: int, blame: str) -> None:
+    def exited(self, wid: int, code: int, blame: str, what: str) -> None:
         with self._lock:
             ended = self._ended.get(wid)
             if ended is None:
                 log.error("the launcher reported the exit of worker %s, which is not running", wid)
                 return
-            self._exits[wid] = (code, blame)
+            self._exits[wid] = (code, blame, what)
         ended.set()
 
 
@@ -410,6 +506,7 @@ def _settings(text: str) -> dict:
             "reset_limit": None if settings.get("reset_limit") is None
             else int(settings["reset_limit"]),
             "cooldown_range": None if cooldown is None else (int(cooldown[0]), int(cooldown[1])),
+            "failure_limit": int(settings["failure_limit"]),
             "allowed": [str(a) for a in settings.get("allowed", [])]}
 
 
@@ -456,7 +553,8 @@ def main(argv: Sequence[str]) -> None:
         elif kind == "ALLOW":
             allowed.update(str(a) for a in frame["addresses"])
         elif kind == "EXITED":
-            workers.exited(int(frame["wid"]), int(frame["code"]), str(frame["blame"]))
+            workers.exited(int(frame["wid"]), int(frame["code"]), str(frame["blame"]),
+                           str(frame.get("what") or f"exited with {frame['code']}"))
         else:
             log.error("ignored a frame of unknown kind %r from the launcher", kind)
 
@@ -470,7 +568,8 @@ def main(argv: Sequence[str]) -> None:
     rendezvous = AdoptedRendezvous(int(argv[1]), allowed, secret)
     driver = LauncherElasticDriver(link, rendezvous, discovery, settings["min_np"],
                                    settings["max_np"], settings["elastic_timeout"],
-                                   settings["reset_limit"], settings["cooldown_range"])
+                                   settings["reset_limit"], settings["cooldown_range"],
+                                   settings["failure_limit"])
     workers.bind(driver)
     rendezvous.start(create_rendezvous_handler(driver))  # requests so far wait in the backlog
     try:
