@@ -22,7 +22,7 @@ from popdist_launcher import __version__, tf_config as tf_config_lib
 from popdist_launcher.launcher import ports
 from popdist_launcher.launcher import topology
 from popdist_launcher.launcher import _say as verbosity
-from popdist_launcher.launcher.agent import run_job
+from popdist_launcher.launcher.run_job import run_job
 from popdist_launcher.launcher import options as options_lib
 from popdist_launcher.launcher.output import OutputDirError
 from popdist_launcher.launcher.plan import MAX_INSTANCES, PlanError

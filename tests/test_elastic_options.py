@@ -7,7 +7,7 @@ import time
 import pytest
 
 from conftest import poprun, wait_gone
-from popdist_launcher.launcher import elastic_kind
+from popdist_launcher.launcher.elastic import kind as elastic_kind
 
 
 def refused(result, *words):

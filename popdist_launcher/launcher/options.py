@@ -4,7 +4,7 @@ Nothing here imports click: the command line (launch.py) is the one place that k
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Optional, Tuple
 
 from popdist_launcher import _contract
 from popdist_launcher.launcher import topology
@@ -13,6 +13,9 @@ from popdist_launcher.launcher.plan import PlanError, check_counts, parse_export
 from popdist_launcher.launcher.remote import SshOptions, agent_from_environ
 from popdist_launcher.launcher.spawned.placement import encode as encode_placement
 from popdist_launcher.launcher.topology import Layout
+
+if TYPE_CHECKING:
+    from popdist_launcher.launcher.elastic.setup import ElasticOptions
 
 
 class JobOptions(NamedTuple):
@@ -35,24 +38,11 @@ class JobOptions(NamedTuple):
     evaluator: bool = False  # --evaluator
     elastic: Optional["ElasticOptions"] = None  # --min-np, --max-np, --host-discovery-script
 
-
-class ElasticOptions(NamedTuple):
-    """An elastic job's settings (horovodrun's elastic options), as the command line checked
-    them; ``relayout(hosts, n)`` lays ``n`` instances out on ``hosts`` ((name, slots) pairs) with
-    the job's backend and host options."""
-
-    min_np: int
-    max_np: Optional[int]  # None: every slot the hosts offer
-    hosts: Tuple[Tuple[str, int], ...]  # the hosts at start (-H/--hostfile, or the script's)
-    relayout: Callable[[Sequence[Tuple[str, int]], int], Layout]
-    first_size: int  # instances of the first attempt: every slot at start, up to max_np
-    discovery_script: Optional[str] = None
-    slots_per_host: int = 1
-    elastic_timeout: float = 600.0
-    reset_limit: Optional[int] = None
-    cooldown_range: Optional[Tuple[int, int]] = None
-    mode: str = "restart"  # "horovod": Horovod's elastic driver; "restart": elastic restarts
-    host_failure_limit: int = 3  # --host-failure-limit: failures in a row without progress
+    @property
+    def replicas_per_instance(self) -> int:
+        """Replicas each instance holds: --num-replicas / -np (check_counts made it whole), 1
+        by default. Every attempt and round of a job keeps it, whatever its instance count."""
+        return (self.num_replicas or self.num_instances) // self.num_instances
 
 
 def build(params: Mapping[str, Any], environ: Mapping[str, str]) -> JobOptions:
@@ -110,7 +100,7 @@ def build(params: Mapping[str, Any], environ: Mapping[str, str]) -> JobOptions:
         if p["evaluator"]:
             raise PlanError("--evaluator needs a fixed cluster; drop it or the elastic "
                             "options.")
-        from popdist_launcher.launcher import elastic_setup
+        from popdist_launcher.launcher.elastic import setup as elastic_setup
         ssh = SshOptions(p["ssh_port"], p["ssh_identity"], p["ssh_config"], start_timeout, ())
         elastic = elastic_setup.check(
             num_instances, min_np, max_np, p["host_discovery_script"], p["slots_per_host"],

@@ -28,6 +28,7 @@ from popdist_launcher.launcher._say import debug
 from popdist_launcher.launcher import processes, report
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.hub import Conn, Hub
+from popdist_launcher.launcher.loop import EventLoop
 from popdist_launcher.launcher.output import STDERR, STDOUT, LogFiles, Router
 from popdist_launcher.launcher.spawner import Spawner
 from popdist_launcher.launcher.stacks import StackCollector
@@ -37,7 +38,6 @@ from popdist_launcher.launcher.plan import Host, LaunchPlan
 from popdist_launcher.launcher.attempt import (
     FINAL, TIMEOUT_EXIT_CODE, TRANSITIONS, UNRESPONSIVE_SECONDS, Failure, Instance, InstanceState,
     JobResult, JobState, Outcome, Started)
-from popdist_launcher.launcher.wakeup import received, signals_to
 from popdist_launcher.launcher.world import FixedWorld, World
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -63,15 +63,21 @@ class Supervisor:
         if plan.evaluator:  # supervised as an instance, started as a local wrapper
             self.instances.append(Instance(plan.num_instances, socket.gethostname(), "evaluator"))
         self._timeout = timeout
-        self._sel = selectors.DefaultSelector()
+        self._events = EventLoop()
         self._secret = os.urandom(16).hex()
-        self._spawner = Spawner(self._sel, router, rendezvous_socket)
-        self._hub = Hub(self._sel, plan.num_instances)
+        self._spawner = Spawner(self._events.sel, router, rendezvous_socket)
+        self._hub = Hub(self._events.sel, plan.num_instances)
         self._stacks = StackCollector(router, self._hub, self._ends, self._timed_out)
         self.world = world if world is not None else FixedWorld()
         self.world.bind(self)
         self._wiring: Optional[Wiring] = None
-        self._stdin = StdinForwarder(self._sel, self._hub, self.world.stdin_target)
+        self._stdin = StdinForwarder(self._events.sel, self._hub, self.world.stdin_target)
+        self._events.handle("conn", self._on_conn)
+        self._events.handle("engine-out", lambda key, mask: self._spawner.output(key.fd, key.data[1]))
+        self._events.handle("exit", lambda key, mask: self._on_process_exit(key.data[1]))
+        self._events.handle("listen", lambda key, mask: self._hub.accept(key.fileobj))
+        self._events.handle("stdin", lambda key, mask: self._stdin.on_readable())
+        self._events.handle("rendezvous", lambda key, mask: self._spawner.start_rendezvous(self.plan))
         self._outcome = Outcome()
         self.failure_title = "job"  # what the failure report says failed ("attempt 2")
         self._job_deadline = time.monotonic() + timeout if timeout else None
@@ -81,8 +87,8 @@ class Supervisor:
 
     # ---- public -------------------------------------------------------------------------------
     def run(self) -> JobResult:
-        with signals_to(self._sel, FORWARDED_SIGNALS + (DUMP_SIGNAL, signal.SIGTTIN),
-                        ("signal",)):
+        with self._events.signals(FORWARDED_SIGNALS + (DUMP_SIGNAL, signal.SIGTTIN),
+                                self._on_signal):
             try:
                 self._start_all()
                 self._loop()
@@ -98,13 +104,11 @@ class Supervisor:
     def watch(self, fileobj, callback: Callable[[], None]) -> None:
         """Call ``callback`` from the loop whenever ``fileobj`` is readable (before or while
         it runs)."""
-        self._sel.register(fileobj, selectors.EVENT_READ, ("watch", callback))
+        self._events.watch(fileobj, callback)
 
     def unwatch(self, fileobj) -> None:
         """Stop watching ``fileobj`` (before closing it)."""
-        watched = self._sel.get_map()  # None once the job has ended
-        if watched is not None and fileobj in watched:
-            self._sel.unregister(fileobj)
+        self._events.unwatch(fileobj)
 
     def request_stop(self, reason: str) -> None:
         """End the attempt on the launcher's own request (a membership change): every instance
@@ -219,32 +223,14 @@ class Supervisor:
                                      self._stacks.deadline, self.world.deadline())
                          if d is not None]
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
-            for key, mask in self._sel.select(timeout):
-                # By descriptor: an earlier event of this batch may have closed this one's
-                # socket (a lost host takes its other connections), whose fileno() is then -1.
-                if self._sel.get_map().get(key.fd) is not key:
-                    continue  # unregistered by an earlier event of this batch
-                kind = key.data[0]
-                if kind == "conn":
-                    conn = key.data[1]
-                    if mask & selectors.EVENT_WRITE:
-                        self._hub.write(conn)
-                    if mask & selectors.EVENT_READ and not conn.closed:
-                        self._read(conn)
-                elif kind == "engine-out":
-                    self._spawner.output(key.fd, key.data[1])
-                elif kind == "exit":
-                    self._on_process_exit(key.data[1])
-                elif kind == "listen":
-                    self._hub.accept(key.fileobj)
-                elif kind == "signal":
-                    self._on_signals(key.fileobj)
-                elif kind == "stdin":
-                    self._stdin.on_readable()
-                elif kind == "rendezvous":
-                    self._spawner.start_rendezvous(self.plan)
-                elif kind == "watch":
-                    key.data[1]()
+            self._events.wait(timeout)
+
+    def _on_conn(self, key: selectors.SelectorKey, mask: int) -> None:
+        conn = key.data[1]
+        if mask & selectors.EVENT_WRITE:
+            self._hub.write(conn)
+        if mask & selectors.EVENT_READ and not conn.closed:
+            self._read(conn)
 
     def _on_deadlines(self, now: float) -> None:
         self.router.show_held(now)
@@ -414,16 +400,15 @@ class Supervisor:
             self.world.engine_ended(started, never, how)
 
     # ---- signals -----------------------------------------------------------------------------
-    def _on_signals(self, wake: socket.socket) -> None:
-        for signum in received(wake):
-            if signum == DUMP_SIGNAL:
-                if self._stacks.dump is None:
-                    self.router.say("poprun-lite: SIGQUIT: collecting every instance's Python "
-                                    "stacks (the job goes on).")
-                    self._stacks.request(self.instances, "on request (SIGQUIT to poprun-lite)",
-                                         "print")
-            elif signum in FORWARDED_SIGNALS:
-                self._forward(signum)
+    def _on_signal(self, signum: int) -> None:
+        if signum == DUMP_SIGNAL:
+            if self._stacks.dump is None:
+                self.router.say("poprun-lite: SIGQUIT: collecting every instance's Python "
+                                "stacks (the job goes on).")
+                self._stacks.request(self.instances, "on request (SIGQUIT to poprun-lite)",
+                                     "print")
+        elif signum in FORWARDED_SIGNALS:
+            self._forward(signum)
 
     def _forward(self, signum: int) -> None:
         name = signal.Signals(signum).name
@@ -485,7 +470,7 @@ class Supervisor:
         self._spawner.end()
         self._hub.close_all()
         self._spawner.close()
-        self._sel.close()
+        self._events.close()
 
     def _result(self) -> JobResult:
         failure = self._outcome.failure

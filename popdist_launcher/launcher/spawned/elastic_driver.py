@@ -42,7 +42,7 @@ from horovod.runner.elastic.rendezvous import create_rendezvous_handler
 from horovod.runner.elastic.worker import (HostUpdateResult, WorkerNotificationClient,
                                            WorkerNotificationService)
 
-from popdist_launcher.launcher.membership import PROGRESS_S, FailureStreaks
+from popdist_launcher.launcher.elastic.membership import PROGRESS_S, FailureStreaks
 from popdist_launcher.launcher.spawned.rendezvous import (MIN_SECRET_CHARS, SECRET_ENV,
                                                           make_server)
 

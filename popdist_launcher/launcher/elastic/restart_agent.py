@@ -6,18 +6,19 @@ job's only host a failure starts the job again there, until the host has failed
 --host-failure-limit times in a row without progress (an attempt that ran PROGRESS_S)."""
 from __future__ import annotations
 
-import selectors
 import shlex
 import signal
 import time
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from popdist_launcher.launcher import membership
 from popdist_launcher.launcher.agent import Agent
+from popdist_launcher.launcher.attempt import JobResult, JobState
+from popdist_launcher.launcher.elastic import membership
+from popdist_launcher.launcher.elastic.discovery import Poller
+from popdist_launcher.launcher.loop import EventLoop
 from popdist_launcher.launcher.options import JobOptions
 from popdist_launcher.launcher.plan import PlanError
-from popdist_launcher.launcher.attempt import JobResult, JobState
-from popdist_launcher.launcher.supervisor import Supervisor
+from popdist_launcher.launcher.supervisor import STOPPING_SIGNALS, Supervisor
 from popdist_launcher.launcher.topology import TopologyError
 
 Hosts = List[Tuple[str, int]]
@@ -34,18 +35,16 @@ class Attempt(NamedTuple):
     outcome: str
 
 
-class ElasticAgent(Agent):
-    """The agent of an elastic job in restart mode (``--elastic-mode restart``)."""
+class RestartAgent(Agent):
+    """The agent of an elastic job in restart mode (``--elastic-mode restart``): it decides
+    after each attempt whether the job ends, or re-forms on the hosts available now."""
 
     def __init__(self, options: JobOptions, say: Callable[[str], None]) -> None:
         super().__init__(options, say)
         elastic = options.elastic
         assert elastic is not None
         self.elastic = elastic
-        self.replicas_per_instance = (options.num_replicas or options.num_instances) \
-            // options.num_instances
         self.num_instances = elastic.first_size
-        self.num_replicas = elastic.first_size * self.replicas_per_instance
         self.blacklist = membership.Blacklist(elastic.cooldown_range)
         self.streaks = membership.FailureStreaks(elastic.host_failure_limit)
         script = elastic.discovery_script
@@ -54,7 +53,7 @@ class ElasticAgent(Agent):
             # a running attempt grow again when one does.
             script = "printf '%s\\n' " + " ".join(shlex.quote(f"{name}:{slots}")
                                                   for name, slots in elastic.hosts)
-        self.poller = membership.Poller(script, elastic.slots_per_host) if script else None
+        self.poller = Poller(script, elastic.slots_per_host) if script else None
         self.ever_blacklisted: Set[str] = set()
         self.why_out: Dict[str, str] = {}  # host -> why it was blacklisted last
         self.members = membership.Membership(list(elastic.hosts), self.blacklist, self.poller)
@@ -64,7 +63,6 @@ class ElasticAgent(Agent):
         self.resets = 0
         self.started_at = time.monotonic()
         self.stop_reason: Optional[str] = None  # why the running attempt was stopped
-        self.supervisor: Optional[Supervisor] = None
 
     # ---- the job -----------------------------------------------------------------------------
     def run(self, print_topology: Optional[Callable[[str], None]] = None) -> int:
@@ -87,17 +85,16 @@ class ElasticAgent(Agent):
                 self.poller.close()
 
     def _supervising(self, supervisor: Supervisor) -> None:
-        self.supervisor = supervisor
         supervisor.failure_title = f"attempt {self.attempt} of the elastic job"
         self.started_at = time.monotonic()
         self.stop_reason = None
         if self.poller is not None:
             supervisor.watch(self.poller, self._on_discovery)
 
-    def _replan(self, result: JobResult, supervisor: Supervisor) -> Optional[int]:
-        self.supervisor = None
-        if self._retry_start(result, supervisor):
+    def _decide(self, result: JobResult) -> Optional[int]:
+        if self._retry_start(result):
             return None
+        supervisor, self.supervisor = self.supervisor, None
         failure = supervisor.failure
         if result.state is JobState.SUCCEEDED:
             self._record("succeeded")
@@ -149,7 +146,7 @@ class ElasticAgent(Agent):
             return self._end(exit_code or 1)
         self.resets += 1
         self.attempt += 1
-        self.num_instances, self.num_replicas = n, n * self.replicas_per_instance
+        self.num_instances = n
         before = {name for name, _ in self.hosts}
         self.hosts = _used(self.layout)
         after = {name for name, _ in self.hosts}
@@ -176,29 +173,22 @@ class ElasticAgent(Agent):
                         f"waiting up to {elastic.elastic_timeout:g} s (--elastic-timeout) for "
                         f"hosts")
         received: List[int] = []
-        stopping = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-        previous = {s: signal.signal(s, lambda signum, frame: received.append(signum))
-                    for s in stopping}
-        sel = selectors.DefaultSelector()
+        events = EventLoop()
         try:
-            if self.poller is not None:
-                sel.register(self.poller, selectors.EVENT_READ)
-            while not received:
-                now = time.monotonic()
-                if now >= deadline:
-                    return None
-                sel.select(min(1.0, deadline - now))
+            with events.signals(STOPPING_SIGNALS, received.append):
                 if self.poller is not None:
-                    for answer in self.poller.read():
-                        self._note(self.members.on_answer(answer))
-                hosts = self.members.usable()
-                if _slots(hosts) >= elastic.min_np:
-                    return hosts
-            return 128 + received[0]
+                    events.watch(self.poller, self._on_answers)
+                while not received:
+                    now = time.monotonic()
+                    if now >= deadline:
+                        return None
+                    events.wait(min(1.0, deadline - now))
+                    hosts = self.members.usable()
+                    if _slots(hosts) >= elastic.min_np:
+                        return hosts
+                return 128 + received[0]
         finally:
-            sel.close()
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+            events.close()
 
     # ---- what happened -----------------------------------------------------------------------
     def _blame(self, supervisor: Supervisor, why: str) -> Optional[str]:
@@ -241,11 +231,14 @@ class ElasticAgent(Agent):
         names = [name for name, _ in self.hosts]
         return host if host in names or len(names) != 1 else names[0]
 
+    def _on_answers(self) -> None:
+        for answer in self.poller.read():
+            self._note(self.members.on_answer(answer))
+
     def _on_discovery(self) -> None:
         """The discovery script answered while an attempt runs: stop the attempt when the
         answer changes its hosts (one gone, or one more usable while below --max-np)."""
-        for answer in self.poller.read():
-            self._note(self.members.on_answer(answer))
+        self._on_answers()
         supervisor = self.supervisor
         if supervisor is None or self.stop_reason is not None:
             return

@@ -4,11 +4,11 @@ the backend (never mpirun: its world is fixed) and the elastic mode."""
 from __future__ import annotations
 
 import os
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
-from popdist_launcher.launcher import elastic_kind
 from popdist_launcher.launcher import hosts as hostlib
-from popdist_launcher.launcher.options import ElasticOptions
+from popdist_launcher.launcher.backends.detect import in_slurm_allocation
+from popdist_launcher.launcher.elastic import discovery, kind
 from popdist_launcher.launcher.plan import PlanError
 from popdist_launcher.launcher.topology import Layout, TopologyError
 
@@ -18,6 +18,25 @@ DEFAULT_HOST_FAILURE_LIMIT = 3   # failures of one host in a row without progres
 DISCOVERY_TIMEOUT = 10.0         # seconds one run of the discovery script may take
 
 Choose = Callable[[int, Sequence[hostlib.HostSlots], str], Layout]
+
+
+class ElasticOptions(NamedTuple):
+    """An elastic job's settings (horovodrun's elastic options), as the command line checked
+    them; ``relayout(hosts, n)`` lays ``n`` instances out on ``hosts`` ((name, slots) pairs) with
+    the job's backend and host options."""
+
+    min_np: int
+    max_np: Optional[int]  # None: every slot the hosts offer
+    hosts: Tuple[Tuple[str, int], ...]  # the hosts at start (-H/--hostfile, or the script's)
+    relayout: Callable[[Sequence[Tuple[str, int]], int], Layout]
+    first_size: int  # instances of the first attempt: every slot at start, up to max_np
+    discovery_script: Optional[str] = None
+    slots_per_host: int = 1
+    elastic_timeout: float = DEFAULT_ELASTIC_TIMEOUT
+    reset_limit: Optional[int] = None
+    cooldown_range: Optional[Tuple[int, int]] = None
+    mode: str = "restart"  # "horovod": Horovod's elastic driver; "restart": elastic restarts
+    host_failure_limit: int = DEFAULT_HOST_FAILURE_LIMIT  # --host-failure-limit: failures in a row without progress
 
 
 def check(num_instances: int, min_np: Optional[int], max_np: Optional[int],
@@ -54,7 +73,7 @@ def check(num_instances: int, min_np: Optional[int], max_np: Optional[int],
     if script and (host or hostfile):
         raise PlanError(f"{'-H' if host else '--hostfile'} and --host-discovery-script both name "
                         f"hosts; give one of them.")
-    in_slurm = bool(os.environ.get("SLURM_JOB_ID") and os.environ.get("SLURM_JOB_NODELIST"))
+    in_slurm = in_slurm_allocation(os.environ)
     allocation = not (script or host or hostfile) and (
         backend == "slurm" or backend == "auto" and in_slurm)
     slots = _hosts_at_start(script, slots_per_host, host, hostfile, max_np or num_instances,
@@ -79,7 +98,7 @@ def check(num_instances: int, min_np: Optional[int], max_np: Optional[int],
             raise PlanError(str(exc)) from None
 
     if mode == "auto":
-        mode = elastic_kind.detect(argv)
+        mode = kind.detect(argv)
     return ElasticOptions(
         min_np=min_np, max_np=max_np, hosts=tuple((s.name, s.slots) for s in slots),
         relayout=relayout, first_size=first, discovery_script=script,
@@ -96,10 +115,9 @@ def _hosts_at_start(script: Optional[str], slots_per_host: int, host: Optional[s
     """The hosts at start: the script's, -H/--hostfile's, the Slurm allocation's, or this host
     alone with ``local_slots``."""
     if script:
-        from popdist_launcher.launcher import membership
         try:
-            found = membership.run_discovery(script, slots_per_host, timeout)
-        except membership.DiscoveryError as exc:
+            found = discovery.run_discovery(script, slots_per_host, timeout)
+        except discovery.DiscoveryError as exc:
             raise PlanError(str(exc)) from None
         return [hostlib.HostSlots(name, count) for name, count in found]
     try:

@@ -1,0 +1,127 @@
+"""The workers and rounds of a Horovod elastic job as the launcher saw them, and the summary
+and verdict printed at the job's end."""
+from __future__ import annotations
+
+import signal
+import time
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from popdist_launcher.launcher import processes
+from popdist_launcher.launcher.attempt import Instance, JobResult, JobState
+from popdist_launcher.launcher.output import STDERR, STDOUT, Router
+
+P = "poprun-lite: "
+
+
+class Worker:
+    """One worker the driver asked for (a START), and how it ended."""
+
+    def __init__(self, start: dict) -> None:
+        self.wid = int(start["wid"])
+        self.round = int(start["round"])
+        self.hostname = str(start["hostname"])
+        self.rank = int(start["rank"])
+        self.size = int(start["size"])
+        self.local_rank = int(start["local_rank"])
+        self.inst: Optional[Instance] = None  # set once the supervisor has it
+        self.ended_round: Optional[int] = None
+        self.how = ""  # "exited", "lost", "start-failed", "not-started"
+        self.code: Optional[int] = None
+        self.blame = ""
+        self.detail = ""
+
+    @property
+    def failed(self) -> bool:
+        """It ended by itself, and not well (a STOP, or the job's end, is no failure)."""
+        return self.ended_round is not None and not self.inst.stopped and self.code != 0
+
+    def describe(self) -> str:
+        if self.how == "exited":
+            return processes.describe_exit(self.inst.returncode)
+        return self.detail or self.how
+
+
+class Round:
+    """One rendezvous round of Horovod's driver: its size and hosts, and what happened."""
+
+    def __init__(self, number: int, size: int, hosts: Sequence[Sequence]) -> None:
+        self.number = number
+        self.size = size
+        self.hosts = [(str(h), int(n)) for h, n in hosts]
+        self.started = time.time()
+        self.events: List[str] = []  # what happened during it, for the summary
+
+    @property
+    def layout(self) -> str:
+        return ", ".join(f"{h}:{n}" for h, n in self.hosts)
+
+
+class Ending(NamedTuple):
+    """What the launcher knows at the job's end, besides the rounds and workers."""
+
+    result: JobResult  # the open-world supervisor's
+    fatal: Optional[str]  # why the launcher gave up, if it did
+    done: Optional[dict]  # the driver's DONE: its results per slot and its error, if any
+    lost: Dict[str, str]  # hosts lost, and why
+
+
+def summary(rounds: List[Round], workers: Dict[int, Worker], ending: Ending,
+            router: Router) -> Tuple[int, str]:
+    """The job's exit code, and the summary of every round that ends with the verdict."""
+    lines = ["", P + f"===== elastic job: {len(rounds)} round(s) ====="]
+    for r in rounds:
+        started = [str(w.wid) for w in workers.values() if w.round == r.number]
+        when = time.strftime('%H:%M:%S', time.localtime(r.started))
+        lines.append(P + f"round {r.number} ({when}): {r.size} instance(s) on {r.layout}; "
+                     f"instances started: {', '.join(started) or 'none'}")
+        lines.extend(P + f"    {event}" for event in r.events)
+    result = ending.result
+    if result.state in (JobState.INTERRUPTED, JobState.FAILED):
+        lines.append(P + (f"job interrupted ({signal.Signals(result.signal_received).name})."
+                          if result.state is JobState.INTERRUPTED else
+                          "job failed: see the root cause above."))
+        return result.exit_code, "\n".join(lines)
+    code, verdict = _verdict(rounds, workers, ending, router)
+    lines.append(P + verdict)
+    return code, "\n".join(lines)
+
+
+def _verdict(rounds: List[Round], workers: Dict[int, Worker], ending: Ending,
+             router: Router) -> Tuple[int, str]:
+    failed = [w for w in workers.values() if w.blame in ("host", "slot")]
+    if ending.fatal is not None:
+        lost = "; ".join(f"{h} ({why})" for h, why in ending.lost.items())
+        causes = "; ".join(f"instance {w.wid} on {w.hostname} {w.describe()}"
+                           for w in failed[-4:])
+        return 1, f"job failed: {ending.fatal}" + (f" Hosts lost: {lost}." if lost else "") + \
+            (f" Last failures: {causes}." if causes else "")
+    done = ending.done or {}
+    results = done.get("results") or {}
+    failing = sorted(((stamp, name, code) for name, (code, stamp) in results.items()
+                      if code != 0))
+    if done.get("error"):
+        code = failed[-1].code if failed else 1
+        text = f"job failed: {done['error']}"
+        if failed:
+            text += _tail(failed[-1], router)
+        return code or 1, text
+    if failing:
+        _, name, code = failing[0]
+        # the last worker of the slot, named as Horovod names it: host[local_rank]
+        found = [w for w in workers.values() if f"{w.hostname}[{w.local_rank}]" == name]
+        text = f"job failed: {name} exited with {code}"
+        if found:
+            text += _tail(found[-1], router)
+        return code, text
+    last_round = rounds[-1] if rounds else None
+    return 0, (f"job succeeded: every worker of round {last_round.number} exited 0 "
+               f"({last_round.size} on {last_round.layout})." if last_round else
+               "job succeeded.")
+
+
+def _tail(worker: Worker, router: Router) -> str:
+    lines = router.tail(worker.inst.index, STDERR) or router.tail(worker.inst.index, STDOUT)
+    if not lines:
+        return f" (instance {worker.wid} on {worker.hostname} wrote nothing)."
+    return f" (instance {worker.wid} on {worker.hostname}); its last line(s):\n" + \
+        "\n".join(f"    {line}" for line in lines)
