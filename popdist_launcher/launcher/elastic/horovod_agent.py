@@ -68,6 +68,7 @@ class HorovodAgent(Agent):
         self.probes: Optional[HostProbes] = None
         self.address, self.iface = LOOPBACK, "lo"
         self.cut_peers = os.environ.get(peer_sockets.SWITCH_ENV, "1") != "0"
+        self.cut_round: Optional[int] = None  # the round whose survivors were cut last
 
     # ---- the job: one attempt; the driver re-forms the workers at each reset -----------------
     def _start_and_monitor(self, root_fd: Optional[int]) -> JobResult:
@@ -310,8 +311,8 @@ class HorovodAgent(Agent):
         else:
             worker.code = LOST_CODE if how == "lost" else NOT_RUN_CODE
         worker.blame = self._blame(worker)
-        if worker.blame != "none" and how in ("exited", "lost") and self.cut_peers:
-            self._cut_survivors()  # before the driver can start a round without it
+        if worker.blame != "none" and how in ("exited", "lost"):
+            self._cut_survivors(worker)  # before the driver can start a round without it
         self._send("EXITED", wid=worker.wid, code=worker.code, how=how, blame=worker.blame,
                    what=worker.describe())
         where = f"instance {worker.wid} (rank {worker.rank} of {worker.size}) on " \
@@ -333,10 +334,19 @@ class HorovodAgent(Agent):
                         + ("; every instance of the host failed" if worker.blame == "host"
                            else ""))
 
-    def _cut_survivors(self) -> None:
-        """A worker failed: every running worker's wrapper shuts down its program's connections
-        to the job's workers, so a collective blocked on a peer fails now rather than after
-        the Gloo timeout (peer_sockets.py)."""
+    def _cut_survivors(self, failed: Worker) -> None:
+        """A worker of the current round failed: every running worker's wrapper shuts down its
+        program's connections to the job's workers, so a collective blocked on a peer fails now
+        rather than after the Gloo timeout (peer_sockets.py). Once a round: the survivors are
+        unblocked by the first cut, and a later one could reach them while they connect to the
+        next round's peers (Gloo aborts the process on a connection closed during its set-up);
+        never for a worker whose host the current round no longer has (it ended after the next
+        round formed without it)."""
+        current = self.rounds[-1] if self.rounds else None
+        if not self.cut_peers or current is None or self.cut_round == current.number or \
+                failed.hostname not in dict(current.hosts):
+            return
+        self.cut_round = current.number
         plan = self.supervisor.plan
         payload = peer_sockets.notice((plan.rendezvous_address, plan.rendezvous_port),
                                       [h.address for h in self.probes.hosts.values()])
