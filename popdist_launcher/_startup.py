@@ -150,6 +150,8 @@ if os.environ.get("POPDIST_TF1") == "1":  # poprun-lite --tf1: TensorFlow 1.15's
 if os.environ.get("POPRUN_TF_CONFIG_AUTO") == "1":  # --tf-config auto: RunConfig sees a cluster
     after_import("tensorflow_estimator.python.estimator.run_config",  # only with a strategy
                  "popdist_launcher._run_config:install")
+if os.environ.get("HOROVOD_ELASTIC") == "1" and "POPRUN_JOB_ID" in os.environ:  # Horovod mode
+    after_import("horovod.tensorflow.elastic", "popdist_launcher._horovod_elastic:install")
 if "POPRUN_STACK_FD" in os.environ:  # started by poprun-lite's wrapper: stacks on request
     from popdist_launcher.stack_dump import register_from_environ
     register_from_environ()

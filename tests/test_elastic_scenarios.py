@@ -246,6 +246,26 @@ def _seconds(stamp: str) -> float:
     return int(h) * 3600 + int(m) * 60 + float(s)
 
 
+def test_a_worker_killed_during_the_state_sync(tmp_path):
+    """localhost's rank 0 fails, so 127.0.0.1 carries on alone (--min-np 1); as its second sync
+    begins, its worker of start rank 3 is killed while start rank 2 is in the broadcast: 127.0.0.1
+    is the only host left, so the slot is started again in place, and rank 0 stays the worker
+    holding the last commit."""
+    job = Scenario(tmp_path, elastic(4, 1, None, "-H", ",".join(TWO_HOSTS)),
+                   failures={"1,0": [0]}, worker_args=["--sync-failures", '{"2": [3]}'])
+    text = job.finish()
+    assert job.proc.returncode == 0, text[-5000:]
+    records = job.records()
+    check_epochs_once(records, 3)
+    assert fields(records, "start_rank", "size") == [(0, 4), (2, 2), (2, 2)]
+    assert "localhost blacklisted for the rest of the job" in text
+    # (the rank it started with: 3 of 4)
+    assert re.search(r"instance \d+ \(rank 3 of 4\) on 127\.0\.0\.1 was killed by SIGKILL",
+                     text), text[-5000:]
+    assert re.search(r"127\.0\.0\.1 is the job's only host left: instance \d+'s slot is started "
+                     r"again \(failure 1 in a row", text), text[-5000:]
+
+
 def test_sigterm_during_a_reset_stops_every_worker(tmp_path):
     job = Scenario(tmp_path, elastic(4, 2, None, "-H", ",".join(TWO_HOSTS)),
                    failures={"1,0": [0]}, worker_args=["--epoch-wait", "1"])
