@@ -24,8 +24,8 @@ import socket
 import time
 from typing import Callable, Dict, Optional
 
-from popdist_launcher.launcher._say import debug
-from popdist_launcher.launcher import processes, report
+from popdist_launcher.launcher import console, processes, report
+from popdist_launcher.launcher.console import debug
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.hub import Conn, Hub
 from popdist_launcher.launcher.output import STDERR, STDOUT, LogFiles, Router
@@ -65,7 +65,7 @@ class Supervisor:
         self._timeout = timeout
         self._sel = selectors.DefaultSelector()
         self._secret = os.urandom(16).hex()
-        self._spawner = Spawner(self._sel, router, rendezvous_socket)
+        self._spawner = Spawner(self._sel, rendezvous_socket)
         self._hub = Hub(self._sel, plan.num_instances)
         self._stacks = StackCollector(router, self._hub, self._ends, self._timed_out)
         self.world = world if world is not None else FixedWorld()
@@ -114,8 +114,8 @@ class Supervisor:
             return
         self._outcome.stop_reason = reason
         running = sum(1 for i in self.instances if not i.settled)
-        self.router.say(f"poprun-lite: {reason}; stopping {running} instance(s) (SIGKILL after "
-                        f"{self.plan.grace_period:g} s).")
+        console.say(f"{reason}; stopping {running} instance(s) (SIGKILL after "
+                    f"{self.plan.grace_period:g} s).")
         self._begin_stop(signal.SIGTERM)
 
     def add_instance(self, host: Host, env: Dict[str, str], tag: str,
@@ -156,7 +156,7 @@ class Supervisor:
         self._outcome.failure = failure
         running = sum(1 for i in self.instances if not i.settled)
         other = "the other " if failure.cause.instance is not None else ""
-        self.router.say(f"poprun-lite: {failure.cause.headline}" + (
+        console.say(failure.cause.headline + (
             f" Stopping {other}{running} instance(s)." if running else ""))
         self._begin_stop(signal.SIGTERM)
 
@@ -252,8 +252,8 @@ class Supervisor:
         if self._job_deadline is not None and now >= self._job_deadline:
             self._job_deadline = None
             if self.state in (JobState.STARTING, JobState.RUNNING):
-                self.router.say(f"poprun-lite: --timeout {self._timeout:g} s expired; collecting "
-                                f"every instance's Python stacks, then stopping the job.")
+                console.say(f"--timeout {self._timeout:g} s expired; collecting every "
+                            f"instance's Python stacks, then stopping the job.")
                 self._stacks.request(self.instances, f"--timeout {self._timeout:g} s expired",
                                      "timeout")
         if self._stacks.dump is not None and now >= self._stacks.dump.deadline:
@@ -324,14 +324,12 @@ class Supervisor:
         proven = p.hello_proven(payload, self._secret.encode(), conn.challenge,
                                 len(self.instances))
         if proven is None:
-            self.router.say("poprun-lite: warning: refused a connection that did not prove it "
-                            "belongs to this job.")
+            console.warn("refused a connection that did not prove it belongs to this job.")
             return False
         index, their_challenge = proven
         inst = self.instances[index]
         if inst.state is not InstanceState.PENDING:
-            self.router.say(f"poprun-lite: warning: instance {index} connected twice; "
-                            f"refused the second.")
+            console.warn(f"instance {index} connected twice; refused the second.")
             return False
         conn.index = index
         inst.conn = conn
@@ -368,9 +366,8 @@ class Supervisor:
         elif kind == p.STALL:
             reason = payload.decode("utf-8", "replace").strip()
             if self._stacks.dump is None and self.state in (JobState.STARTING, JobState.RUNNING):
-                self.router.say(f"poprun-lite: {inst.who} reports a stalled "
-                                f"collective ({reason}); collecting every instance's Python "
-                                f"stacks.")
+                console.say(f"{inst.who} reports a stalled collective ({reason}); collecting "
+                            f"every instance's Python stacks.")
                 self._stacks.request(self.instances, f"{inst.who} reported a stall: {reason}",
                                      "stall", keep=inst.index)
 
@@ -418,8 +415,8 @@ class Supervisor:
         for signum in received(wake):
             if signum == DUMP_SIGNAL:
                 if self._stacks.dump is None:
-                    self.router.say("poprun-lite: SIGQUIT: collecting every instance's Python "
-                                    "stacks (the job goes on).")
+                    console.say("SIGQUIT: collecting every instance's Python stacks (the job "
+                                "goes on).")
                     self._stacks.request(self.instances, "on request (SIGQUIT to poprun-lite)",
                                          "print")
             elif signum in FORWARDED_SIGNALS:
@@ -433,13 +430,13 @@ class Supervisor:
                 self.signal_instance(inst, signum)
             return
         if self._outcome.signal is not None or self.state is JobState.DRAINING:
-            self.router.say(f"poprun-lite: {name} again; killing all instances now.")
+            console.say(f"{name} again; killing all instances now.")
             self._kill_everything()
             return
         self._outcome.signal = signum
         running = sum(1 for i in self.instances if not i.settled)
-        self.router.say(f"poprun-lite: received {name}; forwarding it to {running} instance(s) "
-                        f"(SIGKILL after {self.plan.grace_period:g} s).")
+        console.say(f"received {name}; forwarding it to {running} instance(s) (SIGKILL after "
+                    f"{self.plan.grace_period:g} s).")
         self._begin_stop(signum)
 
     def signal_instance(self, inst: Instance, signum: int) -> None:
@@ -493,6 +490,6 @@ class Supervisor:
             tails = {i.index: {STDERR: self.router.tail(i.index, STDERR),
                                STDOUT: self.router.tail(i.index, STDOUT)} for i in self.instances}
             stacks = self.router.stacks if self._stacks.in_report else {}
-            self.router.say(report.failure_report(failure.cause, self._ends(), tails, stacks,
-                                                  self.failure_title))
+            console.write(report.failure_report(failure.cause, self._ends(), tails, stacks,
+                                                self.failure_title))
         return self._outcome.result()
