@@ -44,8 +44,6 @@ FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR
 STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 DUMP_SIGNAL = signal.SIGQUIT  # to the launcher: print every instance's Python stacks, go on
 DRAIN_SECONDS = 5.0           # after RELEASE, for wrappers to flush and engines to exit
-# The launcher's own variables a program on its host must not inherit (an engine sets its own).
-ENGINE_PREFIXES = ("OMPI_", "PMIX_", "PRTE_", "SLURM_", "SRUN_")
 
 
 class Supervisor:
