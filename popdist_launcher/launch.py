@@ -19,16 +19,16 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import click
 
 from popdist_launcher import __version__, tf_config as tf_config_lib
+from popdist_launcher.launcher import console
 from popdist_launcher.launcher import ports
 from popdist_launcher.launcher import topology
-from popdist_launcher.launcher import _say as verbosity
 from popdist_launcher.launcher.run_job import run_job
 from popdist_launcher.launcher import options as options_lib
 from popdist_launcher.launcher.output import OutputDirError
 from popdist_launcher.launcher.plan import MAX_INSTANCES, PlanError
 from popdist_launcher.launcher.spawned.placement import BIND_MODES
 
-PROG = "poprun-lite"
+PROG = console.NAME
 ENV_PREFIX = "POPRUN"
 # Options that are actions, not launch settings: never read from or written to config files.
 NOT_CONFIGURABLE = {"config", "export_config", "overwrite_config", "print_topology",
@@ -139,9 +139,9 @@ def _check_build(ctx: click.Context, param: click.Parameter, value: bool) -> Non
     lines, problems = check_build.report()
     click.echo("\n".join(lines))
     if problems:
-        click.echo("", err=True)
+        console.write("")
         for problem in problems:
-            click.echo(f"{PROG}: missing: {problem}.", err=True)
+            console.say(f"missing: {problem}.")
         ctx.exit(1)
     click.echo("\nAll required components are present.")
     ctx.exit(0)
@@ -491,7 +491,7 @@ def cli(ctx: click.Context, verbose: int, export_config: Optional[str], overwrit
     Each instance gets its PopDist variables, a TF_CONFIG and what a plain hvd.init() needs.
     A PROGRAM ending in .py runs with this Python.
     """
-    _configure_logging(verbose)
+    console.verbose = verbose
     try:
         options = options_lib.build(ctx.params, os.environ)
     except (PlanError, topology.TopologyError) as exc:
@@ -509,9 +509,9 @@ def cli(ctx: click.Context, verbose: int, export_config: Optional[str], overwrit
     ipu_only = {name: value for name, value in ctx.params.items() if name in IPU_ONLY}
     for line in _inert_notes(ipu_only, instance_mpi_local_args and
                              options.layout.controller != "mpi"):
-        _say(f"{PROG}: note: {line}")
+        console.say(f"note: {line}")
     try:
-        return run_job(options, _say, click.echo if print_topology else None)
+        return run_job(options, console.write, click.echo if print_topology else None)
     except OutputDirError as exc:
         raise click.UsageError(str(exc), ctx) from None
     except (ports.PortError, topology.TopologyError) as exc:
@@ -549,14 +549,6 @@ def _configurable_values(ctx: click.Context) -> Dict[str, Any]:
     return values
 
 
-def _say(message: str) -> None:
-    click.echo(message, err=True)
-
-
-def _configure_logging(verbose: int) -> None:
-    verbosity.verbose = verbose
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point: click's errors become one line on stderr and exit code 2, never a traceback."""
     try:
@@ -564,10 +556,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         code = cli.main(args=words, prog_name=PROG,
                         standalone_mode=False, auto_envvar_prefix=ENV_PREFIX)
     except click.UsageError as exc:
-        click.echo(f"{PROG}: error: {exc.format_message()} (see {PROG} --help)", err=True)
+        console.say(f"error: {exc.format_message()} (see {PROG} --help)")
         return exc.exit_code
     except click.ClickException as exc:
-        click.echo(f"{PROG}: error: {exc.format_message()}", err=True)
+        console.say(f"error: {exc.format_message()}")
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code

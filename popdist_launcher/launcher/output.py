@@ -21,6 +21,8 @@ import stat
 import time
 from typing import AbstractSet, Deque, Dict, List, NamedTuple, Optional, Tuple, Union
 
+from popdist_launcher.launcher import console as launcher_console
+
 STDOUT, STDERR = "stdout", "stderr"
 TAIL_LINE_CHARS = 2000
 HOLD_SECONDS = 0.25  # on a terminal, an unfinished line is shown after this long without output
@@ -153,7 +155,8 @@ class LogFiles:
 
 
 class Router:
-    """Routes instance bytes to the console, the log files and the failure tails."""
+    """Routes instance bytes to the console, the log files and the failure tails; from its start
+    to ``close_all`` the launcher's own lines (``console.py``) go through it too."""
 
     def __init__(self, num_instances: int, options: OutputOptions,
                  logs: Optional[LogFiles] = None, console: Tuple[int, int] = (1, 2),
@@ -184,6 +187,7 @@ class Router:
             for i in range(num_instances):
                 for stream in (STDOUT, STDERR):
                     logs.fd(f"{self.log_name(i)}.{stream}.log")
+        launcher_console.attach(self.say)
 
     def add(self, index: int, tag: str, logs: Optional[LogFiles] = None, host: str = "") -> None:
         """One more process, added while the job runs (an elastic worker on ``host``): tagged
@@ -357,6 +361,7 @@ class Router:
         write_all(self._console[STDERR], data)
 
     def close_all(self) -> None:
+        launcher_console.detach(self.say)
         for index, stream in list(self._tails):
             self.close(index, stream)
         if self.logs is not None:

@@ -12,6 +12,7 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher import _contract as c
 from popdist_launcher import tf_config
+from popdist_launcher.launcher import console
 from popdist_launcher.launcher.spawned import placement as placing
 from popdist_launcher.launcher.spawned import rendezvous
 from popdist_launcher.launcher.spawned.rendezvous import horovod_ranks
@@ -357,12 +358,13 @@ def format_topology(plan: LaunchPlan, backend_name: str,
         reps = str(first) if first == last else f"{first}-{last}"
         rows.append((str(inst.index), inst.host.name, str(inst.local_index), reps, inst.tf_address))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    meeting = f", rendezvous at {plan.rendezvous_address}:{plan.rendezvous_port}" \
+        if plan.controller == "gloo" else ""
     lines = [
-        f"poprun-lite: {plan.num_instances} instance(s), {plan.num_replicas} replica(s) "
-        f"({plan.num_local_replicas} per instance), {plan.ipus_per_replica} IPU(s) per replica, "
-        f"{len(plan.hosts)} host(s), backend {backend_name}; Horovod controller {plan.controller}"
-        + (f", rendezvous at {plan.rendezvous_address}:{plan.rendezvous_port}"
-           if plan.controller == "gloo" else ""),
+        console.line(f"{plan.num_instances} instance(s), {plan.num_replicas} replica(s) "
+                     f"({plan.num_local_replicas} per instance), {plan.ipus_per_replica} IPU(s) "
+                     f"per replica, {len(plan.hosts)} host(s), backend {backend_name}; Horovod "
+                     f"controller {plan.controller}{meeting}"),
         "",
         "hosts: " + ", ".join(
             f"{h.name} ({h.address}{', ' + h.iface if h.iface else ''}, "

@@ -18,7 +18,7 @@ import socket
 import stat
 from typing import List, Optional, Tuple
 
-from popdist_launcher.launcher._say import debug
+from popdist_launcher.launcher.console import debug
 
 FALLBACK_RANGE = (20000, 32767)
 # File descriptors the launcher may need per local instance: its port's lock file and probe

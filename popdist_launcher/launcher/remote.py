@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from popdist_launcher.launcher._say import debug
+from popdist_launcher.launcher.console import debug
 
 
 class RemoteError(RuntimeError):

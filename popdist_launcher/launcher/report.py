@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from popdist_launcher import tf_config
+from popdist_launcher.launcher import console
 from popdist_launcher.launcher.processes import describe_exit
 
-P = "poprun-lite: "
 # TensorFlow's errors for a TF1 graph-mode program run eagerly (Optimizer.minimize of a loss
 # tensor, tf.gradients, Tensor.op; tf.compat.v1.placeholder; make_initializable_iterator).
 EAGER_ERRORS = ("when eager execution is enabled", "is not compatible with eager execution",
@@ -55,49 +55,51 @@ def failure_report(cause: Cause, ends: Dict[int, InstanceEnd],
                    what: str = "job") -> str:
     """The report's text: ``tails`` holds each instance's last stderr and stdout lines; ``what``
     failed: the job, or one attempt of an elastic job."""
-    lines = ["", P + f"===== {what} failed: root cause =====", P + cause.headline]
+    lines = ["", console.line(f"===== {what} failed: root cause ====="),
+             console.line(cause.headline)]
     index = cause.instance
     if index is not None:
         who = ends[index].who if index in ends else f"instance {index}"
         stderr, stdout = tails[index]["stderr"], tails[index]["stdout"]
         if stderr:
-            lines.append(P + f"last {len(stderr)} line(s) of {who}'s stderr:")
+            lines.append(console.line(f"last {len(stderr)} line(s) of {who}'s stderr:"))
             lines.extend(f"    {line}" for line in stderr)
         elif stdout:
-            lines.append(P + f"{who} wrote nothing to stderr; last {len(stdout)} "
-                             f"line(s) of its stdout:")
+            lines.append(console.line(f"{who} wrote nothing to stderr; last {len(stdout)} "
+                                      f"line(s) of its stdout:"))
             lines.extend(f"    {line}" for line in stdout)
         else:
-            lines.append(P + f"{who} wrote nothing to stderr or stdout.")
+            lines.append(console.line(f"{who} wrote nothing to stderr or stdout."))
     kept_lines = [line for streams in tails.values() for kept in streams.values() for line in kept]
     for errors, hint in HINTS:
         if any(error in line for line in kept_lines for error in errors):
-            lines.append(P + hint)
+            lines.append(console.line(hint))
     if cause.engine_lines:
-        lines.append(P + "its last line(s):")
+        lines.append(console.line("its last line(s):"))
         lines.extend(f"    {line}" for line in cause.engine_lines)
     others = [f"{e.name or e.index}: {describe(e)}"
               + (" (stopped by poprun-lite)" if e.how == "stopped" else "")
               for i, e in sorted(ends.items()) if i != index]
     if others:
-        lines.append(P + ("other instances: " if index is not None else "instances: ")
-                     + "; ".join(others) + ".")
+        lines.append(console.line(("other instances: " if index is not None else "instances: ")
+                                  + "; ".join(others) + "."))
     if stacks:
         lines.append(stacks_report(stacks, ends))
     return "\n".join(lines)
 
 
 def stacks_report(stacks: Dict[int, str], ends: Dict[int, InstanceEnd]) -> str:
-    lines = [P + "===== Python stacks of every instance (all threads) ====="]
+    lines = [console.line("===== Python stacks of every instance (all threads) =====")]
     for index in sorted(ends):
         text = stacks.get(index)
         host = ends[index].host
         if text is None:
-            lines.append(P + f"{ends[index].who} (host {host}): not running, no stack.")
+            lines.append(console.line(f"{ends[index].who} (host {host}): not running, no stack."))
         elif not text.strip():
-            lines.append(P + f"{ends[index].who} (host {host}): no Python stack (not a Python "
-                             f"program, or its interpreter skipped site-packages).")
+            lines.append(console.line(f"{ends[index].who} (host {host}): no Python stack (not a "
+                                      f"Python program, or its interpreter skipped "
+                                      f"site-packages)."))
         else:
-            lines.append(P + f"{ends[index].who} (host {host}):")
+            lines.append(console.line(f"{ends[index].who} (host {host}):"))
             lines.extend(f"    {line}" for line in text.rstrip("\n").splitlines())
     return "\n".join(lines)

@@ -11,11 +11,10 @@ import subprocess
 import sys
 from typing import Callable, List, Optional, Tuple
 
-from popdist_launcher.launcher import processes
-from popdist_launcher.launcher._say import debug
+from popdist_launcher.launcher import console, processes
+from popdist_launcher.launcher.console import debug
 from popdist_launcher.launcher.attempt import Started
 from popdist_launcher.launcher.backends.base import Launch
-from popdist_launcher.launcher.output import Router
 from popdist_launcher.launcher.plan import LaunchPlan
 from popdist_launcher.launcher.spawned import rendezvous
 
@@ -24,10 +23,9 @@ class Spawner:
     """Selector keys: ``("exit", started)`` (its pidfd), ``("engine-out", started)`` (an engine's
     stdout and stderr) and ``("rendezvous",)`` (the first Horovod rendezvous connection)."""
 
-    def __init__(self, sel: selectors.BaseSelector, router: Router,
+    def __init__(self, sel: selectors.BaseSelector,
                  rendezvous_socket: Optional[socket.socket] = None) -> None:
         self.sel = sel
-        self.router = router
         self.started: List[Started] = []
         self._watchdog: Optional[processes.Watchdog] = None
         self._rendezvous_socket = rendezvous_socket
@@ -125,7 +123,7 @@ class Spawner:
         for line in lines:
             text = line.decode("utf-8", "replace").rstrip("\r")
             started.lines.append(text)
-            self.router.say(f"[{label}]: {text}")
+            console.write(f"[{label}]: {text}")
 
     def reap(self, started: Started, block: bool = False) -> None:
         """Collect its exit status (at once, or when ``block``, waiting for it)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Dict, Iterable, NamedTuple, Optional
 
-from popdist_launcher.launcher import report
+from popdist_launcher.launcher import console, report
 from popdist_launcher.launcher.attempt import Instance, InstanceState
 from popdist_launcher.launcher.hub import Hub
 from popdist_launcher.launcher.output import Router
@@ -93,6 +93,6 @@ class StackCollector:
         if dump is None:
             return
         if dump.then == "print":
-            self.router.say(report.stacks_report(self.router.stacks, self.ends()))
+            console.write(report.stacks_report(self.router.stacks, self.ends()))
         elif dump.then == "timeout":
             self.on_timeout()

@@ -24,8 +24,8 @@ import socket
 import time
 from typing import Callable, Dict, Optional
 
-from popdist_launcher.launcher._say import debug
-from popdist_launcher.launcher import processes, report
+from popdist_launcher.launcher import console, processes, report
+from popdist_launcher.launcher.console import debug
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.hub import Conn, Hub
 from popdist_launcher.launcher.loop import EventLoop
@@ -44,8 +44,6 @@ FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR
 STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 DUMP_SIGNAL = signal.SIGQUIT  # to the launcher: print every instance's Python stacks, go on
 DRAIN_SECONDS = 5.0           # after RELEASE, for wrappers to flush and engines to exit
-# The launcher's own variables a program on its host must not inherit (an engine sets its own).
-ENGINE_PREFIXES = ("OMPI_", "PMIX_", "PRTE_", "SLURM_", "SRUN_")
 
 
 class Supervisor:
@@ -65,7 +63,7 @@ class Supervisor:
         self._timeout = timeout
         self._events = EventLoop()
         self._secret = os.urandom(16).hex()
-        self._spawner = Spawner(self._events.sel, router, rendezvous_socket)
+        self._spawner = Spawner(self._events.sel, rendezvous_socket)
         self._hub = Hub(self._events.sel, plan.num_instances)
         self._stacks = StackCollector(router, self._hub, self._ends, self._timed_out)
         self.world = world if world is not None else FixedWorld()
@@ -118,8 +116,8 @@ class Supervisor:
             return
         self._outcome.stop_reason = reason
         running = sum(1 for i in self.instances if not i.settled)
-        self.router.say(f"poprun-lite: {reason}; stopping {running} instance(s) (SIGKILL after "
-                        f"{self.plan.grace_period:g} s).")
+        console.say(f"{reason}; stopping {running} instance(s) (SIGKILL after "
+                    f"{self.plan.grace_period:g} s).")
         self._begin_stop(signal.SIGTERM)
 
     def add_instance(self, host: Host, env: Dict[str, str], tag: str,
@@ -160,7 +158,7 @@ class Supervisor:
         self._outcome.failure = failure
         running = sum(1 for i in self.instances if not i.settled)
         other = "the other " if failure.cause.instance is not None else ""
-        self.router.say(f"poprun-lite: {failure.cause.headline}" + (
+        console.say(failure.cause.headline + (
             f" Stopping {other}{running} instance(s)." if running else ""))
         self._begin_stop(signal.SIGTERM)
 
@@ -238,8 +236,8 @@ class Supervisor:
         if self._job_deadline is not None and now >= self._job_deadline:
             self._job_deadline = None
             if self.state in (JobState.STARTING, JobState.RUNNING):
-                self.router.say(f"poprun-lite: --timeout {self._timeout:g} s expired; collecting "
-                                f"every instance's Python stacks, then stopping the job.")
+                console.say(f"--timeout {self._timeout:g} s expired; collecting every "
+                            f"instance's Python stacks, then stopping the job.")
                 self._stacks.request(self.instances, f"--timeout {self._timeout:g} s expired",
                                      "timeout")
         if self._stacks.dump is not None and now >= self._stacks.dump.deadline:
@@ -310,14 +308,12 @@ class Supervisor:
         proven = p.hello_proven(payload, self._secret.encode(), conn.challenge,
                                 len(self.instances))
         if proven is None:
-            self.router.say("poprun-lite: warning: refused a connection that did not prove it "
-                            "belongs to this job.")
+            console.warn("refused a connection that did not prove it belongs to this job.")
             return False
         index, their_challenge = proven
         inst = self.instances[index]
         if inst.state is not InstanceState.PENDING:
-            self.router.say(f"poprun-lite: warning: instance {index} connected twice; "
-                            f"refused the second.")
+            console.warn(f"instance {index} connected twice; refused the second.")
             return False
         conn.index = index
         inst.conn = conn
@@ -354,9 +350,8 @@ class Supervisor:
         elif kind == p.STALL:
             reason = payload.decode("utf-8", "replace").strip()
             if self._stacks.dump is None and self.state in (JobState.STARTING, JobState.RUNNING):
-                self.router.say(f"poprun-lite: {inst.who} reports a stalled "
-                                f"collective ({reason}); collecting every instance's Python "
-                                f"stacks.")
+                console.say(f"{inst.who} reports a stalled collective ({reason}); collecting "
+                            f"every instance's Python stacks.")
                 self._stacks.request(self.instances, f"{inst.who} reported a stall: {reason}",
                                      "stall", keep=inst.index)
 
@@ -403,8 +398,8 @@ class Supervisor:
     def _on_signal(self, signum: int) -> None:
         if signum == DUMP_SIGNAL:
             if self._stacks.dump is None:
-                self.router.say("poprun-lite: SIGQUIT: collecting every instance's Python "
-                                "stacks (the job goes on).")
+                console.say("SIGQUIT: collecting every instance's Python stacks (the job goes "
+                            "on).")
                 self._stacks.request(self.instances, "on request (SIGQUIT to poprun-lite)",
                                      "print")
         elif signum in FORWARDED_SIGNALS:
@@ -418,13 +413,13 @@ class Supervisor:
                 self.signal_instance(inst, signum)
             return
         if self._outcome.signal is not None or self.state is JobState.DRAINING:
-            self.router.say(f"poprun-lite: {name} again; killing all instances now.")
+            console.say(f"{name} again; killing all instances now.")
             self._kill_everything()
             return
         self._outcome.signal = signum
         running = sum(1 for i in self.instances if not i.settled)
-        self.router.say(f"poprun-lite: received {name}; forwarding it to {running} instance(s) "
-                        f"(SIGKILL after {self.plan.grace_period:g} s).")
+        console.say(f"received {name}; forwarding it to {running} instance(s) (SIGKILL after "
+                    f"{self.plan.grace_period:g} s).")
         self._begin_stop(signum)
 
     def signal_instance(self, inst: Instance, signum: int) -> None:
@@ -478,6 +473,6 @@ class Supervisor:
             tails = {i.index: {STDERR: self.router.tail(i.index, STDERR),
                                STDOUT: self.router.tail(i.index, STDOUT)} for i in self.instances}
             stacks = self.router.stacks if self._stacks.in_report else {}
-            self.router.say(report.failure_report(failure.cause, self._ends(), tails, stacks,
-                                                  self.failure_title))
+            console.write(report.failure_report(failure.cause, self._ends(), tails, stacks,
+                                                self.failure_title))
         return self._outcome.result()

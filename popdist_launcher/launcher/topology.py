@@ -12,6 +12,7 @@ import shlex
 import socket
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+from popdist_launcher.launcher import console
 from popdist_launcher.launcher import hosts as hostlib
 from popdist_launcher.launcher import ports
 from popdist_launcher.launcher.backends.base import Backend
@@ -122,10 +123,11 @@ class Layout(NamedTuple):
         if self.controller == "gloo":
             for name, probe in probes.items():
                 if probe.hostname_address.startswith("127."):
-                    _warn(f"on {name}, the host name {probe.hostname!r} resolves to "
-                          f"{probe.hostname_address}; Horovod's Gloo binds that address for its "
-                          f"process sets, so hvd.init() across hosts will fail. Map the name to "
-                          f"{probe.address} in that host's /etc/hosts, or use --backend mpi.")
+                    console.warn(f"on {name}, the host name {probe.hostname!r} resolves to "
+                                 f"{probe.hostname_address}; Horovod's Gloo binds that address "
+                                 f"for its process sets, so hvd.init() across hosts will fail. "
+                                 f"Map the name to {probe.address} in that host's /etc/hosts, "
+                                 f"or use --backend mpi.")
         reservations, chosen, tf_ports = [], [], []
         try:
             for slot, count in self.used:
@@ -148,11 +150,6 @@ class Layout(NamedTuple):
                 reservation.close()
             raise
         return Prepared(chosen, tf_ports, rendezvous, reservations, extra)
-
-
-def _warn(message: str) -> None:
-    import sys
-    sys.stderr.write(f"poprun-lite: warning: {message}\n")
 
 
 def _local_choice(subnet: Optional[str], iface: Optional[str], peer: Optional[str]) -> Tuple[str, str]:

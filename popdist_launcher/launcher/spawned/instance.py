@@ -29,6 +29,7 @@ import select
 import sys
 import time
 
+from popdist_launcher.launcher import console
 from popdist_launcher.launcher.spawned import placement
 from popdist_launcher.launcher.spawned import protocol as p
 
@@ -144,9 +145,9 @@ class Wrapper:
         except OSError as exc:
             os.close(stack_r)
             os.close(stack_w)
-            message = f"poprun-lite: could not start {spec['argv'][0]!r} on " \
-                      f"{os.uname().nodename}: {exc.strerror or exc}.\n"
-            self.send(p.STDERR, message.encode())
+            message = console.line(f"could not start {spec['argv'][0]!r} on "
+                                   f"{os.uname().nodename}: {exc.strerror or exc}.")
+            self.send(p.STDERR, f"{message}\n".encode())
             self.returncode = 126 if isinstance(exc, PermissionError) else 127
             self.send(p.EXIT, str(self.returncode).encode())
             return
@@ -174,8 +175,8 @@ class Wrapper:
             env.update(placed.env)
             lines = placed.notes + [placed.report]
         except (OSError, ValueError) as exc:
-            lines = [f"poprun-lite: warning: could not place the instance on {host} ({exc}); "
-                     f"it runs unbound with the environment it was given."]
+            lines = [console.line(f"warning: could not place the instance on {host} ({exc}); "
+                                  f"it runs unbound with the environment it was given.")]
         for line in lines:
             if line:
                 self.send(p.STDERR, f"{line}\n".encode())
@@ -317,15 +318,16 @@ class Wrapper:
         try:
             count = peer_sockets.cut(self.pid, payload)
         except OSError as exc:
-            line = f"poprun-lite: {host}: warning: could not shut down the program's " \
-                   f"connections to the job's workers ({exc.strerror or exc}; pidfd_getfd " \
-                   f"needs Linux >= 5.6 and the right to trace the program): a collective " \
-                   f"blocked on a failed peer waits out HOROVOD_GLOO_TIMEOUT_SECONDS."
+            line = console.line(f"{host}: warning: could not shut down the program's "
+                                f"connections to the job's workers ({exc.strerror or exc}; "
+                                f"pidfd_getfd needs Linux >= 5.6 and the right to trace the "
+                                f"program): a collective blocked on a failed peer waits out "
+                                f"HOROVOD_GLOO_TIMEOUT_SECONDS.")
         else:
             if not count:  # none left (its collective failed already), or none to its peers
                 return
-            line = f"poprun-lite: {host}: a worker of the job failed: shut down {count} " \
-                   f"connection(s) of the program to the job's workers."
+            line = console.line(f"{host}: a worker of the job failed: shut down {count} "
+                                f"connection(s) of the program to the job's workers.")
         self.send(p.STDERR, (("\n" if self.mid_line else "") + f"{line}\n").encode())
         self.mid_line = False
 
@@ -567,8 +569,7 @@ def _recv_frame(sock, reader: p.FrameReader, want: int) -> bytes:
 
 
 def _fail(message: str) -> "NoReturn":  # noqa: F821
-    sys.stderr.write(f"poprun-lite: {os.uname().nodename}: {message}\n")
-    sys.stderr.flush()
+    console.say(f"{os.uname().nodename}: {message}")
     os._exit(1)
 
 
@@ -629,10 +630,10 @@ def main(args: "list[str] | None" = None) -> int:
         try:
             os.chdir(spec["cwd"])
         except OSError as exc:
-            message = (f"poprun-lite: working directory {spec['cwd']!r} does not exist on "
-                       f"{os.uname().nodename} ({exc.strerror}); run poprun-lite from a "
-                       f"directory every host has.\n")
-            sock.sendall(p.frame(p.STDERR, message.encode()) + p.frame(p.EXIT, b"1"))
+            message = console.line(f"working directory {spec['cwd']!r} does not exist on "
+                                   f"{os.uname().nodename} ({exc.strerror}); run poprun-lite "
+                                   f"from a directory every host has.")
+            sock.sendall(p.frame(p.STDERR, f"{message}\n".encode()) + p.frame(p.EXIT, b"1"))
             spec = dict(spec, argv=None)
     if spec.get("argv") is None:  # nothing to run: wait for the launcher to let go
         _recv_frame(sock, reader, p.RELEASE)

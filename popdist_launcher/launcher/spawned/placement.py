@@ -4,10 +4,12 @@ The launcher only says what was asked (:func:`encode`, in the instance's environ
 ``POPRUN_PLACEMENT``); each instance's wrapper works it out on its own host (:func:`place`, a pure
 function of the options, the program's environment, the CPUs the wrapper may use and a root
 folder holding ``sys/devices/system/...``, ``proc/driver/nvidia`` and ``dev``), binds itself and
-extends the program's environment before starting it. Standard library only, no imports: the
-wrapper loads this once per instance.
+extends the program's environment before starting it. Standard library only, and the launcher's
+``console`` for its lines' prefix: the wrapper loads this once per instance.
 """
 import os
+
+from popdist_launcher.launcher import console
 
 PLACEMENT_ENV = "POPRUN_PLACEMENT"
 BIND_MODES = ("none", "core", "numa")
@@ -216,11 +218,11 @@ def place(text: str, env, allowed, root: str = "/", host: str = "") -> Placement
             if GROWTH_ENV not in env:
                 added[GROWTH_ENV] = "true"
             if shared and local_index == 0:
-                notes.append(f"poprun-lite: note: host {host} has {len(available)} GPU(s) for "
-                             f"{local_size} instance(s) x {per}; instances share them "
-                             f"round-robin (memory growth on).")
+                notes.append(console.line(f"note: host {host} has {len(available)} GPU(s) for "
+                                          f"{local_size} instance(s) x {per}; instances share "
+                                          f"them round-robin (memory growth on)."))
     if shared_cores and local_index == 0 and options.get("report") != "1":
-        notes.append(f"poprun-lite: note: --bind-to core on host {host}: {shared_cores}.")
+        notes.append(console.line(f"note: --bind-to core on host {host}: {shared_cores}."))
     report = ""
     if options.get("report") == "1":
         shown = cpus if cpus is not None else allowed
@@ -230,10 +232,10 @@ def place(text: str, env, allowed, root: str = "/", host: str = "") -> Placement
         threads = ", ".join(f"{label} {_shown(name, added, env)}" for label, name in
                             (("intra-op", "TF_NUM_INTRAOP_THREADS"),
                              ("inter-op", "TF_NUM_INTEROP_THREADS"), ("OMP", "OMP_NUM_THREADS")))
-        report = (f"poprun-lite: instance {index} on host {host}: CPUs {format_cpulist(shown)} "
-                  f"({how}{'; ' + shared_cores if shared_cores else ''}), NUMA "
-                  f"node{'s' if len(nodes_of) > 1 else ''} "
-                  f"{','.join(str(n) for n in nodes_of)}, threads: {threads}")
+        report = console.line(f"instance {index} on host {host}: CPUs {format_cpulist(shown)} "
+                              f"({how}{'; ' + shared_cores if shared_cores else ''}), NUMA "
+                              f"node{'s' if len(nodes_of) > 1 else ''} "
+                              f"{','.join(str(n) for n in nodes_of)}, threads: {threads}")
         if gpus:
             report += f", GPUs {','.join(gpus)} ({GPU_ENV})"
     return Placement(cpus, added, report, notes)
