@@ -511,7 +511,7 @@ def cli(ctx: click.Context, verbose: int, export_config: Optional[str], overwrit
                              options.layout.controller != "mpi"):
         console.say(f"note: {line}")
     try:
-        return run_job(options, console.write, click.echo if print_topology else None)
+        return run_job(options, click.echo if print_topology else None)
     except OutputDirError as exc:
         raise click.UsageError(str(exc), ctx) from None
     except (ports.PortError, topology.TopologyError) as exc:

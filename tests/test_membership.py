@@ -15,6 +15,7 @@ import time
 import pytest
 
 from conftest import alive, wait_gone
+from popdist_launcher.launcher import console
 from popdist_launcher.launcher.elastic import discovery as d
 from popdist_launcher.launcher.elastic import membership as m
 
@@ -456,9 +457,17 @@ def test_discovery_process_ends_with_its_parent_and_kills_its_script(polled):
 
 # --- the membership log --------------------------------------------------------------------
 
-def test_membership_log_console_and_file(tmp_path):
-    said = []
-    log = m.MembershipLog(said.append, str(tmp_path / "out"))
+@pytest.fixture
+def said():
+    """What the launcher's console writes, line by line."""
+    lines = []
+    console.attach(lines.append)
+    yield lines
+    console.detach(lines.append)
+
+
+def test_membership_log_console_and_file(tmp_path, said):
+    log = m.MembershipLog(str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
     log.record("hostB removed by the discovery script")
     log.record("round 2: 4 instances on hostA, hostC")
@@ -473,9 +482,8 @@ def test_membership_log_console_and_file(tmp_path):
     assert said[0].split("[")[1][:12] == lines[0][11:23]  # one time for both
 
 
-def test_membership_log_without_output_dir_only_says(tmp_path, monkeypatch):
+def test_membership_log_without_output_dir_only_says(tmp_path, monkeypatch, said):
     monkeypatch.chdir(tmp_path)
-    said = []
-    m.MembershipLog(said.append, None).record("hostA blacklisted for the rest of the job")
+    m.MembershipLog(None).record("hostA blacklisted for the rest of the job")
     assert said[0].endswith("] hostA blacklisted for the rest of the job")
     assert list(tmp_path.iterdir()) == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Callable, List, Optional, Sequence, Tuple
 
+from popdist_launcher.launcher import console
 from popdist_launcher.launcher.backends.base import Wiring
 from popdist_launcher.launcher.options import JobOptions
 from popdist_launcher.launcher.output import LogFiles, Router, open_output_dir
@@ -20,10 +21,9 @@ from popdist_launcher.launcher.topology import Layout
 class Agent:
     """Runs every attempt of one job; the exit code is the last attempt's."""
 
-    def __init__(self, options: JobOptions, say: Callable[[str], None]) -> None:
+    def __init__(self, options: JobOptions) -> None:
         self.options = options
         self.layout = options.layout
-        self.say = say
         self.job_id = os.urandom(6).hex()  # POPRUN_JOB_ID: the same for every attempt
         self.attempt = 0
         self.retried_start = False
@@ -105,8 +105,8 @@ class Agent:
         if result.state is not JobState.FAILED or self.attempt == self.options.max_restarts:
             return result.exit_code
         self.attempt += 1
-        self.say(f"poprun-lite: restarting the job on every host (restart {self.attempt} of "
-                 f"{self.options.max_restarts}, fresh ports); POPRUN_RESTART_COUNT="
+        console.say(f"restarting the job on every host (restart {self.attempt} of "
+                    f"{self.options.max_restarts}, fresh ports); POPRUN_RESTART_COUNT="
                  f"{self.attempt}.")
         return None
 
@@ -115,8 +115,8 @@ class Agent:
         if result.state is JobState.FAILED and not self.retried_start \
                 and self.supervisor.engine_failed_to_start():
             self.retried_start = True
-            self.say(f"poprun-lite: {self.layout.backend.name} failed before starting any "
-                     f"instance; starting it once more.")
+            console.say(f"{self.layout.backend.name} failed before starting any "
+                        f"instance; starting it once more.")
             return True
         return False
 

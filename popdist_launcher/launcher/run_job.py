@@ -7,7 +7,7 @@ from typing import Callable, Optional
 from popdist_launcher.launcher.options import JobOptions
 
 
-def run_job(options: JobOptions, say: Callable[[str], None],
+def run_job(options: JobOptions,
             print_topology: Optional[Callable[[str], None]] = None) -> int:
     """Run the job with the agent its options call for; the exit code is the job's. With
     ``print_topology``, the first attempt's topology is printed instead (an elastic job in
@@ -15,9 +15,9 @@ def run_job(options: JobOptions, say: Callable[[str], None],
     elastic = options.elastic
     if elastic is None:
         from popdist_launcher.launcher.agent import Agent
-        return Agent(options, say).run(print_topology)
+        return Agent(options).run(print_topology)
     if elastic.mode == "horovod" and print_topology is None:
         from popdist_launcher.launcher.elastic.horovod_agent import HorovodAgent
-        return HorovodAgent(options, say).run()
+        return HorovodAgent(options).run()
     from popdist_launcher.launcher.elastic.restart_agent import RestartAgent
-    return RestartAgent(options, say).run(print_topology)
+    return RestartAgent(options).run(print_topology)

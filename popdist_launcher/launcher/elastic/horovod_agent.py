@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from popdist_launcher import _contract as c
 from popdist_launcher.launcher import hosts as hostlib
-from popdist_launcher.launcher import ports, processes
+from popdist_launcher.launcher import console, ports, processes
 from popdist_launcher.launcher.agent import Agent
 from popdist_launcher.launcher.attempt import Instance, JobResult
 from popdist_launcher.launcher.elastic.discovery import Poller
@@ -49,8 +49,8 @@ class HorovodAgent(Agent):
     the hosts. Raises TopologyError and PortError (one sentence) from ``run`` when the
     launcher's address cannot be chosen or bound."""
 
-    def __init__(self, options: JobOptions, say: Callable[[str], None]) -> None:
-        super().__init__(options, say)
+    def __init__(self, options: JobOptions) -> None:
+        super().__init__(options)
         self.elastic = options.elastic
         self.secret = rendezvous.new_secret()  # one for the whole job: survivors keep theirs
         self.workers: Dict[int, Worker] = {}
@@ -83,7 +83,7 @@ class HorovodAgent(Agent):
         listener = ports.listen_socket(self.address)
         try:
             self.router = Router(0, options.output)
-            self.log = MembershipLog(self.router.say, options.output.output_dir)
+            self.log = MembershipLog(options.output.output_dir)
             self.supervisor = Supervisor(self._base_plan(listener.getsockname()[1]),
                                          self.layout.backend, self.router,
                                          timeout=options.timeout,
@@ -123,7 +123,7 @@ class HorovodAgent(Agent):
         code, text = summary(self.rounds, self.workers,
                              Ending(result, self.fatal, self.done, self.probes.lost),
                              self.router)
-        self.say(text)
+        console.write(text)
         return code
 
     def _choose_address(self, remote: Sequence[str], multi_host: bool) -> None:

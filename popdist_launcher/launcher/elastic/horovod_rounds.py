@@ -7,10 +7,9 @@ import time
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher.launcher import processes
+from popdist_launcher.launcher.console import line
 from popdist_launcher.launcher.attempt import Instance, JobResult, JobState
 from popdist_launcher.launcher.output import STDERR, STDOUT, Router
-
-P = "poprun-lite: "
 
 
 class Worker:
@@ -68,21 +67,21 @@ class Ending(NamedTuple):
 def summary(rounds: List[Round], workers: Dict[int, Worker], ending: Ending,
             router: Router) -> Tuple[int, str]:
     """The job's exit code, and the summary of every round that ends with the verdict."""
-    lines = ["", P + f"===== elastic job: {len(rounds)} round(s) ====="]
+    lines = ["", line(f"===== elastic job: {len(rounds)} round(s) =====")]
     for r in rounds:
         started = [str(w.wid) for w in workers.values() if w.round == r.number]
         when = time.strftime('%H:%M:%S', time.localtime(r.started))
-        lines.append(P + f"round {r.number} ({when}): {r.size} instance(s) on {r.layout}; "
-                     f"instances started: {', '.join(started) or 'none'}")
-        lines.extend(P + f"    {event}" for event in r.events)
+        lines.append(line(f"round {r.number} ({when}): {r.size} instance(s) on {r.layout}; "
+                          f"instances started: {', '.join(started) or 'none'}"))
+        lines.extend(line(f"    {event}") for event in r.events)
     result = ending.result
     if result.state in (JobState.INTERRUPTED, JobState.FAILED):
-        lines.append(P + (f"job interrupted ({signal.Signals(result.signal_received).name})."
+        lines.append(line(f"job interrupted ({signal.Signals(result.signal_received).name})."
                           if result.state is JobState.INTERRUPTED else
                           "job failed: see the root cause above."))
         return result.exit_code, "\n".join(lines)
     code, verdict = _verdict(rounds, workers, ending, router)
-    lines.append(P + verdict)
+    lines.append(line(verdict))
     return code, "\n".join(lines)
 
 

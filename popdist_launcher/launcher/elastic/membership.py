@@ -8,6 +8,7 @@ import time
 from datetime import datetime
 from typing import Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
+from popdist_launcher.launcher import console
 from popdist_launcher.launcher.elastic.discovery import Answer, Hosts, Poller
 
 class Blacklist:
@@ -158,16 +159,15 @@ class Membership:
 
 
 class MembershipLog:
-    """Membership events, to the console (through ``say``) and to
+    """Membership events, to the console and to
     ``<output_dir>/membership.log`` (created on the first record, one line at a time)."""
 
-    def __init__(self, say: Callable[[str], None], output_dir: Optional[str]) -> None:
-        self._say = say
+    def __init__(self, output_dir: Optional[str]) -> None:
         self.path = os.path.join(output_dir, "membership.log") if output_dir else None
 
     def record(self, text: str) -> None:
         now = datetime.now().astimezone()
-        self._say(f"poprun-lite: [{now:%H:%M:%S}.{now.microsecond // 1000:03d}] {text}")
+        console.say(f"[{now:%H:%M:%S}.{now.microsecond // 1000:03d}] {text}")
         if self.path is not None:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             with open(self.path, "a", encoding="utf-8") as log:

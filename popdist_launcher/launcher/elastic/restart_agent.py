@@ -11,6 +11,7 @@ import signal
 import time
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
+from popdist_launcher.launcher import console
 from popdist_launcher.launcher.agent import Agent
 from popdist_launcher.launcher.attempt import JobResult, JobState
 from popdist_launcher.launcher.elastic import membership
@@ -39,8 +40,8 @@ class RestartAgent(Agent):
     """The agent of an elastic job in restart mode (``--elastic-mode restart``): it decides
     after each attempt whether the job ends, or re-forms on the hosts available now."""
 
-    def __init__(self, options: JobOptions, say: Callable[[str], None]) -> None:
-        super().__init__(options, say)
+    def __init__(self, options: JobOptions) -> None:
+        super().__init__(options)
         elastic = options.elastic
         assert elastic is not None
         self.elastic = elastic
@@ -57,7 +58,7 @@ class RestartAgent(Agent):
         self.ever_blacklisted: Set[str] = set()
         self.why_out: Dict[str, str] = {}  # host -> why it was blacklisted last
         self.members = membership.Membership(list(elastic.hosts), self.blacklist, self.poller)
-        self.log = membership.MembershipLog(say, options.output.output_dir)
+        self.log = membership.MembershipLog(options.output.output_dir)
         self.hosts: Hosts = _used(self.layout)
         self.attempts: List[Attempt] = []
         self.resets = 0
@@ -131,7 +132,7 @@ class RestartAgent(Agent):
         """Plan the next attempt (None), or end the job (its exit code)."""
         limit = self.elastic.reset_limit
         if limit is not None and self.resets >= limit:
-            self.say(f"poprun-lite: --reset-limit {limit} reached; ending the job.")
+            console.say(f"--reset-limit {limit} reached; ending the job.")
             return self._end(exit_code or 1)
         hosts = self._wait_for_hosts()
         if hosts is None:
@@ -142,7 +143,7 @@ class RestartAgent(Agent):
         try:
             self.layout = self.elastic.relayout(hosts, n)
         except PlanError as exc:
-            self.say(f"poprun-lite: cannot lay out the next attempt: {exc}")
+            console.say(f"cannot lay out the next attempt: {exc}")
             return self._end(exit_code or 1)
         self.resets += 1
         self.attempt += 1
@@ -210,7 +211,7 @@ class RestartAgent(Agent):
                 self.streaks.record(host, progressed)
             ended = [host for host in blamed if self.streaks.reached(host)]
             if ended:
-                self.say(f"poprun-lite: the job ends: {self.streaks.sentence(ended[0], why)}")
+                console.say(f"the job ends: {self.streaks.sentence(ended[0], why)}")
                 return None
             count = max(self.streaks.count(host) for host in blamed)
             return (f"{why}; restarting on the same hosts (failure {count} in a row without "
@@ -260,7 +261,7 @@ class RestartAgent(Agent):
 
     def _note(self, change) -> None:
         if change.warning:
-            self.say(f"poprun-lite: warning: {change.warning}")
+            console.warn(change.warning)
 
     def _record(self, outcome: str) -> None:
         self.attempts.append(Attempt(self.attempt, tuple(name for name, _ in self.hosts),
@@ -269,15 +270,15 @@ class RestartAgent(Agent):
 
     def _end(self, code: int) -> int:
         if self.attempts and (len(self.attempts) > 1 or code):
-            lines = [f"poprun-lite: the job ran {len(self.attempts)} attempt(s):"]
+            lines = [console.line(f"the job ran {len(self.attempts)} attempt(s):")]
             for a in self.attempts:
                 lines.append(f"  attempt {a.index}: {a.instances} instance(s) on "
                              f"{', '.join(a.hosts)}, {a.seconds:.1f} s: {a.outcome}")
             if code == BELOW_MIN_EXIT_CODE and not self._enough():
-                lines.append(f"poprun-lite: the job ends: below --min-np {self.elastic.min_np} "
-                             f"for --elastic-timeout {self.elastic.elastic_timeout:g} s "
-                             f"({self._hosts_out()}).")
-            self.say("\n".join(lines))
+                lines.append(console.line(
+                    f"the job ends: below --min-np {self.elastic.min_np} for --elastic-timeout "
+                    f"{self.elastic.elastic_timeout:g} s ({self._hosts_out()})."))
+            console.write("\n".join(lines))
         return code
 
     def _enough(self) -> bool:
