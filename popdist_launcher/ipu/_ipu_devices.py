@@ -1,14 +1,18 @@
-"""``/device:IPU:N`` in any graph (``tf.device``/``ops.device``, TF1 graphs and tf.functions) is the
-local device that stands for IPU N, as ``ipu.scopes.ipu_scope`` places it: Graphcore's programs
-may name the IPU directly (``with ops.device("/device:IPU:0"): ipu_compiler.compile(...)``).
+"""The local devices that stand for IPUs: ``/device:IPU:N`` in any graph (``tf.device``/
+``ops.device``, TF1 graphs and tf.functions) is the local device standing for IPU N, as
+``ipu.scopes.ipu_scope`` places it, and ``replica_device`` / ``local_replica_devices`` name them.
 
-``watch`` (the site hook calls it when the IPU layer imports) installs the mapping once TensorFlow has
-imported too; programs that never import the IPU layer keep stock placement.
+Graphcore's programs may name the IPU directly (``with ops.device("/device:IPU:0"):
+ipu_compiler.compile(...)``). ``watch`` (the site hook calls it when the IPU layer imports)
+installs the mapping once TensorFlow has imported too; programs that never import the IPU layer
+keep stock placement.
 """
 from __future__ import annotations
 
 import functools
 import re
+
+from popdist_launcher.ipu import _configured_system, config
 
 _IPU = re.compile(r"/device:IPU:(\d+)", re.IGNORECASE)
 
@@ -20,15 +24,45 @@ def local_device(device: str) -> str:
     found = _IPU.search(device)
     if found is None:
         return device
-    from popdist_launcher.ipu import config
-
     ordinal = int(found.group(1))
-    system = config.get_configured_system()
+    system = _configured_system.get_configured_system()
     if system is not None and ordinal < len(system.devices):
         local = system.devices[ordinal]
     else:
         local = f"/device:CPU:{ordinal}"
     return device[:found.start()] + local + device[found.end():]
+
+
+def local_replica_devices() -> tuple:
+    """This instance's replica devices: as configure_ipu_system set them up, or, when it was not
+    called, configured now from the launcher's environment (one device per local replica)."""
+    system = _system()
+    if system.missing_devices:
+        raise RuntimeError(system.missing_devices)
+    return system.devices
+
+
+def replica_device(ordinal: int) -> str:
+    """The TensorFlow device standing for ``/device:IPU:<ordinal>``."""
+    system = _system()
+    if ordinal < len(system.devices):
+        return system.devices[ordinal]
+    if system.missing_devices:
+        raise RuntimeError(system.missing_devices)
+    raise ValueError(f"/device:IPU:{ordinal} does not exist: this instance has "
+                     f"{len(system.devices)} IPU device(s), /device:IPU:0 .. "
+                     f"/device:IPU:{len(system.devices) - 1}; select more with "
+                     f"IPUConfig.auto_select_ipus.")
+
+
+def _system() -> _configured_system.ConfiguredSystem:
+    """The configured system; configured now from the launcher's environment if needed."""
+    system = _configured_system.get_configured_system()
+    if system is None:
+        ipu_config = config.IPUConfig()
+        config.set_ipu_config(ipu_config, configure_device=True)
+        return config.configure_ipu_system(ipu_config)
+    return system
 
 
 def watch(config_module=None) -> None:

@@ -4,18 +4,23 @@ An "IPU" here is a virtual device. ``configure_ipu_system`` validates the config
 Graphcore's does, then turns this instance's replicas into TensorFlow devices: one logical CPU
 device per local replica on CPU, or one GPU per replica where there are enough GPUs. Every option
 of Graphcore's option tree is accepted; those that only steer IPU hardware or the Poplar compiler
-have no effect here, and setting one to a non-default value is logged once. Importing this module
-does not import TensorFlow; configuring the system does.
+have no effect here, and setting one to a non-default value is logged once. The system it
+configured is kept in ``_configured_system``. Importing this module does not import TensorFlow;
+configuring the system does.
 """
 from __future__ import annotations
 
 import copy
-import dataclasses
 import difflib
 import enum
 import json
 import logging
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, Optional, Sequence, Union
+
+from popdist_launcher.ipu import _configured_system
+# Graphcore's ipu.config also has these (the configured state lives in _configured_system).
+from popdist_launcher.ipu._configured_system import (ConfiguredSystem, get_ipu_config,  # noqa: F401
+                                                     reset_ipu_configuration)
 
 log = logging.getLogger(__name__)
 
@@ -248,37 +253,6 @@ class IPUConfig(_ConfigNode):
         return configure_ipu_system(self, device=device)
 
 
-@dataclasses.dataclass(frozen=True)
-class ConfiguredSystem:
-    """What configure_ipu_system set up: virtual IPUs, and the TF devices that host replicas."""
-
-    num_ipus: int
-    ipus_per_replica: int
-    devices: tuple
-    process_index: int
-    process_count: int
-    # Set when TensorFlow had started before configure_ipu_system, so only the devices above
-    # (fewer than the replicas) exist: why the others are missing.
-    missing_devices: Optional[str] = None
-
-    @property
-    def num_local_replicas(self) -> int:
-        return len(self.devices)
-
-    @property
-    def multi_replica_distribution(self) -> bool:
-        return self.process_count > 0
-
-    @property
-    def num_global_replicas(self) -> int:
-        """Local replication x process count, as Graphcore defines it."""
-        return self.num_local_replicas * max(1, self.process_count)
-
-
-_configured: Optional[ConfiguredSystem] = None
-_configured_config: Optional[IPUConfig] = None
-
-
 def _count_ipus(value: Union[int, Sequence[int]], name: str) -> int:
     if isinstance(value, bool):
         raise ValueError(f"IPUConfig.{name} must be an int or a list of ints, got {value!r}.")
@@ -334,7 +308,6 @@ def configure_ipu_system(config: IPUConfig, device: str = "cpu",
     before TensorFlow initialises its devices, as on an IPU system. ``reset_configuration`` is
     accepted for Graphcore's signature: a new configuration always replaces the previous one.
     """
-    global _configured, _configured_config
     from popdist_launcher import runtime
 
     num_ipus = validate(config)
@@ -347,103 +320,14 @@ def configure_ipu_system(config: IPUConfig, device: str = "cpu",
         raise ValueError(
             f"IPUConfig selects {num_ipus} IPU(s), not a multiple of {ipus_per_replica} IPU(s) per "
             f"replica; select a multiple (e.g. auto_select_ipus = replicas x ipus per replica).")
-    replicas = num_ipus // ipus_per_replica
-    devices = _make_replica_devices(replicas, device)
-    missing = None
-    if len(devices) < replicas:
-        # On an IPU system the IPUs exist whenever the program configures them; here they are
-        # logical devices, which TensorFlow only creates before it first runs an op.
-        missing = (f"TensorFlow's devices were already initialised with {len(devices)} CPU "
-                   f"device(s) when IPUConfig selected {replicas} replica device(s); call "
-                   f"configure_ipu_system() before running any TensorFlow operation (for "
-                   f"example before building the dataset).")
-        log.info("%s Only /device:IPU:0 .. /device:IPU:%d can be used.", missing, len(devices) - 1)
     mrd = config.experimental.multi_replica_distribution
-    _configured = ConfiguredSystem(num_ipus, ipus_per_replica, tuple(devices), mrd.process_index,
-                                   mrd.process_count, missing)
-    _configured_config = copy.deepcopy(config)
-    log.debug("configured %d virtual IPU(s) as %s", num_ipus, devices)
-    return _configured
-
-
-def _make_replica_devices(replicas: int, device: str) -> List[str]:
-    import tensorflow as tf
-
-    kind = device.upper()
-    if kind == "GPU":
-        gpus = tf.config.list_physical_devices("GPU")
-        if len(gpus) < replicas:
-            raise ValueError(
-                f"{replicas} local replica(s) need {replicas} GPU(s) but {len(gpus)} are visible; "
-                f"use fewer replicas per instance or device='cpu'.")
-        return [f"/device:GPU:{i}" for i in range(replicas)]
-    if kind != "CPU":
-        raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}.")
-    cpus = tf.config.list_physical_devices("CPU")
-    wanted = [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)]
-    current = tf.config.get_logical_device_configuration(cpus[0])
-    if replicas > 1 and (current is None or len(current) != replicas):
-        try:
-            tf.config.set_logical_device_configuration(cpus[0], wanted)
-        except RuntimeError:
-            have = len(tf.config.list_logical_devices("CPU"))
-            if have < replicas:
-                return [f"/device:CPU:{i}" for i in range(have)]
-    return [f"/device:CPU:{i}" for i in range(replicas)]
-
-
-def local_replica_devices() -> tuple:
-    """This instance's replica devices: as configure_ipu_system set them up, or, when it was not
-    called, configured now from the launcher's environment (one device per local replica)."""
-    system = _system()
-    if system.missing_devices:
-        raise RuntimeError(system.missing_devices)
-    return system.devices
-
-
-def replica_device(ordinal: int) -> str:
-    """The TensorFlow device standing for ``/device:IPU:<ordinal>``."""
-    system = _system()
-    if ordinal < len(system.devices):
-        return system.devices[ordinal]
-    if system.missing_devices:
-        raise RuntimeError(system.missing_devices)
-    raise ValueError(f"/device:IPU:{ordinal} does not exist: this instance has "
-                     f"{len(system.devices)} IPU device(s), /device:IPU:0 .. "
-                     f"/device:IPU:{len(system.devices) - 1}; select more with "
-                     f"IPUConfig.auto_select_ipus.")
-
-
-def _system() -> ConfiguredSystem:
-    """The configured system; configured now from the launcher's environment if needed."""
-    if _configured is None:
-        config = IPUConfig()
-        set_ipu_config(config, configure_device=True)
-        return configure_ipu_system(config)
-    return _configured
+    return _configured_system.attach(num_ipus, ipus_per_replica, device, mrd.process_index,
+                                     mrd.process_count, copy.deepcopy(config))
 
 
 def running_on_ipu_model() -> bool:
     """False: this is neither an IPU nor Graphcore's IPU model."""
     return False
-
-
-def get_configured_system() -> Optional[ConfiguredSystem]:
-    """The system configure_ipu_system set up in this process, or None."""
-    return _configured
-
-
-def get_ipu_config(session: Any = None) -> List[IPUConfig]:
-    """The configurations applied in this process (Graphcore returns one per IPU device; here
-    there is at most one). ``session`` is accepted for Graphcore's signature."""
-    return [] if _configured_config is None else [copy.deepcopy(_configured_config)]
-
-
-def reset_ipu_configuration() -> None:
-    """Forget the configured system (the devices TensorFlow created stay)."""
-    global _configured, _configured_config
-    _configured = None
-    _configured_config = None
 
 
 def set_ipu_config(config: IPUConfig, ipus_per_replica: Optional[int] = None,

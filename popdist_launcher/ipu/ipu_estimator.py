@@ -143,12 +143,12 @@ class IPUEstimator(tf.estimator.Estimator):
         """In a single process (no launcher replicas), IPURunConfig's ``num_replicas`` replicas
         of ``num_shards`` IPUs, from ``ipu_options``, as Graphcore's IPUEstimator configures
         them, unless the program configured the IPU system itself."""
-        from popdist_launcher.ipu import config as ipu_config
+        from popdist_launcher.ipu import _configured_system, config as ipu_config
 
         run_config = self._ipu_run_config
         if run_config.ipu_options is None or run_config.num_replicas == 1 or \
                 ctx.num_instances > 1 or ctx.num_local_replicas > 1 or \
-                ipu_config.get_configured_system() is not None:
+                _configured_system.get_configured_system() is not None:
             return
         ipu_config.configure_ipu_system(run_config.ipu_options,
                                         ipus_per_replica=run_config.num_shards)

@@ -211,7 +211,7 @@ def _local_replica() -> Tuple[int, int]:
     context = tf.distribute.get_replica_context() if tf.distribute.has_strategy() else None
     if context is None:
         return 0, 1
-    # A replica of a pipelined Keras model may span several devices (keras_extensions).
+    # A replica of a pipelined Keras model may span several devices (keras.extensions.replicas).
     span = getattr(context.strategy.extended, "replica_span", 1)
     replicas = len(context.strategy.extended.worker_devices) // span
     device = int(context._replica_id)  # noqa: SLF001 (the local id, a Python int)

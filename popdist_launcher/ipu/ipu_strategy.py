@@ -20,7 +20,7 @@ import logging
 
 import tensorflow as tf
 
-from popdist_launcher.ipu import _jit_functions, config as ipu_config
+from popdist_launcher.ipu import _configured_system, _ipu_devices, _jit_functions
 from popdist_launcher.strategies._tf_internal import distribute_lib
 
 log = logging.getLogger(__name__)
@@ -51,8 +51,8 @@ class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
     def __init__(self, ipu_device: str = "/device:IPU:0", cpu_device: str = "/device:CPU:0",
                  enable_dataset_iterators: bool = True, enable_keras_extensions: bool = True) -> None:
         ordinal = _device_ordinal(ipu_device)
-        device = ipu_config.replica_device(ordinal)
-        system = ipu_config.get_configured_system()
+        device = _ipu_devices.replica_device(ordinal)
+        system = _configured_system.get_configured_system()
         devices = system.devices if system is not None and ordinal == 0 else (device,)
         if len(devices) > 1 and not system.missing_devices:
             from popdist_launcher.ipu._replicated import ReplicatedIPUExtended

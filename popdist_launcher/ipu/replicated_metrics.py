@@ -1,6 +1,6 @@
 """``ReplicatedMetricReductionMethod``: how Graphcore's Keras reports the metrics of several
-replicas (``model.set_replication_options``). Its own module, so that ``ipu.keras`` and the Keras
-extensions both import it without importing each other."""
+replicas (``model.set_replication_options``). Its own module: ``ipu.keras`` re-exports it and
+``model.set_replication_options`` (the Keras extensions' options) parses it."""
 from __future__ import annotations
 
 import enum

@@ -25,7 +25,7 @@ def _log_inert(scope: str, what: str) -> None:
 @contextlib.contextmanager
 def ipu_scope(device: str = "/device:IPU:0") -> Iterator[None]:
     """The IPU device N is this instance's replica device N (a CPU or GPU)."""
-    from popdist_launcher.ipu.config import replica_device
+    from popdist_launcher.ipu._ipu_devices import replica_device
 
     index = int(device.rsplit(":", 1)[-1]) if device.rsplit(":", 1)[-1].isdigit() else 0
     with tf.device(replica_device(index)):

@@ -11,10 +11,11 @@ from typing import Optional
 
 import tensorflow as tf
 
+from popdist_launcher.ipu import _configured_system
+from popdist_launcher.ipu._configured_system import get_ipu_config, reset_ipu_configuration  # noqa: F401
 from popdist_launcher.ipu.config import (DeviceConnectionType, ExecutionProfileType,  # noqa: F401
                                          IPUConfig, SchedulingAlgorithm, SelectionOrder,
                                          StochasticRoundingBehaviour, configure_ipu_system,
-                                         get_ipu_config, reset_ipu_configuration,
                                          running_on_ipu_model)
 
 log = logging.getLogger(__name__)
@@ -57,8 +58,7 @@ def move_variable_initialization_to_cpu(graph: Optional[tf.Graph] = None) -> Non
 
 def get_num_of_ipus_in_device(ipu_device: str = "/device:IPU:0", device: str = "cpu") -> int:
     """The number of IPUs the configured system selected (1 when nothing was configured)."""
-    from popdist_launcher.ipu import config
-    system = config.get_configured_system()
+    system = _configured_system.get_configured_system()
     return system.num_ipus if system else 1
 
 

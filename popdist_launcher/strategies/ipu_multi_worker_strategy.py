@@ -18,7 +18,7 @@ import logging
 import tensorflow as tf
 
 from popdist_launcher import tf_config
-from popdist_launcher.ipu import _jit_functions, config as ipu_config
+from popdist_launcher.ipu import _ipu_devices, _jit_functions
 from popdist_launcher.strategies._common import (call_for_the_only_replica, is_sharded,
                                                  resolve_reduce_op)
 from popdist_launcher.strategies._tf_internal import (TFConfigClusterResolver,
@@ -33,7 +33,7 @@ _SERVERS: Dict[str, tf.distribute.Server] = {}
 class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceExtended):
     def __init__(self, container_strategy, cluster_resolver, variables_on_host: bool) -> None:
         self._variables_on_host = variables_on_host
-        self._replica_devices = ipu_config.local_replica_devices()  # before TensorFlow starts its gRPC server
+        self._replica_devices = _ipu_devices.local_replica_devices()  # before TensorFlow starts its gRPC server
         super().__init__(container_strategy, cluster_resolver=cluster_resolver,
                          communication_options=tf.distribute.experimental.CommunicationOptions())
 

@@ -20,7 +20,7 @@ from typing import Iterator
 import tensorflow as tf
 
 from popdist_launcher import collectives, runtime
-from popdist_launcher.ipu import _jit_functions, config as ipu_config
+from popdist_launcher.ipu import _ipu_devices, _jit_functions, config as ipu_config
 from popdist_launcher.strategies._tf_internal import (CheckpointInitialValue, distribute_lib,
                                                        distribute_utils, input_lib_v1, input_util,
                                                        mirrored_strategy, nest, reduce_util,
@@ -42,7 +42,7 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
                 f"Horovod sees {collectives.size()} process(es) but "
                 f"{ctx.launcher or 'the environment'} started {ctx.num_instances} instance(s); "
                 f"start every instance through one launcher (e.g. poprun-lite -np N).")
-        devices = ipu_config.local_replica_devices()
+        devices = _ipu_devices.local_replica_devices()
         self._instance_index = collectives.rank()
         self._num_instances = collectives.size()
         self._num_local = len(devices)

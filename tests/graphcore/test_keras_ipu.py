@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import poprun
-from popdist_launcher.ipu.keras_extensions import replica_layout
+from popdist_launcher.ipu.keras.extensions.replicas import replica_layout
 
 PROGRAMS = Path(__file__).parent / "programs"
 

@@ -8,6 +8,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python import ipu
 
+from popdist_launcher.ipu._configured_system import get_configured_system
+
 rng = np.random.default_rng(5)
 X = rng.normal(size=(16, 3)).astype(np.float32)
 Y = rng.normal(size=(16, 1)).astype(np.float32)
@@ -38,4 +40,4 @@ estimator.train(input_fn, steps=4)
 with open(f"{sys.argv[1]}/ipu-estimator-replicas.json", "w") as f:
     json.dump(dict(w=estimator.get_variable_value("w").ravel().tolist(),
                    step=int(estimator.get_variable_value("global_step")),
-                   replicas=ipu.config.get_configured_system().num_local_replicas), f)
+                   replicas=get_configured_system().num_local_replicas), f)

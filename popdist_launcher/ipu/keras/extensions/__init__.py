@@ -1,15 +1,20 @@
 """``keras.ipu.extensions``: the classes holding the IPU methods of Keras models (Graphcore
 registers them as extensions of Model, Sequential and functional models; here every
-``tf.keras.Model`` gets the same methods, see ``popdist_launcher.ipu.keras_extensions``)."""
+``tf.keras.Model`` gets the same methods, see ``popdist_launcher.ipu.keras_extensions``).
+
+Its modules: ``options`` (the ``set_*_options`` methods and the options they keep),
+``pipeline_stages``, ``replicas`` (Graphcore's replica rule), ``data_adapter`` (each replica's
+input), ``train_function`` (accumulating train function) and ``extensions_base`` (the methods
+every model gets, fit / evaluate / predict included)."""
 from __future__ import annotations
 
-from popdist_launcher.ipu import keras_extensions as _methods
 from popdist_launcher.ipu.keras import (FunctionalLayerPipelineStageAssignment,  # noqa: F401
                                         FunctionalNestedModelPipelineStageAssignment,
                                         ModelLayerPipelineStageAssignment,
                                         NestedModelPipelineStageAssignment, PipelineStage,
                                         SequentialLayerPipelineStageAssignment,
                                         SequentialNestedModelPipelineStageAssignment)
+from popdist_launcher.ipu.keras.extensions.extensions_base import METHODS as _METHODS
 from popdist_launcher.ipu.replicated_metrics import ReplicatedMetricReductionMethod  # noqa: F401
 
 
@@ -18,7 +23,7 @@ class ModelExtension:
     ``set_pipelining_options`` ...), the same functions every Keras model gets here."""
 
 
-for _method in _methods._METHODS:  # noqa: SLF001 (the one list of the methods)
+for _method in _METHODS:  # the one list of the methods
     setattr(ModelExtension, _method.__name__, _method)
 
 
