@@ -107,7 +107,7 @@ class Agent:
         self.attempt += 1
         console.say(f"restarting the job on every host (restart {self.attempt} of "
                     f"{self.options.max_restarts}, fresh ports); POPRUN_RESTART_COUNT="
-                 f"{self.attempt}.")
+                    f"{self.attempt}.")
         return None
 
     def _retry_start(self, result: JobResult) -> bool:
@@ -115,8 +115,8 @@ class Agent:
         if result.state is JobState.FAILED and not self.retried_start \
                 and self.supervisor.engine_failed_to_start():
             self.retried_start = True
-            console.say(f"{self.layout.backend.name} failed before starting any "
-                        f"instance; starting it once more.")
+            console.say(f"{self.layout.backend.name} failed before starting any instance; "
+                        f"starting it once more.")
             return True
         return False
 

@@ -12,7 +12,6 @@ import sys
 from typing import Callable, List, Optional, Tuple
 
 from popdist_launcher.launcher import console, processes
-from popdist_launcher.launcher.console import debug
 from popdist_launcher.launcher.attempt import Started
 from popdist_launcher.launcher.backends.base import Launch
 from popdist_launcher.launcher.plan import LaunchPlan
@@ -66,7 +65,7 @@ class Spawner:
     def spawn(self, launch: Launch) -> Started:
         """An engine, in its own process group, watched by the watchdog (OSError when it cannot
         be started)."""
-        debug("starting %s: %s", launch.label, " ".join(launch.argv))
+        console.debug("starting %s: %s", launch.label, " ".join(launch.argv))
         popen = subprocess.Popen(
             list(launch.argv), env=launch.env, stdin=subprocess.PIPE if launch.stdin else
             subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -196,7 +195,7 @@ class Spawner:
         self.sel.unregister(sock)
         slots = json.dumps(plan.horovod_slots(), separators=(",", ":"))
         allowed = json.dumps(sorted({h.address for h in plan.hosts}))
-        debug("first rendezvous connection: starting Horovod's rendezvous server")
+        console.debug("first rendezvous connection: starting Horovod's rendezvous server")
         self._rendezvous_proc = subprocess.Popen(
             [sys.executable, "-m", "popdist_launcher.launcher.spawned.rendezvous",
              str(sock.fileno()), slots,

@@ -25,7 +25,6 @@ import time
 from typing import Callable, Dict, Optional
 
 from popdist_launcher.launcher import console, processes, report
-from popdist_launcher.launcher.console import debug
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.hub import Conn, Hub
 from popdist_launcher.launcher.loop import EventLoop
@@ -148,7 +147,7 @@ class Supervisor:
             return
         if state not in TRANSITIONS.get(self.state, ()):
             raise AssertionError(f"job state {self.state.value} -> {state.value}")
-        debug("job %s -> %s", self.state.value, state.value)
+        console.debug("job %s -> %s", self.state.value, state.value)
         self.state = state
 
     def fail(self, failure: Failure) -> None:
@@ -339,7 +338,7 @@ class Supervisor:
             self.world.started(inst)
             if inst.state is InstanceState.CONNECTED:
                 inst.to(InstanceState.RUNNING)
-            debug("instance %d runs as pid %d on %s", inst.index, inst.pid, inst.host)
+            console.debug("instance %d runs as pid %d on %s", inst.index, inst.pid, inst.host)
             if self.state is JobState.STOPPING and self._outcome.signal is not None:
                 self.signal_instance(inst, self._outcome.signal)
         elif kind == p.EXIT:
@@ -358,7 +357,7 @@ class Supervisor:
     def _on_exit(self, inst: Instance, returncode: int) -> None:
         inst.returncode = returncode
         inst.to(InstanceState.EXITED)
-        debug("instance %d %s", inst.index, processes.describe_exit(returncode))
+        console.debug("instance %d %s", inst.index, processes.describe_exit(returncode))
         if inst.index == 0:
             self._stdin.drop()
         self._stacks.ended(inst.index)
@@ -384,7 +383,7 @@ class Supervisor:
         # (strace -f), which may hold the exit status a moment after the pidfd tells.
         self._spawner.reap(started, block=True)
         code = started.returncode
-        debug("%s %s", started.launch.label, processes.describe_exit(code))
+        console.debug("%s %s", started.launch.label, processes.describe_exit(code))
         never = [self.instances[i] for i in started.launch.instances
                  if self.instances[i].state in (InstanceState.PENDING, InstanceState.CONNECTED)]
         if never and self.state in (JobState.STARTING, JobState.RUNNING):
@@ -408,7 +407,7 @@ class Supervisor:
     def _forward(self, signum: int) -> None:
         name = signal.Signals(signum).name
         if signum not in STOPPING_SIGNALS:
-            debug("forwarding %s", name)
+            console.debug("forwarding %s", name)
             for inst in self.instances:
                 self.signal_instance(inst, signum)
             return

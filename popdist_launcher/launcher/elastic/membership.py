@@ -11,6 +11,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 from popdist_launcher.launcher import console
 from popdist_launcher.launcher.elastic.discovery import Answer, Hosts, Poller
 
+
 class Blacklist:
     """Hosts excluded after a failure, with Horovod's cooldown rule
     (``horovod/runner/elastic/discovery.py``, ``HostState``): the n-th time a host is
