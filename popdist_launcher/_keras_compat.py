@@ -1,4 +1,4 @@
-"""TensorFlow 2.6 -> 2.15 bridges for IPU programs: the Keras modules that Graphcore's TF 2.6 programs
+"""TensorFlow 2.6 -> 2.15/2.21 bridges for IPU programs: the Keras modules that Graphcore's TF 2.6 programs
 import and that moved (``keras.optimizer_v2``, ``keras.engine``, ``tensorflow.python.keras.datasets``
 ...), ``compile(steps_per_execution=<tensor>)``, which Graphcore's Keras accepted, and TF 2.6's
 Keras optimizers (the ``OptimizerV2`` classes) under the public optimizer names.
@@ -6,8 +6,10 @@ Keras optimizers (the ``OptimizerV2`` classes) under the public optimizer names.
 The site hook calls ``install`` once the IPU layer (``popdist_launcher.ipu``) has imported, so a program
 that never imports it sees stock TensorFlow 2.15. An alias is made only for a module that does not
 exist in this TensorFlow: it names the module that holds the same classes now (``keras.X`` ->
-``keras.src.X``, ``keras.optimizer_v2.X`` -> ``keras.src.optimizers.legacy.X``,
-``tensorflow.python.keras.X`` -> ``keras.src.X``); every module that imports keeps importing itself.
+``K.src.X``, ``keras.optimizer_v2.X`` -> ``K.src.optimizers.legacy.X``,
+``tensorflow.python.keras.X`` -> ``K.src.X``, where K is the package that is Keras 2 here:
+``keras`` on TensorFlow 2.15, ``tf_keras`` on 2.16+, see popdist_launcher._keras2); every module
+that imports keeps importing itself.
 The optimizers follow a narrower trigger: ``use_tf26_optimizers`` runs when the program imports the IPU
 layer by one of Graphcore's names (``tensorflow.python.ipu``, ``tensorflow.keras.ipu``, ``keras.ipu``),
 so the project's own strategies, which use the IPU layer inside, keep Keras 2.15's optimizers.
@@ -19,17 +21,19 @@ import importlib.util
 import logging
 import sys
 
+from popdist_launcher import _keras2
+
 log = logging.getLogger(__name__)
 
-# Old package prefix -> the prefixes to try for what it holds now, first match wins.
+# Old package prefix -> the modules (below Keras 2's ``src``) to try for what it holds now, first
+# match wins.
 _MOVED = (
-    ("keras.optimizer_v2.learning_rate_schedule",
-     ("keras.src.optimizers.schedules.learning_rate_schedule",)),
-    ("keras.optimizer_v2", ("keras.src.optimizers.legacy",)),
-    ("tensorflow.python.keras", ("keras.src",)),
-    ("keras", ("keras.src",)),
+    ("keras.optimizer_v2.learning_rate_schedule", ("optimizers.schedules.learning_rate_schedule",)),
+    ("keras.optimizer_v2", ("optimizers.legacy",)),
+    ("tensorflow.python.keras", ("",)),
+    ("keras", ("",)),
 )
-_NEVER = ("keras.src", "keras.ipu", "keras.api")  # Keras 2.15's own, and the IPU alias's
+_NEVER = ("keras.src", "keras.ipu", "keras.api")  # Keras 2's own, and the IPU alias's
 
 
 def _moved_to(fullname: str):
@@ -37,6 +41,7 @@ def _moved_to(fullname: str):
     if any(fullname == p or fullname.startswith(p + ".") for p in _NEVER):
         return ()
     for old, new in _MOVED:
+        new = tuple(_keras2.src(module) for module in new)
         if fullname == old or fullname.startswith(old + "."):
             return tuple(prefix + fullname[len(old):] for prefix in new)
     return ()
@@ -59,7 +64,7 @@ class _AliasLoader:
 
 
 class MovedKerasFinder:
-    """A meta path finder for the Keras modules of TensorFlow 2.6 that TensorFlow 2.15 lacks."""
+    """A meta path finder for the Keras modules of TensorFlow 2.6 that today's Keras 2 lacks."""
 
     def find_spec(self, fullname, path=None, target=None):
         if not (fullname.startswith("keras.") or fullname.startswith("tensorflow.python.keras")):
@@ -69,8 +74,10 @@ class MovedKerasFinder:
             return None
         parent, _, child = fullname.rpartition(".")
         parent_module = sys.modules.get(parent)
-        if parent_module is not None and parent_module.__name__ != parent:
-            candidates += (f"{parent_module.__name__}.{child}",)  # inside a moved package
+        # Inside a moved package; not in ``keras`` itself where that is tf_keras by another name
+        # (popdist_launcher._startup), whose existing modules the finders after this one give.
+        if parent_module is not None and parent_module.__name__ != parent and parent != "keras":
+            candidates += (f"{parent_module.__name__}.{child}",)
         elif self._exists(fullname, path, target):
             return None  # never shadow a module this TensorFlow has
         for real in candidates:
@@ -134,28 +141,34 @@ def patch_compile(training_module) -> None:
 
 def install(ipu_module=None) -> None:
     """Put the moved-module finder first on sys.meta_path and patch ``Model.compile`` once Keras
-    has imported (once per process; the site hook runs it when the IPU layer imports)."""
+    has imported (once per process; the site hook runs it when the IPU layer imports). Nothing
+    under Keras 3 (TF_USE_LEGACY_KERAS=0 on TensorFlow 2.16+): the IPU layer's Keras parts say so
+    when they are used."""
+    if _keras2.keras_3_active():
+        log.debug("tf.keras is Keras 3: no TensorFlow 2.6 Keras bridges")
+        return
+    keras = _keras2.package()
     if not any(isinstance(f, MovedKerasFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, MovedKerasFinder())
     from popdist_launcher._startup import after_import
-    after_import("keras.src.engine.training", "popdist_launcher._keras_compat:patch_compile")
-    after_import("keras.losses", "popdist_launcher._keras_compat:add_losses_utils")
+    after_import(f"{keras}.src.engine.training", "popdist_launcher._keras_compat:patch_compile")
+    after_import(f"{keras}.losses", "popdist_launcher._keras_compat:add_losses_utils")
 
 
 def add_losses_utils(losses_module) -> None:
     """``keras.losses.losses_utils`` (Keras 2.6's losses module imported it; Graphcore's programs
     use ``keras.losses.losses_utils.ReductionV2``)."""
     if not hasattr(losses_module, "losses_utils"):
-        losses_module.losses_utils = importlib.import_module("keras.src.utils.losses_utils")
+        losses_module.losses_utils = _keras2.import_src("utils.losses_utils")
 
 
-# TensorFlow 2.6's ``tf.keras.optimizers`` classes: Keras 2.15 keeps them in ``optimizers.legacy``.
+# TensorFlow 2.6's ``tf.keras.optimizers`` classes: Keras 2.11+ keeps them in ``optimizers.legacy``.
 _TF26_OPTIMIZERS = {"Adadelta": "adadelta", "Adagrad": "adagrad", "Adam": "adam", "Adamax": "adamax",
                     "Ftrl": "ftrl", "Nadam": "nadam", "RMSprop": "rmsprop", "SGD": "gradient_descent",
                     "Optimizer": "optimizer_v2"}
-# The public modules that hold those names (``tf.keras.optimizers``, ``keras.optimizers``).
-_OPTIMIZER_API = ("keras.optimizers", "keras.api._v2.keras.optimizers", "tensorflow.keras.optimizers",
-                  "keras.api._v1.keras.optimizers")
+# The public modules that hold those names (``tf.keras.optimizers``, ``keras.optimizers``), below
+# the package that is Keras 2 here.
+_OPTIMIZER_API = ("optimizers", "api._v2.keras.optimizers", "api._v1.keras.optimizers")
 
 
 def use_tf26_optimizers(_module=None) -> None:
@@ -163,13 +176,16 @@ def use_tf26_optimizers(_module=None) -> None:
     ``optimizers.get``) and configs without ``is_legacy_optimizer: False`` give TF 2.6's
     ``OptimizerV2`` classes; modules not imported yet are patched when they import."""
     from popdist_launcher._startup import after_import
-    after_import("keras.src.optimizers", "popdist_launcher._keras_compat:legacy_by_name")
-    for name in _OPTIMIZER_API:
+    if _keras2.keras_3_active():
+        return  # Keras 3 has no OptimizerV2; the IPU layer's Keras parts say so when used
+    keras = _keras2.package()
+    after_import(f"{keras}.src.optimizers", "popdist_launcher._keras_compat:legacy_by_name")
+    for name in ("tensorflow.keras.optimizers",) + tuple(f"{keras}.{m}" for m in _OPTIMIZER_API):
         after_import(name, "popdist_launcher._keras_compat:tf26_optimizer_names")
 
 
 def legacy_by_name(optimizers_module) -> None:
-    """Make ``keras.src.optimizers.deserialize`` (which ``get`` calls) pick the legacy class for a
+    """Make Keras 2's ``src.optimizers.deserialize`` (which ``get`` calls) pick the legacy class for a
     name or a config that does not say it comes from a Keras 2.11+ optimizer."""
     original = optimizers_module.deserialize
     if getattr(original, "_tf26", False):
@@ -186,10 +202,10 @@ def legacy_by_name(optimizers_module) -> None:
 
 def tf26_optimizer_names(api_module) -> None:
     """Point a public optimizers module's TF 2.6 names at the ``OptimizerV2`` classes."""
-    optimizers_module = importlib.import_module("keras.src.optimizers")
+    optimizers_module = _keras2.import_src("optimizers")
     legacy_by_name(optimizers_module)
     for name, module in _TF26_OPTIMIZERS.items():
-        legacy = importlib.import_module(f"keras.src.optimizers.legacy.{module}")
+        legacy = _keras2.import_src(f"optimizers.legacy.{module}")
         setattr(api_module, name, getattr(legacy, "OptimizerV2" if name == "Optimizer" else name))
     api_module.deserialize = optimizers_module.deserialize
     log.debug("%s: TensorFlow 2.6's OptimizerV2 classes", api_module.__name__)

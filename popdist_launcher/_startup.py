@@ -6,6 +6,11 @@ so IPU programs run unedited (importing the IPU layer by Graphcore's names also 
 ``after_import`` right after a module (TensorFlow, the estimator's RunConfig ...) first finishes
 importing. Standard library only; nothing is imported until a program imports one of those
 modules.
+It also keeps Keras 2 for every program of the environment on TensorFlow 2.16+: it sets
+``TF_USE_LEGACY_KERAS=1`` unless the program's environment sets it (``tf.keras`` is then the tf-keras
+package, Keras 2), and ``import keras`` then gives that same Keras 2 (``keras.X`` is ``tf_keras.X``)
+where tf-keras is installed, as TensorFlow 2.6's programs expect; see popdist_launcher._keras2.
+With ``TF_USE_LEGACY_KERAS=0`` (Keras 3), Horovod's Keras modules stop with one sentence.
 POPDIST_LAUNCHER_IPU_ALIAS=0 turns the alias off. POPDIST_TF1=1 and POPRUN_TF_CONFIG_AUTO=1
 (names of popdist_launcher._contract, spelled out here to import nothing) register hooks.
 """
@@ -21,6 +26,9 @@ KERAS_TARGET = "popdist_launcher.ipu.keras"
 # The SDK's internal modules (``from tensorflow.compiler.plugin.poplar.ops import gen_ipu_ops``).
 SDK_ALIASED = "tensorflow.compiler.plugin"
 SDK_TARGET = "popdist_launcher.ipu._sdk"
+# Keras 2 (popdist_launcher._keras2.LEGACY_KERAS_ENV, spelled out here to import nothing).
+LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
+KERAS_2_PACKAGE = "tf_keras"  # Keras 2 on TensorFlow 2.16+, where ``keras`` is Keras 3
 
 
 class _AliasLoader:
@@ -65,6 +73,52 @@ class IPUAliasFinder:
             return None
         return importlib.util.spec_from_loader(
             fullname, _AliasLoader(real),
+            is_package=real_spec.submodule_search_locations is not None)
+
+
+class _SameModuleLoader:
+    """Loads a name as another name's module and leaves that module's own spec in place."""
+
+    def __init__(self, target: str) -> None:
+        self._target = target
+        self._spec = None
+
+    def create_module(self, spec):
+        import importlib
+        module = importlib.import_module(self._target)
+        self._spec = module.__spec__
+        return module
+
+    def exec_module(self, module) -> None:
+        module.__spec__ = self._spec  # the import system set the alias's spec: keep the real one
+
+
+class Keras2Finder:
+    """A meta path finder that makes ``import keras`` (and ``keras.X``) Keras 2 where tf.keras is
+    Keras 2 from the tf-keras package (TensorFlow 2.16+ with ``TF_USE_LEGACY_KERAS=1``): the same
+    module objects as ``tf_keras`` (``tf_keras.X``). On TensorFlow 2.15 (no tf-keras installed)
+    and under Keras 3 it finds nothing, and ``keras`` is the installed package."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == "keras":
+            if os.environ.get(LEGACY_KERAS_ENV) not in ("1", "true", "True"):
+                return None
+        elif fullname.startswith("keras."):
+            keras = sys.modules.get("keras")
+            if keras is None or keras.__name__ != KERAS_2_PACKAGE:
+                return None  # keras is the installed package (Keras 2.15, or Keras 3)
+        else:
+            return None
+        import importlib.util
+        real = KERAS_2_PACKAGE + fullname[len("keras"):]
+        try:
+            real_spec = importlib.util.find_spec(real)
+        except (ModuleNotFoundError, ValueError):
+            return None
+        if real_spec is None:
+            return None
+        return importlib.util.spec_from_loader(
+            fullname, _SameModuleLoader(real),
             is_package=real_spec.submodule_search_locations is not None)
 
 
@@ -140,6 +194,17 @@ def install_ipu_alias() -> None:
         sys.meta_path.insert(0, IPUAliasFinder())
 
 
+def install_keras_2() -> None:
+    """Keras 2 unless the environment chose otherwise: ``TF_USE_LEGACY_KERAS=1`` and the
+    ``keras`` -> ``tf_keras`` finder (once); Horovod's Keras modules refuse Keras 3."""
+    os.environ.setdefault(LEGACY_KERAS_ENV, "1")
+    if not any(isinstance(f, Keras2Finder) for f in sys.meta_path):
+        sys.meta_path.insert(0, Keras2Finder())
+    for module in ("horovod.tensorflow.keras", "horovod.keras"):
+        after_import(module, "popdist_launcher._keras2:refuse_keras_3")
+
+
+install_keras_2()
 if os.environ.get(ALIAS_ENV, "1") != "0":
     install_ipu_alias()
 after_import("popdist_launcher.ipu.config", "popdist_launcher._keras_compat:install")  # TF 2.6 Keras

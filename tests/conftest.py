@@ -10,6 +10,20 @@ from typing import Iterable, List
 import pytest
 
 PROGRAMS = Path(__file__).parent / "programs"
+
+
+def _keras_2_package() -> str:
+    """The package that is Keras 2 in this environment, as popdist_launcher._keras2 chooses it:
+    ``keras`` on TensorFlow 2.15, ``tf_keras`` on 2.16+ (read without importing TensorFlow)."""
+    from importlib import metadata
+    try:
+        version = metadata.version("tensorflow-cpu")
+    except metadata.PackageNotFoundError:
+        version = metadata.version("tensorflow")
+    return "keras" if tuple(map(int, version.split(".")[:2])) < (2, 16) else "tf_keras"
+
+
+KERAS_2 = _keras_2_package()
 LAUNCHER = [sys.executable, "-m", "popdist_launcher"]
 
 

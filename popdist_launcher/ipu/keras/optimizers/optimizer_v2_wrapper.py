@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import tensorflow as tf
-from keras.src.optimizers.legacy import optimizer_v2
 
-OptimizerV2 = optimizer_v2.OptimizerV2
+from popdist_launcher import _keras2
+
+OptimizerV2 = _keras2.import_src("optimizers.legacy.optimizer_v2").OptimizerV2
 _HYPER_ALIASES = {"lr": "learning_rate"}
 
 
