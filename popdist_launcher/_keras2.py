@@ -32,6 +32,18 @@ class Keras3Error(ImportError):
     """Keras 2 is needed, and the program chose Keras 3 on TensorFlow 2.16+."""
 
 
+@functools.lru_cache(maxsize=None)
+def instance_value():
+    """What poprun-lite gives its instances as ``TF_USE_LEGACY_KERAS``: the launcher's own value,
+    else "1" where tf-keras is installed (TensorFlow 2.16+), else nothing (TensorFlow 2.15, whose
+    tf.keras breaks with the variable set and no tf-keras)."""
+    value = os.environ.get(LEGACY_KERAS_ENV)
+    if value is None:
+        import importlib.util
+        value = "1" if importlib.util.find_spec("tf_keras") is not None else None
+    return value
+
+
 def legacy_keras_requested(environ=os.environ) -> bool:
     """Whether ``TF_USE_LEGACY_KERAS`` asks TensorFlow 2.16+ for Keras 2 (tf-keras)."""
     return environ.get(LEGACY_KERAS_ENV) in _ON

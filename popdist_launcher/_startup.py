@@ -6,10 +6,12 @@ so IPU programs run unedited (importing the IPU layer by Graphcore's names also 
 ``after_import`` right after a module (TensorFlow, the estimator's RunConfig ...) first finishes
 importing. Standard library only; nothing is imported until a program imports one of those
 modules.
-It also keeps Keras 2 for every program of the environment on TensorFlow 2.16+: it sets
-``TF_USE_LEGACY_KERAS=1`` unless the program's environment sets it (``tf.keras`` is then the tf-keras
-package, Keras 2), and ``import keras`` then gives that same Keras 2 (``keras.X`` is ``tf_keras.X``)
-where tf-keras is installed, as TensorFlow 2.6's programs expect; see popdist_launcher._keras2.
+It also keeps Keras 2 for every program of the environment on TensorFlow 2.16+: where tf-keras is
+installed, it sets ``TF_USE_LEGACY_KERAS=1`` unless the program's environment sets it, as
+TensorFlow or ``keras`` begins to import (``tf.keras`` is then the tf-keras package, Keras 2), and
+``import keras`` then gives that same Keras 2 (``keras.X`` is ``tf_keras.X``), as TensorFlow 2.6's
+programs expect; TensorFlow 2.15 (no tf-keras; the variable set would break its ``tf.keras``) is
+left as it is. See popdist_launcher._keras2.
 With ``TF_USE_LEGACY_KERAS=0`` (Keras 3), Horovod's Keras modules stop with one sentence.
 POPDIST_LAUNCHER_IPU_ALIAS=0 turns the alias off. POPDIST_TF1=1 and POPRUN_TF_CONFIG_AUTO=1
 (names of popdist_launcher._contract, spelled out here to import nothing) register hooks.
@@ -93,15 +95,31 @@ class _SameModuleLoader:
         module.__spec__ = self._spec  # the import system set the alias's spec: keep the real one
 
 
+def legacy_keras_wanted() -> bool:
+    """Whether tf.keras is to be Keras 2 from tf-keras: ``TF_USE_LEGACY_KERAS`` as the environment
+    sets it, else (set to 1 now) wherever tf-keras is installed."""
+    value = os.environ.get(LEGACY_KERAS_ENV)
+    if value is None:
+        import importlib.util
+        if importlib.util.find_spec(KERAS_2_PACKAGE) is None:
+            return False
+        os.environ[LEGACY_KERAS_ENV] = value = "1"
+    return value in ("1", "true", "True")
+
+
 class Keras2Finder:
-    """A meta path finder that makes ``import keras`` (and ``keras.X``) Keras 2 where tf.keras is
-    Keras 2 from the tf-keras package (TensorFlow 2.16+ with ``TF_USE_LEGACY_KERAS=1``): the same
-    module objects as ``tf_keras`` (``tf_keras.X``). On TensorFlow 2.15 (no tf-keras installed)
-    and under Keras 3 it finds nothing, and ``keras`` is the installed package."""
+    """A meta path finder that finds nothing for ``tensorflow`` but decides ``TF_USE_LEGACY_KERAS``
+    before TensorFlow reads it, and makes ``import keras`` (and ``keras.X``) Keras 2 where tf.keras
+    is Keras 2 from the tf-keras package: the same module objects as ``tf_keras`` (``tf_keras.X``).
+    On TensorFlow 2.15 (no tf-keras installed) and under Keras 3 ``keras`` is the installed
+    package."""
 
     def find_spec(self, fullname, path=None, target=None):
+        if fullname == "tensorflow":
+            legacy_keras_wanted()
+            return None
         if fullname == "keras":
-            if os.environ.get(LEGACY_KERAS_ENV) not in ("1", "true", "True"):
+            if not legacy_keras_wanted():
                 return None
         elif fullname.startswith("keras."):
             keras = sys.modules.get("keras")
@@ -195,9 +213,9 @@ def install_ipu_alias() -> None:
 
 
 def install_keras_2() -> None:
-    """Keras 2 unless the environment chose otherwise: ``TF_USE_LEGACY_KERAS=1`` and the
-    ``keras`` -> ``tf_keras`` finder (once); Horovod's Keras modules refuse Keras 3."""
-    os.environ.setdefault(LEGACY_KERAS_ENV, "1")
+    """Keras 2 unless the environment chose otherwise: the finder that sets
+    ``TF_USE_LEGACY_KERAS=1`` and gives ``keras`` as ``tf_keras`` (once); Horovod's Keras modules
+    refuse Keras 3."""
     if not any(isinstance(f, Keras2Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, Keras2Finder())
     for module in ("horovod.tensorflow.keras", "horovod.keras"):
