@@ -108,10 +108,10 @@ def test_the_hook_imports_nothing_until_tensorflow_and_applies_to_compat_v1_firs
     assert lazy.returncode == 0 and lazy.stdout.split() == ["[]"], lazy.stderr
     # a program whose first import is tensorflow.compat.v1 gets TensorFlow 1.15's defaults
     code = ("import tensorflow.compat.v1 as tf\n"
-            "from tensorflow.python.ops import control_flow_util, variable_scope\n"
+            "from tensorflow.python.ops import control_flow_util\n"
             "from tensorflow.python import tf2\n"
             "print(tf.executing_eagerly(), tf2.enabled(), control_flow_util.ENABLE_CONTROL_FLOW_V2,"
-            " variable_scope._DEFAULT_USE_RESOURCE)\n")
+            " tf.resource_variables_enabled())\n")
     tf1 = python("-c", code, env={**env, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert tf1.returncode == 0, tf1.stderr[-3000:]
     assert tf1.stdout.split() == ["False"] * 4
