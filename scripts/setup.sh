@@ -14,8 +14,10 @@ cd "$(dirname "$0")/.."
 TF=${TF:-2.21}
 case "$TF" in
   2.21) pythons="3.13 3.12 3.11"; default_venv=.venv; requirements=requirements.txt
-        no_deps=requirements-no-deps.txt ;;
-  2.15) pythons="3.11"; default_venv=.venv-tf2.15; requirements=requirements-tf2.15.txt; no_deps= ;;
+        no_deps=requirements-no-deps.txt
+        get_python="install one (Ubuntu 24.04: apt-get install python3.12-venv; Debian 13, Fedora: python3.13; anywhere: pyenv install 3.13)" ;;
+  2.15) pythons="3.11"; default_venv=.venv-tf2.15; requirements=requirements-tf2.15.txt; no_deps=
+        get_python="install it (pyenv install 3.11, or your distribution's python3.11), or use the default stack, TensorFlow 2.21, which runs on Python 3.11-3.13" ;;
   *) echo "setup: TF=$TF is not a supported stack; use TF=2.21 (the default) or TF=2.15" >&2; exit 2 ;;
 esac
 VENV=${VENV:-$default_venv}
@@ -45,7 +47,7 @@ if [ -n "${PYTHON:-}" ]; then
   for v in $pythons; do runs_as "$PYTHON" "$v" && ok=$v; done
   [ -n "$ok" ] || { echo "setup: $PYTHON is not Python $(echo $pythons | sed 's/ /, /g') (what TensorFlow $TF and Horovod $HOROVOD_VERSION support); set PYTHON= to one of those" >&2; exit 1; }
 elif ! PYTHON=$(find_python); then
-  echo "setup: no Python $(echo $pythons | sed 's/ /, /g') found (TensorFlow $TF needs one); install one (e.g. apt-get install python3.12-venv, dnf install python3.13, or pyenv install 3.13) or set PYTHON=/path/to/python3.x" >&2
+  echo "setup: no Python $(echo $pythons | sed 's/ /, /g') found (TensorFlow $TF needs one); $get_python, or set PYTHON=/path/to/python3.x" >&2
   exit 1
 fi
 py_tag=$("$PYTHON" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
