@@ -4,8 +4,9 @@ and the SDK's internal ``tensorflow.compiler.plugin[.X]`` as ``popdist_launcher.
 so IPU programs run unedited (importing the IPU layer by Graphcore's names also gives TensorFlow
 2.6's Keras optimizers, see popdist_launcher._keras_compat), and runs the hooks registered with
 ``after_import`` right after a module (TensorFlow, the estimator's RunConfig ...) first finishes
-importing. Standard library only; nothing is imported until a program imports one of those
-modules.
+importing (on TensorFlow 2.16+, ``tf.estimator`` comes back through the hook on
+``tensorflow``, see popdist_launcher._estimator_compat). Standard library only; nothing is
+imported until a program imports one of those modules.
 POPDIST_LAUNCHER_IPU_ALIAS=0 turns the alias off. POPDIST_TF1=1 and POPRUN_TF_CONFIG_AUTO=1
 (names of popdist_launcher._contract, spelled out here to import nothing) register hooks.
 """
@@ -144,6 +145,7 @@ if os.environ.get(ALIAS_ENV, "1") != "0":
     install_ipu_alias()
 after_import("popdist_launcher.ipu.config", "popdist_launcher._keras_compat:install")  # TF 2.6 Keras
 after_import("popdist_launcher.ipu.config", "popdist_launcher.ipu._ipu_devices:watch")  # IPU:N
+after_import("tensorflow", "popdist_launcher._estimator_compat:install")  # tf.estimator on TF 2.16+
 # Hooks on first import, each only where its variable asks for it (see popdist_launcher._contract).
 if os.environ.get("POPDIST_TF1") == "1":  # poprun-lite --tf1: TensorFlow 1.15's behaviour
     after_import("tensorflow", "popdist_launcher._tf1:disable_v2_behavior")
