@@ -4,9 +4,8 @@ and the SDK's internal ``tensorflow.compiler.plugin[.X]`` as ``popdist_launcher.
 so IPU programs run unedited (importing the IPU layer by Graphcore's names also gives TensorFlow
 2.6's Keras optimizers, see popdist_launcher._keras_compat), and runs the hooks registered with
 ``after_import`` right after a module (TensorFlow, the estimator's RunConfig ...) first finishes
-importing (on TensorFlow 2.16+, ``tf.estimator`` comes back through the hook on
-``tensorflow``, see popdist_launcher._estimator_compat). Standard library only; nothing is
-imported until a program imports one of those modules.
+importing. Standard library only; nothing is imported until a program imports one of those
+modules.
 POPDIST_LAUNCHER_IPU_ALIAS=0 turns the alias off. POPDIST_TF1=1 and POPRUN_TF_CONFIG_AUTO=1
 (names of popdist_launcher._contract, spelled out here to import nothing) register hooks.
 """

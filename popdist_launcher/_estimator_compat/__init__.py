@@ -1,15 +1,5 @@
-"""``tf.estimator`` on TensorFlow 2.16+: the last estimator release (2.15) importable and attached.
-
-tensorflow-estimator 2.15.0 imports four modules that TensorFlow 2.16 removed and exports its
-symbols under an API name that TensorFlow's ``tf_export`` no longer knows; TensorFlow stopped
-attaching ``tf.estimator`` and ``tf.compat.v1.estimator``. The site hook calls ``install`` once
-TensorFlow has imported. On TensorFlow 2.15 it does nothing. On 2.16+ it serves the removed
-modules (``tensorflow.python.distribute.estimator_training`` is this package's
-``estimator_training``, the three TPU modules are stand-ins that say TPUs are not available),
-registers the ``estimator`` API name, and attaches ``estimator`` to ``tensorflow``,
-``tensorflow.compat.v1`` and ``tensorflow.compat.v2`` as lazy modules: the estimator package
-imports on first use, as TensorFlow 2.15 did it. Standard library only at import time.
-"""
+"""``tf.estimator`` on TensorFlow 2.16+: tensorflow-estimator 2.15 made importable, as README's
+"Estimators on TensorFlow 2.16+" says; nothing on 2.15. Standard library only at import time."""
 from __future__ import annotations
 
 import importlib
@@ -114,16 +104,20 @@ class LazyEstimator(types.ModuleType):
 
 
 class _ExistingModuleLoader:
-    """Loads a name as another, importable module (the same module object)."""
+    """Loads a name as another, importable module (the same module object, its own spec kept)."""
 
     def __init__(self, target: str) -> None:
         self._target = target
+        self._spec = None
 
     def create_module(self, spec):
-        return importlib.import_module(self._target)
+        module = importlib.import_module(self._target)
+        self._spec = module.__spec__
+        return module
 
     def exec_module(self, module) -> None:
-        pass  # the target ran when it was imported under its own name
+        module.__spec__ = self._spec  # the target ran under its own name; the import system
+        # gave it the alias's spec
 
 
 class TPUOnlyModule(types.ModuleType):

@@ -1,13 +1,5 @@
-"""What tf.estimator 2.15 runs through TensorFlow's distribute coordinator (``tensorflow.python.
-distribute.estimator_training``, removed in TensorFlow 2.16), written for this project.
-
-``RunConfig`` calls ``init_run_config`` when it has a strategy; ``train_and_evaluate`` runs the
-coordinator when ``should_run_distribute_coordinator`` says so (a multi-worker strategy and a
-cluster in TF_CONFIG: every task trains, the evaluator evaluates each new checkpoint);
-``Estimator.train`` / ``evaluate`` call ``estimator_train`` / ``estimator_evaluate`` in the
-coordinator's standalone-client mode (``DistributeConfig(remote_cluster=...)``). The coordinator
-itself (``distribute_coordinator``) is still in TensorFlow.
-"""
+"""tf.estimator's use of TensorFlow's distribute coordinator (RunConfig's strategy set-up,
+``train_and_evaluate``), for ``tensorflow.python.distribute.estimator_training`` (removed in 2.16)."""
 from __future__ import annotations
 
 import copy
