@@ -227,6 +227,7 @@ if os.environ.get(ALIAS_ENV, "1") != "0":
     install_ipu_alias()
 after_import("popdist_launcher.ipu.config", "popdist_launcher._keras_compat:install")  # TF 2.6 Keras
 after_import("popdist_launcher.ipu.config", "popdist_launcher.ipu._ipu_devices:watch")  # IPU:N
+after_import("tensorflow", "popdist_launcher._estimator_compat:install")  # tf.estimator on TF 2.16+
 # Hooks on first import, each only where its variable asks for it (see popdist_launcher._contract).
 if os.environ.get("POPDIST_TF1") == "1":  # poprun-lite --tf1: TensorFlow 1.15's behaviour
     after_import("tensorflow", "popdist_launcher._tf1:disable_v2_behavior")
