@@ -26,6 +26,7 @@ from typing import Callable, Dict, Optional
 
 from popdist_launcher.launcher import console, processes, report
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
+from popdist_launcher.launcher.hang import HangWatch
 from popdist_launcher.launcher.hub import Conn, Hub
 from popdist_launcher.launcher.loop import EventLoop
 from popdist_launcher.launcher.output import STDERR, STDOUT, LogFiles, Router
@@ -51,7 +52,8 @@ class Supervisor:
 
     def __init__(self, plan: LaunchPlan, backend: Backend, router: Router,
                  rendezvous_socket: Optional[socket.socket] = None,
-                 timeout: Optional[float] = None, world: Optional[World] = None) -> None:
+                 timeout: Optional[float] = None, world: Optional[World] = None,
+                 hang_timeout: Optional[float] = None) -> None:
         self.plan = plan
         self.backend = backend
         self.router = router
@@ -60,6 +62,7 @@ class Supervisor:
         if plan.evaluator:  # supervised as an instance, started as a local wrapper
             self.instances.append(Instance(plan.num_instances, socket.gethostname(), "evaluator"))
         self._timeout = timeout
+        self.hang = HangWatch(hang_timeout)
         self._events = EventLoop()
         self._secret = os.urandom(16).hex()
         self._spawner = Spawner(self._events.sel, rendezvous_socket)
@@ -217,7 +220,8 @@ class Supervisor:
             deadlines = [d for d in (self._job_deadline,
                                      self._kill_deadline, self._unresponsive_deadline,
                                      self._drain_deadline, self.router.held_deadline,
-                                     self._stacks.deadline, self.world.deadline())
+                                     self._stacks.deadline, self.world.deadline(),
+                                     self.hang.deadline())
                          if d is not None]
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             self._events.wait(timeout)
@@ -239,6 +243,8 @@ class Supervisor:
                             f"instance's Python stacks, then stopping the job.")
                 self._stacks.request(self.instances, f"--timeout {self._timeout:g} s expired",
                                      "timeout")
+        if self.state in (JobState.STARTING, JobState.RUNNING):
+            self._check_hang(now)
         if self._stacks.dump is not None and now >= self._stacks.dump.deadline:
             self._stacks.done()
         if self._kill_deadline is not None and now >= self._kill_deadline:
@@ -255,6 +261,38 @@ class Supervisor:
             for conn in self._hub.conns:
                 self._hub.close(conn)
             self._spawner.kill_all()
+
+    def _check_hang(self, now: float) -> None:
+        """--hang-timeout: probe every running instance once the job made no progress for the
+        bound; act on the answers when they are in (or PROBE_WAIT_S passed)."""
+        hang = self.hang
+        if hang.probing_until is not None and now >= hang.probing_until:
+            self._hang_verdict(now)
+        elif hang.due(now):
+            running = [i for i in self.instances if i.conn is not None and i.pid is not None
+                       and not i.settled and not i.stopped]
+            if not running:
+                hang.restart(now)
+                return
+            hang.probe([i.index for i in running], now)
+            for inst in running:
+                self.send(inst, p.PROBE)
+
+    def _hang_verdict(self, now: float) -> None:
+        bound = self.hang.bound()
+        states = dict(self.hang.answers)
+        hung = self.hang.verdict(now)
+        if not hung:
+            console.debug("no progress for %g s; no instance is stopped (states %s): waiting",
+                          bound or 0, states)
+            return
+        for index, how in hung.items():
+            inst = self.instances[index]
+            if inst.settled or inst.stopped:
+                continue
+            inst.hung = (f"made no progress for {bound:g} s while its peers waited (its "
+                         f"process was {how}; --hang-timeout)")
+            self.world.hung(inst)
 
     def _timed_out(self) -> None:
         """--timeout's stacks are in: the job fails."""
@@ -346,6 +384,17 @@ class Supervisor:
         elif kind == p.STACKS:
             if self._stacks.on_stacks(inst.index, payload.decode("utf-8", "replace")):
                 self._stacks.done()
+        elif kind == p.PROGRESS:
+            try:
+                step = int(payload)
+            except ValueError:
+                return
+            inst.progress = step if inst.progress is None else max(inst.progress, step)
+            self.hang.progress(inst.index, time.monotonic())
+            self.world.progressed(inst, step)
+        elif kind == p.PROBED:
+            if self.hang.answer(inst.index, payload.decode("ascii", "replace")):
+                self._hang_verdict(time.monotonic())
         elif kind == p.STALL:
             reason = payload.decode("utf-8", "replace").strip()
             if self._stacks.dump is None and self.state in (JobState.STARTING, JobState.RUNNING):
@@ -361,6 +410,7 @@ class Supervisor:
         if inst.index == 0:
             self._stdin.drop()
         self._stacks.ended(inst.index)
+        self.hang.forget(inst.index)
         self.world.exited(inst)
 
     def send(self, inst: Instance, kind: int, payload: bytes = b"") -> None:
@@ -372,6 +422,7 @@ class Supervisor:
         """``inst`` ended without an exit status (``what`` happened; ``how`` as an open world
         reports it); ``host_gone``: its host stopped answering. Its world says what follows."""
         inst.to(InstanceState.LOST)
+        self.hang.forget(inst.index)
         if inst.conn is not None:
             self._hub.close(inst.conn)
         inst.kill_forked_program()
