@@ -422,7 +422,7 @@ def test_rank_order_follows_hosts_and_a_failure_blacklists_when_others_carry_the
     assert not manager.is_blacklisted("node00")
     assert ended == ["instance 5 on node00 exited with 9, the 2nd failure of node00 in a row "
                      "without progress (--host-failure-limit 2), and the other hosts cannot "
-                     "carry --min-np 7 (5 slot(s) without node00)."]
+                     "carry --min-np 7 (5 usable slot(s) without node00)."]
     ours.close()
     frames = [json.loads(line) for line in theirs.makefile().read().splitlines()]
     theirs.close()

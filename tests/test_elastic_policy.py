@@ -40,7 +40,7 @@ def test_two_hosts_min_np_2_restarts_in_place_then_ends_at_the_limit():
                                      "--host-failure-limit 3)")
     assert decisions[2].sentence == (
         "instance on A exited with 1, the 3rd failure of A in a row without progress "
-        "(--host-failure-limit 3), and the other hosts cannot carry --min-np 2 (1 slot(s) "
+        "(--host-failure-limit 3), and the other hosts cannot carry --min-np 2 (1 usable slot(s) "
         "without A).")
 
 

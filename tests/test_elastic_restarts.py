@@ -230,7 +230,7 @@ def test_on_one_host_a_failure_that_repeats_ends_the_job_at_the_host_failure_lim
     assert re.search(r"poprun-lite: the job ends: instance 1 was killed by SIGKILL \(host "
                      r"localhost\), pid \d+, the 2nd failure of localhost in a row without "
                      r"progress \(--host-failure-limit 2\), and the other hosts cannot carry "
-                     r"--min-np 2 \(0 slot\(s\) without localhost\)\.\n", err), err
+                     r"--min-np 2 \(0 usable slot\(s\) without localhost\)\.\n", err), err
     assert "===== elastic job: 2 attempt(s) =====" in err and "Traceback" not in err
     assert [r["attempt"] for r in records(runs, 1)] == [1, 1]
     assert not list(runs.glob("a2-*.json"))

@@ -212,7 +212,7 @@ class HorovodAgent(Agent):
             self._close_driver_socket()
             self._give_up(f"the elastic driver (helper process, pid {self.driver.helper.pid}) "
                           f"sent nothing for {DRIVER_SILENT_S:g} s (its heartbeat comes every "
-                          f"{HEARTBEAT_S:g} s): it is stopped or stuck")
+                          f"{HEARTBEAT_S:g} s): it is stopped or stuck.")
 
     def _progressed(self, inst: Instance, step: int) -> None:
         self.mark += 1

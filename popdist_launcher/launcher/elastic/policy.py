@@ -95,7 +95,7 @@ def decide(fault: Fault, hosts: Sequence[Tuple[str, int]], min_np: int,
     if reached:
         carry = ("no host is blamed, so the job cannot go on without it" if host == JOB else
                  f"the other hosts cannot carry --min-np {min_np} "
-                 f"({others} slot(s) without {host})")
+                 f"({others} usable slot(s) without {host})")
         return Decision(END, host, streak, False,
                         f"{fault.what}, the {ordinal(streak)} failure of {host} in a row "
                         f"without progress (--host-failure-limit {limit}), and {carry}.")
