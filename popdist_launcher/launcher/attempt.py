@@ -55,7 +55,7 @@ class JobResult(NamedTuple):
 class Failure(NamedTuple):
     cause: report.Cause
     exit_code: int
-    kind: str  # "instance", "engine", "start-timeout", "timeout", "lost"
+    kind: str  # "instance", "engine", "start-timeout", "timeout", "lost", "host-lost", "hung"
 
 
 class Outcome:

@@ -29,7 +29,7 @@ from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.hang import HangWatch
 from popdist_launcher.launcher.hub import Conn, Hub
 from popdist_launcher.launcher.loop import EventLoop
-from popdist_launcher.launcher.output import STDERR, STDOUT, LogFiles, Router
+from popdist_launcher.launcher.output import STDERR, STDOUT, Router
 from popdist_launcher.launcher.spawner import Spawner
 from popdist_launcher.launcher.stacks import StackCollector
 from popdist_launcher.launcher.stdin_forward import StdinForwarder
@@ -121,23 +121,6 @@ class Supervisor:
         console.say(f"{reason}; stopping {running} instance(s) (SIGKILL after "
                     f"{self.plan.grace_period:g} s).")
         self._begin_stop(signal.SIGTERM)
-
-    def add_instance(self, host: Host, env: Dict[str, str], tag: str,
-                     logs: Optional[LogFiles] = None) -> Instance:
-        """Open world: ``OpenWorld.add_instance``."""
-        return self.world.add_instance(host, env, tag, logs)
-
-    def stop_instance(self, inst: Instance) -> None:
-        """Open world: ``OpenWorld.stop_instance``."""
-        self.world.stop_instance(inst)
-
-    def send_to(self, inst: Instance, kind: int, payload: bytes = b"") -> None:
-        """Open world: ``OpenWorld.send_to``."""
-        self.world.send_to(inst, kind, payload)
-
-    def close_world(self) -> None:
-        """Open world: ``OpenWorld.close``."""
-        self.world.close()
 
     def engine_failed_to_start(self) -> bool:
         """Whether an engine failed by a known start-up transient before any instance started

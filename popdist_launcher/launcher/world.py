@@ -177,7 +177,7 @@ class FixedWorld(World):
 
     def lost(self, inst: Instance, what: str, how: str, host_gone: bool) -> None:
         cause = report.Cause(f"{inst.who} (host {inst.host}) {what}.", inst.index)
-        self.sup.fail(Failure(cause, 1, "lost"))
+        self.sup.fail(Failure(cause, 1, "host-lost" if host_gone else "lost"))
         if host_gone:
             self._lose_host(inst)
             instances = self.sup.instances

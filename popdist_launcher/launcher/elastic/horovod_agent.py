@@ -62,6 +62,7 @@ class HorovodAgent(Agent):
         self.fatal: Optional[str] = None
         self.done: Optional[dict] = None
         self.driver: Optional[DriverLink] = None
+        self.world: Optional[OpenWorld] = None  # the job's open world; the agent calls it
         self.root_fd: Optional[int] = None
         self.router: Optional[Router] = None
         self.log: Optional[MembershipLog] = None
@@ -88,14 +89,12 @@ class HorovodAgent(Agent):
         try:
             self.router = Router(0, options.output)
             self.log = MembershipLog(options.output.output_dir)
+            self.world = OpenWorld(self._ended, self._stopping, remote=multi_host,
+                                   on_progress=self._progressed, timer=self)
             self.supervisor = Supervisor(self._base_plan(listener.getsockname()[1]),
                                          self.layout.backend, self.router,
                                          timeout=options.timeout,
-                                         hang_timeout=options.hang_timeout,
-                                         world=OpenWorld(self._ended, self._stopping,
-                                                         remote=multi_host,
-                                                         on_progress=self._progressed,
-                                                         timer=self))
+                                         hang_timeout=options.hang_timeout, world=self.world)
             self.driver = DriverLink(listener, self._driver_settings(initial), self.secret)
             self.heard = time.monotonic()
             self.supervisor.watch(self.driver, self._on_driver)
@@ -239,7 +238,7 @@ class HorovodAgent(Agent):
         elif kind == "STOP":
             worker = self.workers.get(int(frame["wid"]))
             if worker is not None:
-                self.supervisor.stop_instance(worker.inst)
+                self.world.stop_instance(worker.inst)
         elif kind == "BLACKLIST":
             cooldown = frame.get("cooldown")
             how_long = "for the rest of the job" if cooldown is None else \
@@ -259,7 +258,7 @@ class HorovodAgent(Agent):
         elif kind == "DONE":
             self.done = frame
             self._close_driver_socket()
-            self.supervisor.close_world()
+            self.world.close()
 
     def _give_up(self, why: str) -> None:
         self.fatal = why
@@ -290,8 +289,7 @@ class HorovodAgent(Agent):
         worker = self.workers[wid] = Worker(frame)
         # the index add_instance gives it (its end may be reported before add_instance returns)
         self.by_index[len(self.supervisor.instances)] = worker
-        worker.inst = self.supervisor.add_instance(host, self._worker_env(frame, host), str(wid),
-                                                   logs)
+        worker.inst = self.world.add_instance(host, self._worker_env(frame, host), str(wid), logs)
 
     def _worker_env(self, start: dict, host: Host) -> Dict[str, str]:
         """The worker's variables on top of what it inherits: Horovod's slot and elastic
@@ -381,7 +379,7 @@ class HorovodAgent(Agent):
                                       [h.address for h in self.probes.hosts.values()])
         for other in self.workers.values():
             if other.inst is not None and other.ended_round is None:
-                self.supervisor.send_to(other.inst, CUT_PEERS, payload)
+                self.world.send_to(other.inst, CUT_PEERS, payload)
 
     def _blame(self, worker: Worker) -> str:
         """Who the driver should blame: "none" (stopped, or a success), "host" (lost, or could

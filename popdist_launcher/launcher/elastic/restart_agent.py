@@ -210,7 +210,7 @@ class RestartAgent(Agent):
         failure = supervisor.failure
         if failure.cause.instance is not None:
             blamed = [supervisor.instances[failure.cause.instance].host]
-            host_failed = failure.kind == "lost" and "stopped answering" in why
+            host_failed = failure.kind in ("host-lost", "start-timeout")
         else:  # an engine (ssh, srun) that failed before its instances started
             blamed = list(dict.fromkeys(i.host for i in supervisor.instances
                                         if i.pid is None and i.settled))
