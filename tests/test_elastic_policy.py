@@ -151,3 +151,18 @@ def test_a_probe_without_a_stopped_instance_finds_nothing():
     watch.probe([0], 14.0)
     watch.answer(0, "S")
     assert watch.verdict(14.5) == {}
+
+
+def test_an_uninterruptible_wait_is_hung_only_when_a_second_probe_finds_it_again():
+    watch = HangWatch(10.0)
+    watch.progress(0, 100.0)
+    watch.progress(1, 100.0)
+    watch.probe([0, 1], 110.0)
+    watch.answer(0, "D")
+    watch.answer(1, "S")
+    assert watch.verdict(110.5) == {}
+    assert watch.deadline() == 112.5  # probed again PROBE_WAIT_S later, not a bound later
+    watch.probe([0, 1], 112.5)
+    watch.answer(0, "D")
+    watch.answer(1, "S")
+    assert watch.verdict(113.0) == {0: "in an uninterruptible wait"}

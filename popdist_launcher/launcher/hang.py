@@ -8,8 +8,9 @@ SECONDS when given (0: off); by default HANG_FACTOR times the longest interval b
 reports of one instance seen lately, never below HANG_FLOOR_S, and off until an instance has
 reported twice (a program that reports nothing is never called hung). Once no instance has
 reported for the bound, every running instance's wrapper is asked for its program's process
-state (PROBE); an instance whose program is stopped (T) or in an uninterruptible wait (D) is
-hung. When none is, the job goes on (its peers may be starting, or compiling) and the clock
+state (PROBE); an instance whose program is stopped (T) is hung, as is one found in an
+uninterruptible wait (D) by two probes in a row, PROBE_WAIT_S apart (a short disk wait is no
+hang). When none is, the job goes on (its peers may be starting, or compiling) and the clock
 starts again. Pure bookkeeping: the supervisor sends the probes and acts on the verdicts.
 """
 from __future__ import annotations
@@ -33,6 +34,7 @@ class HangWatch:
         self.probing_until: Optional[float] = None
         self.answers: Dict[int, str] = {}
         self.asked: List[int] = []
+        self._waiting: List[int] = []  # in D at the last probe: hung if still there at the next
 
     def bound(self) -> Optional[float]:
         """Seconds without progress before a check; None: no check (off, or not known yet)."""
@@ -92,7 +94,11 @@ class HangWatch:
     def verdict(self, now: float) -> Dict[int, str]:
         """The hung instances of this check (index -> how its process is), and the clock
         starts again."""
-        hung = {i: HUNG_STATES[s] for i, s in self.answers.items() if s in HUNG_STATES}
+        hung = {i: HUNG_STATES[s] for i, s in self.answers.items()
+                if s in "Tt" or (s == "D" and i in self._waiting)}
+        self._waiting = [i for i, s in self.answers.items() if s == "D" and i not in hung]
         self.probing_until = None
-        self.last = now
+        bound = self.bound() or 0.0
+        # a process in D for the first time: probe again soon rather than after a whole bound
+        self.last = now - bound + PROBE_WAIT_S if self._waiting else now
         return hung
