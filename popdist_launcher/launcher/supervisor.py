@@ -9,7 +9,8 @@ instance to exit non-zero ends the job (the others get SIGTERM, then SIGKILL aft
 period), as does an engine (mpirun, srun, ssh) that ends before its instances started; SIGINT,
 SIGTERM and SIGHUP are forwarded as they are and stop the job; SIGUSR1 and SIGUSR2 are forwarded;
 SIGQUIT prints every instance's Python stacks; ``--timeout`` collects the stacks, then stops the
-job. What an instance's end means is its world's (``world.py``): in an elastic job's open world
+job; ``--hang-timeout`` probes the instances once the job made no progress (``hang.py``) and
+hands a hung one to its world, which treats it as a dead one. What an instance's end means is its world's (``world.py``): in an elastic job's open world
 instances are added while the job runs and their ends are reported instead. The wrappers'
 connections are ``hub.py``'s, the processes it starts ``spawner.py``'s, stdin forwarding
 ``stdin_forward.py``'s and stack collection ``stacks.py``'s; the attempts of a job are
