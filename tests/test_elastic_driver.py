@@ -307,7 +307,8 @@ def test_below_min_np_for_the_elastic_timeout_is_fatal(launcher, tmp_path):
     done = fake.run(lambda start, code: "host")
     reason = ("fewer than --min-np 2 slots were usable for --elastic-timeout 3 s (usable now: "
               "hA:1; blacklisted: hB).")
-    assert fake.kinds("BLACKLIST") == [{"kind": "BLACKLIST", "host": "hB", "cooldown": None}]
+    assert fake.kinds("BLACKLIST") == [{"kind": "BLACKLIST", "host": "hB", "cooldown": None,
+                                        "forever": False, "limit": 3}]
     assert fake.kinds("FATAL") == [{"kind": "FATAL", "reason": reason}]
     assert done["error"] == reason
     fatal = fake.kinds("ROUND", "START", "BLACKLIST", "FATAL", "STOP", "DONE")
