@@ -592,13 +592,11 @@ class _ProgressHook(tf.compat.v1.train.SessionRunHook):
     elastic jobs tell progress from it)."""
 
     def begin(self) -> None:
-        self._global_step = tf.compat.v1.train.get_global_step()
-
-    def before_run(self, run_context):
-        return tf.compat.v1.train.SessionRunArgs(self._global_step)
+        self._global_step = tf.compat.v1.train.get_global_step().read_value()
 
     def after_run(self, run_context, run_values) -> None:
-        report_progress(int(run_values.results))
+        # read after the run (a fetch of the run may see the step before the loop's update)
+        report_progress(int(run_context.session.run(self._global_step)))
 
 
 class _StopAtStepHook(tf.compat.v1.train.SessionRunHook):
