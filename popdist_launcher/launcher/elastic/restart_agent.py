@@ -302,7 +302,10 @@ class RestartAgent(Agent):
         if code == BELOW_MIN_EXIT_CODE and not self._enough():
             return (f"the job ends: below --min-np {self.elastic.min_np} for --elastic-timeout "
                     f"{self.elastic.elastic_timeout:g} s ({self._hosts_out()}).")
-        return f"job failed: {self.attempts[-1].outcome} (exit code {code})."
+        last = self.attempts[-1].outcome
+        if last.startswith("interrupted"):
+            return f"job {last} (exit code {code})."
+        return f"job failed: {last} (exit code {code})."
 
     def _enough(self) -> bool:
         return _slots(self.members.usable()) >= self.elastic.min_np
