@@ -142,7 +142,8 @@ class Supervisor:
         if self._outcome.decided or self.state in (JobState.DRAINING,) + FINAL:
             return
         self._outcome.failure = failure
-        running = sum(1 for i in self.instances if not i.settled)
+        running = sum(1 for i in self.instances
+                      if not i.settled and i.index != failure.cause.instance)
         other = "the other " if failure.cause.instance is not None else ""
         console.say(failure.cause.headline + (
             f" Stopping {other}{running} instance(s)." if running else ""))
