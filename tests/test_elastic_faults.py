@@ -49,6 +49,18 @@ def test_restart_mode_a_stopped_instance_is_found_hung_and_the_job_restarts(tmp_
     assert wait_gone(pids) == []
 
 
+def test_a_fixed_job_with_a_stopped_instance_fails_naming_it(tmp_path):
+    # The same check without an elastic job: the hung instance fails the job (exit 1).
+    result = poprun("-np", "2", "--backend", "local", "--hang-timeout", "3", MEMBER,
+                    str(tmp_path), "12", "stop:0:1:5", timeout=180)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "instance 1 (host localhost) made no progress for 3 s while its peers waited (its " \
+           "process was stopped; --hang-timeout); killed it with SIGKILL. Stopping the other 1 " \
+           "instance(s)." in result.stderr
+    pids = [int((tmp_path / f"a0-s4-i{i}").read_text()) for i in (0, 1)]
+    assert wait_gone(pids) == []
+
+
 def test_horovod_mode_a_stopped_worker_is_killed_and_its_slot_started_again(tmp_path):
     job = Job(tmp_path, ["-np", "2", "--min-np", "1", "--backend", "local", "--elastic-mode",
                          "horovod", "--hang-timeout", "5", "elastic_loop.py"])
