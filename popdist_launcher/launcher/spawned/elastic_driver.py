@@ -9,8 +9,8 @@ from the launcher HOSTS (usable hosts in rank order), ALLOW (more rendezvous cli
 EXITED (one per START: exit code, blame, how in words, the job's progress mark); to the launcher
 ROUND, START, STOP, BLACKLIST, RETRY, FATAL (one sentence, always followed by DONE), DONE, and
 ALIVE every HEARTBEAT_S (the launcher ends the job when the helper falls silent).
-RENDEZVOUS_FD is a listening TCP socket the launcher bound: Horovod's elastic rendezvous handler is served on it, behind the secret, for the
-whole job. The helper ignores SIGINT (the launcher forwards signals to the workers it started),
+RENDEZVOUS_FD is a listening TCP socket the launcher bound: Horovod's elastic rendezvous handler
+is served on it, behind the secret, for the whole job. The helper ignores SIGINT (the launcher forwards signals to the workers it started),
 never installs Horovod's signal handlers, and exits at once when CONTROL_FD reaches end of file.
 
 What differs from horovodrun's driver: hosts come from the launcher (it runs the discovery
