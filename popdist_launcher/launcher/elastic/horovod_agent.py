@@ -3,7 +3,11 @@
 one through the backend and its wrapper (an open-world Supervisor), tells the driver how each
 ended, and keeps the hosts the driver sees current (discovery script, host probes, lost hosts).
 In the agent shape (``agent.py``) the whole job is one attempt: the driver re-forms the workers
-at each reset (a round), and the agent decides the exit code at the end.
+at each reset (a round), and the agent decides the exit code at the end. The agent owns the open
+world and calls it; what a failure means for its host is the failure policy's (``policy.py``),
+which the driver helper asks with the job's progress mark (the commits the workers reported);
+a hung worker (``--hang-timeout``, ``hang.py``) ends as a dead one; the helper's heartbeat
+bounds a stopped or stuck helper (DRIVER_SILENT_S).
 
 Every membership change is one line on the console and in ``--output-dir/membership.log``;
 worker ``w`` is tagged ``[w]`` and logged in ``attempt-<round>/instance-<w>.std{out,err}.log``
