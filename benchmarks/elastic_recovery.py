@@ -1,4 +1,4 @@
-"""Recovery of a Horovod elastic job from a lost host: poprun-lite's elastic mode next to
+"""Recovery of a Horovod elastic job from a lost or hung host: poprun-lite's elastic mode next to
 horovodrun's, on the same program and the same hosts.
 
 Launchers: ``poprun-lite``; ``poprun-lite-nocut``, the same with ``POPRUN_CUT_PEERS=0`` (the
@@ -15,9 +15,13 @@ loop, a commit every ``--commit-every`` steps, ``--step-sleep`` seconds per step
 file. Each run, once rank 0 has printed step ``--loss-step`` at size 4, loses hostB:
 
 * ``kill``         every worker on hostB gets SIGKILL (pids from the workers' pid files);
-* ``unreachable``  hostB's link goes down (``set_down``: its packets vanish, its processes run on).
+* ``unreachable``  hostB's link goes down (``set_down``: its packets vanish, its processes run on);
+* ``hung``         every worker on hostB gets SIGSTOP (a hung worker: its sockets stay open, its
+                   peers wait in their collective); hostB stays in the discovery file (the host
+                   is fine), and poprun-lite gets ``--hang-timeout`` (``--hang-timeout`` here;
+                   by default the launcher's own bound).
 
-and hostB leaves the discovery file at the same moment. Measured, from rank 0's step lines
+and, for ``kill`` and ``unreachable``, hostB leaves the discovery file at the same moment. Measured, from rank 0's step lines
 (``step <n> size <s> t=<time.time()>``; the namespaces share the clock):
 
 * ``recovery_s``    time of the first step at a size below 4 minus ``time.time()`` just before the
@@ -82,7 +86,7 @@ from workers.elastic_reference import loop_reference  # noqa: E402
 
 LAUNCHERS = ("poprun-lite", "poprun-lite-nocut", "horovodrun")
 NOCUT = {"POPRUN_CUT_PEERS": "0"}  # poprun-lite-nocut: the launcher sends survivors no notice
-FAULTS = ("kill", "unreachable")
+FAULTS = ("kill", "unreachable", "hung")
 WORKER = os.path.join(ROOT, "tests", "workers", "elastic_loop.py")
 SLOTS, NP, MIN_NP = 2, 4, 2
 LOST, KEPT, DRIVER = "hostB", "hostA", "hostC"
@@ -136,6 +140,8 @@ def run_once(hosts: TestHosts, wrapper: Path, args: argparse.Namespace, launcher
         argv = poprun_lite_argv(hosts, script, program, np=NP, min_np=MIN_NP, max_np=NP,
                                 variables=variables)
         env = launch_env() | (NOCUT if launcher == "poprun-lite-nocut" else {})
+        if args.hang_timeout is not None:
+            env["POPRUN_HANG_TIMEOUT"] = f"{args.hang_timeout:g}"
     started = time.monotonic()
     launch = Launch(argv, folder / "console.log", env, cwd=folder)
     down = False
@@ -146,20 +152,21 @@ def run_once(hosts: TestHosts, wrapper: Path, args: argparse.Namespace, launcher
                          + telling_line(str(launch.log), keep_end=True))
             return run
         victims = hostb_pids(pid_dir)
-        if fault == "kill" and not victims:
+        if fault in ("kill", "hung") and not victims:
             run.error = f"no pid file of a worker on {LOST} in {pid_dir}"
             return run
         t_loss = time.time()
-        if fault == "kill":
+        if fault in ("kill", "hung"):
             for pid in victims:
                 try:
-                    os.kill(pid, signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
                 except ProcessLookupError:
                     pass
         else:
             hosts.set_down(LOST)
             down = True
-        write_hosts_file(hosts_file, [(KEPT, SLOTS)])
+        if fault != "hung":
+            write_hosts_file(hosts_file, [(KEPT, SLOTS)])
 
         def smaller() -> bool:
             return any(s.size < NP and s.t >= t_loss for s in launch.steps())
@@ -343,6 +350,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="HOROVOD_GLOO_TIMEOUT_SECONDS for both launchers")
     parser.add_argument("--recovery-cap", type=float, default=300.0,
                         help="seconds after the loss without a smaller step = no recovery")
+    parser.add_argument("--hang-timeout", type=float, default=None,
+                        help="poprun-lite's --hang-timeout [default: the launcher's own bound]")
     parser.add_argument("--add-back-after", type=float, default=5.0,
                         help="seconds after the recovery before hostB is added back")
     parser.add_argument("--start-timeout", type=float, default=240.0,

@@ -30,6 +30,19 @@ def set_ipu_config(config, ipus_per_replica=None, configure_device=True):
     return _set(config, ipus_per_replica=ipus_per_replica, configure_device=configure_device)
 
 
+def report_progress(step):
+    """Tell poprun-lite that training advanced to ``step`` (a global step, an epoch or a
+    checkpoint number: any number that grows with the training state). Elastic jobs count a
+    failure towards --host-failure-limit only when no report above the job's highest so far
+    came since the host's previous failure, and --hang-timeout's default bound follows the
+    interval between reports. Cheap (one pipe write); does nothing outside poprun-lite. The
+    IPUEstimator, ``tf.train.CheckpointManager.save`` and Horovod's elastic ``state.commit()``
+    report by themselves under poprun-lite."""
+    from popdist_launcher.stack_dump import report_progress as _report
+
+    _report(step)
+
+
 def __getattr__(name):
     if name in _RUNTIME_NAMES:
         import importlib  # here, not at the top: the package is imported at every interpreter start
@@ -37,4 +50,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'popdist_launcher' has no attribute {name!r}")
 
 
-__all__ = [*_RUNTIME_NAMES, "set_ipu_config"]
+__all__ = [*_RUNTIME_NAMES, "report_progress", "set_ipu_config"]

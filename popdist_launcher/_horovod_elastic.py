@@ -1,7 +1,8 @@
 """Horovod elastic workers started by poprun-lite: a collective that fails during a reset's state
 sync raises HorovodInternalError, as it does in the training function, so a survivor restores its
 last commit and joins the next round instead of exiting (Horovod converts the error only around
-the training function, not around ``state.sync()``)."""
+the training function, not around ``state.sync()``); and every ``state.commit()`` is reported to
+the launcher as progress (``popdist_launcher.report_progress``: the commits so far)."""
 from __future__ import annotations
 
 import functools
@@ -14,6 +15,24 @@ def install(module) -> None:
     for state in (module.TensorFlowKerasState, module.TensorFlowState):
         if not getattr(state.sync, "converts_horovod_errors", False):
             state.sync = _converting(state.sync)
+    from horovod.common.elastic import State
+    if not getattr(State.commit, "reports_progress", False):
+        State.commit = _reporting_commit
+
+
+def _reporting_commit(self) -> None:
+    """Horovod's ``State.commit`` (save, then look for host changes), reporting the commit to
+    the launcher between the two."""
+    from popdist_launcher.stack_dump import report_progress
+
+    self.save()
+    _commits[0] += 1
+    report_progress(_commits[0])
+    self.check_host_updates()
+
+
+_reporting_commit.reports_progress = True
+_commits = [0]
 
 
 def _converting(sync):

@@ -237,5 +237,7 @@ if os.environ.get("POPRUN_TF_CONFIG_AUTO") == "1":  # --tf-config auto: RunConfi
 if os.environ.get("HOROVOD_ELASTIC") == "1" and "POPRUN_JOB_ID" in os.environ:  # Horovod mode
     after_import("horovod.tensorflow.elastic", "popdist_launcher._horovod_elastic:install")
 if "POPRUN_STACK_FD" in os.environ:  # started by poprun-lite's wrapper: stacks on request
+    after_import("tensorflow.python.checkpoint.checkpoint_management",  # progress reports
+                 "popdist_launcher._progress_hooks:install_checkpoint_manager")
     from popdist_launcher.stack_dump import register_from_environ
     register_from_environ()

@@ -327,6 +327,13 @@ def _export_path(ctx: click.Context, param: click.Parameter,
               help="Seconds the whole job may run; then every instance's Python stacks are "
                    "printed (and saved in --output-dir) and the job is stopped (exit code 124). "
                    "SIGQUIT to poprun-lite prints the stacks at any time.  [default: none]")
+@click.option("--hang-timeout", type=float, default=None, callback=_seconds(True),
+              show_envvar=True, metavar="SECONDS",
+              help="An instance whose process is stopped or stuck in the kernel while the job "
+                   "has made no progress (library reports: steps, checkpoints, Horovod commits) "
+                   "for SECONDS is hung: it is killed and counts as failed (README, 'Hung "
+                   "workers'). 0 turns the check off.  [default: 5 x the longest interval "
+                   "between an instance's progress reports, at least 30 s]")
 @click.option("--port-range", default=None, metavar="LOW-HIGH", callback=_parse_port_range,
               show_envvar=True, help="Where to look for free TF_CONFIG ports "
                                      "[default: below the kernel's ephemeral range].")

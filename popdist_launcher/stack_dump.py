@@ -1,7 +1,8 @@
 """An instance's Python stacks for the launcher: at interpreter start (``_startup.py``) the
 program started by poprun-lite's wrapper registers faulthandler on the wrapper's dump signal,
 writing every thread's stack to a pipe the wrapper reads; the collectives' stall watchdog asks
-the launcher, through the same pipe, for every instance's stacks.
+the launcher, through the same pipe, for every instance's stacks; and the program's training
+progress goes to the launcher the same way (``report_progress``).
 
 Standard library only, and no typing (35 ms): it runs in every Python process that has
 POPRUN_STACK_FD set.
@@ -13,6 +14,8 @@ import os
 ENV = "POPRUN_STACK_FD"  # "FD:WRAPPER_PID:SIGNAL", set by the wrapper for its program only
 READY = b"\0ready\n"
 STALL = b"\0stall "
+PROGRESS = b"\0progress "
+_found = {}  # pid -> _ours() (a forked child asks again: it is not the wrapper's program)
 
 
 def _ours() -> "tuple[int, int] | None":
@@ -51,5 +54,19 @@ def report_stall(message: str) -> None:
     try:
         faulthandler.dump_traceback(file=fd, all_threads=True)
         os.write(fd, STALL + message.replace("\n", " ").replace("\0", " ").encode()[:4000] + b"\n")
+    except (OSError, ValueError):
+        pass
+
+
+def report_progress(step: int) -> None:
+    """Tell the launcher that training advanced to ``step`` (nothing outside poprun-lite)."""
+    pid = os.getpid()
+    if pid not in _found:
+        _found[pid] = _ours()
+    found = _found[pid]
+    if found is None:
+        return
+    try:
+        os.write(found[0], PROGRESS + str(int(step)).encode() + b"\n")
     except (OSError, ValueError):
         pass

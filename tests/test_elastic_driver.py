@@ -75,6 +75,8 @@ class FakeLauncher:
             *lines, self._pending = (self._pending + data).split(b"\n")
             for line in lines:
                 frame = json.loads(line)
+                if frame["kind"] == "ALIVE":  # the heartbeat
+                    continue
                 self.frames.append({**frame, "t": time.time()})
                 frames.append(frame)
         return frames
@@ -203,8 +205,10 @@ def test_a_failed_slot_on_a_live_host_is_started_again_and_the_job_finishes(laun
     assert fake.kinds("ROUND")[1:] == [round_frame(2, TWO_HOSTS)]
     assert fake.kinds("START")[2:] == [start(3, 2, "hB", 1)]
     assert fake.kinds("BLACKLIST", "STOP", "FATAL") == []
-    assert fake.kinds("RETRY") == [{"kind": "RETRY", "host": "hB", "wid": hb, "streak": 1,
-                                    "limit": 3}]
+    assert fake.kinds("RETRY") == [{
+        "kind": "RETRY", "host": "hB", "wid": hb, "streak": 1, "limit": 3,
+        "sentence": f"instance {hb} on hB exited with 9; restarting in place (failure 1 in a "
+                    f"row without progress; --host-failure-limit 3)"}]
     assert done["error"] is None
     assert {name: code for name, (code, _) in done["results"].items()} == {"hA[0]": 0, "hB[0]": 0}
     # Both finished at size 2 with the same state: 20 steps of size 2 (the 8 steps before the
@@ -303,7 +307,8 @@ def test_below_min_np_for_the_elastic_timeout_is_fatal(launcher, tmp_path):
     done = fake.run(lambda start, code: "host")
     reason = ("fewer than --min-np 2 slots were usable for --elastic-timeout 3 s (usable now: "
               "hA:1; blacklisted: hB).")
-    assert fake.kinds("BLACKLIST") == [{"kind": "BLACKLIST", "host": "hB", "cooldown": None}]
+    assert fake.kinds("BLACKLIST") == [{"kind": "BLACKLIST", "host": "hB", "cooldown": None,
+                                        "forever": False, "limit": 3}]
     assert fake.kinds("FATAL") == [{"kind": "FATAL", "reason": reason}]
     assert done["error"] == reason
     fatal = fake.kinds("ROUND", "START", "BLACKLIST", "FATAL", "STOP", "DONE")
@@ -392,7 +397,7 @@ def test_rank_order_follows_hosts_and_a_failure_blacklists_when_others_carry_the
     manager.link = elastic_driver.LauncherLink(ours)
     ended: List[str] = []
     manager.min_np, manager.give_up = 7, ended.append
-    manager.streaks = elastic_driver.FailureStreaks(2)
+    manager.streaks = elastic_driver.policy.FailureStreaks(2)
     names = [f"node{i:02d}" for i in (7, 3, 11, 0, 5, 9, 1, 4)]  # a set would shuffle them
     discovery.push([[name, 1] for name in names[:5]])
     manager.update_available_hosts()
@@ -403,22 +408,22 @@ def test_rank_order_follows_hosts_and_a_failure_blacklists_when_others_carry_the
     assert manager.current_hosts.host_assignment_order == names[:5] + names[:4:-1]
     # A failed worker blacklists its host while the 7 others carry --min-np 7; a blamed host
     # is blacklisted whatever the others offer.
-    manager.blame(("node03", 0), Verdict(1, False, False, "exited with 1"))
+    manager.blame(("node03", 0), Verdict(1, False, 0, "exited with 1"))
     manager.blacklist("node03")
-    manager.blame(("node11", 0), Verdict(2, True, False, "could not start"))
+    manager.blame(("node11", 0), Verdict(2, True, 0, "could not start"))
     manager.blacklist("node11")
     manager.blacklist("node11")  # the registry calls it once per failed slot: one frame
     assert manager.is_blacklisted("node03") and manager.is_blacklisted("node11")
     assert "node11" not in manager.current_hosts.host_assignment_order
     # 6 hosts left: a failure is started again in place, bounded by --host-failure-limit 2;
-    # a failure after progress starts the count over.
-    for wid, progressed in ((3, False), (4, True), (5, False)):
-        manager.blame(("node00", 0), Verdict(wid, False, progressed, "exited with 9"))
+    # a failure after progress (the job's progress mark grew: commits) starts the count over.
+    for wid, mark in ((3, 0), (4, 5), (5, 5)):
+        manager.blame(("node00", 0), Verdict(wid, False, mark, "exited with 9"))
         manager.blacklist("node00")
     assert not manager.is_blacklisted("node00")
     assert ended == ["instance 5 on node00 exited with 9, the 2nd failure of node00 in a row "
-                     "without progress (--host-failure-limit 2), and no other host can carry "
-                     "the job."]
+                     "without progress (--host-failure-limit 2), and the other hosts cannot "
+                     "carry --min-np 7 (5 usable slot(s) without node00)."]
     ours.close()
     frames = [json.loads(line) for line in theirs.makefile().read().splitlines()]
     theirs.close()

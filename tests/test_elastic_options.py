@@ -39,6 +39,8 @@ def refused(result, *words):
     (["--min-np", "1", "-H", "a,b", "--host-discovery-script", "x"],
      ["-H and --host-discovery-script both name hosts"]),
     (["-np", "4", "--min-np", "2", "-H", "a:1,b:1"], ["offer 2 slot(s)", "-np 4"]),
+    (["--min-np", "1", "--hang-timeout", "-1"], ["--hang-timeout -1.0 is not a usable number",
+                                                 "0 or more"]),
 ])
 def test_bad_elastic_options_get_one_sentence(args, words):
     refused(poprun(*args, "true"), *words)
@@ -80,17 +82,20 @@ def test_a_discovery_script_that_cannot_run_is_named(tmp_path):
 def test_config_files_and_environment_spell_the_elastic_options(tmp_path):
     config = tmp_path / "elastic.toml"
     config.write_text("min-np = 2\nmax-np = 3\nblacklist-cooldown-range = [2, 5]\n"
-                      "elastic-timeout = 7.5\nreset-limit = 4\n")
+                      "elastic-timeout = 7.5\nreset-limit = 4\nhang-timeout = 45\n")
     exported = tmp_path / "out.toml"
     result = poprun("--config", str(config), "--export-config", str(exported),
                     "--print-topology", "true")
     assert result.returncode == 0, result.stderr
     text = exported.read_text()
-    for line in ("min-np = 2", "max-np = 3", "elastic-timeout = 7.5", "reset-limit = 4"):
+    for line in ("min-np = 2", "max-np = 3", "elastic-timeout = 7.5", "reset-limit = 4",
+                 "hang-timeout = 45"):
         assert line in text
     assert "blacklist-cooldown-range = [" in text
     env = {**os.environ, "POPRUN_MIN_NP": "1", "POPRUN_BLACKLIST_COOLDOWN_RANGE": "0 9"}
     refused(poprun("true", env=env), "--blacklist-cooldown-range 0 9")
+    refused(poprun("true", env={**os.environ, "POPRUN_HANG_TIMEOUT": "nan"}),
+            "--hang-timeout nan is not a usable number of seconds")
     config.write_text("min-np = 1\nblacklist-cooldown-range = 5\n")
     result = poprun("--config", str(config), "true")
     assert result.returncode == 2 and "a list of two whole numbers" in result.stderr

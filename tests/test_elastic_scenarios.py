@@ -262,8 +262,10 @@ def test_a_worker_killed_during_the_state_sync(tmp_path):
     # (the rank it started with: 3 of 4)
     assert re.search(r"instance \d+ \(rank 3 of 4\) on 127\.0\.0\.1 was killed by SIGKILL",
                      text), text[-5000:]
-    assert re.search(r"127\.0\.0\.1 is the job's only host left: instance \d+'s slot is started "
-                     r"again \(failure 1 in a row", text), text[-5000:]
+    assert re.search(r"on 127\.0\.0\.1 was killed by SIGKILL; restarting in place \(failure 1 "
+                     r"in a row without progress; --host-failure-limit 3\): instance \d+'s slot "
+                     r"is started again \(the other hosts cannot carry --min-np 1\)", text), \
+        text[-5000:]
 
 
 def test_sigterm_during_a_reset_stops_every_worker(tmp_path):

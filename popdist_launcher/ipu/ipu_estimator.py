@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import tensorflow as tf
 
-from popdist_launcher import runtime
+from popdist_launcher import report_progress, runtime
 from popdist_launcher.ipu.ipu_run_config import RunConfig
 
 log = logging.getLogger(__name__)
@@ -207,7 +207,7 @@ class IPUEstimator(tf.estimator.Estimator):
                 log.info("skipping training: global step %d has reached max_steps %d", done,
                          max_steps)
                 return self
-        hooks = list(hooks or [])
+        hooks = list(hooks or []) + [_ProgressHook()]
         if steps is not None or max_steps is not None:
             hooks.append(_StopAtStepHook(steps, max_steps))
         listeners, evaluations = self._split_listeners(saving_listeners)
@@ -585,6 +585,18 @@ def _call_with_accepted(fn: Callable, **available: Any) -> Any:
 
     accepted = estimator_util.fn_args(fn)
     return fn(**{name: value for name, value in available.items() if name in accepted})
+
+
+class _ProgressHook(tf.compat.v1.train.SessionRunHook):
+    """Reports the global step to poprun-lite after every run (popdist_launcher.report_progress:
+    elastic jobs tell progress from it)."""
+
+    def begin(self) -> None:
+        self._global_step = tf.compat.v1.train.get_global_step().read_value()
+
+    def after_run(self, run_context, run_values) -> None:
+        # read after the run (a fetch of the run may see the step before the loop's update)
+        report_progress(int(run_context.session.run(self._global_step)))
 
 
 class _StopAtStepHook(tf.compat.v1.train.SessionRunHook):

@@ -86,7 +86,8 @@ class Agent:
                             extra=("evaluator",) if plan.evaluator else ())
             supervisor = self.supervisor = Supervisor(
                 plan, self.layout.backend, router,
-                rendezvous_socket=prepared.take_rendezvous_socket(), timeout=options.timeout)
+                rendezvous_socket=prepared.take_rendezvous_socket(), timeout=options.timeout,
+                hang_timeout=options.hang_timeout)
             prepared.release_binds()
             self._supervising(supervisor)
             try:

@@ -55,7 +55,7 @@ class JobResult(NamedTuple):
 class Failure(NamedTuple):
     cause: report.Cause
     exit_code: int
-    kind: str  # "instance", "engine", "start-timeout", "timeout", "lost"
+    kind: str  # "instance", "engine", "start-timeout", "timeout", "lost", "host-lost", "hung"
 
 
 class Outcome:
@@ -114,7 +114,7 @@ INSTANCE_TRANSITIONS = {
 
 class Instance:
     __slots__ = ("index", "host", "_state", "pid", "returncode", "conn", "stopped", "launch",
-                 "name")
+                 "name", "progress", "hung")
 
     def __init__(self, index: int, host: str, name: str = "") -> None:
         self.index = index
@@ -126,6 +126,8 @@ class Instance:
         self.conn: Optional[Conn] = None
         self.stopped = False  # the launcher sent it a stopping signal
         self.launch: Optional["Started"] = None
+        self.progress: Optional[int] = None  # the highest step its program reported
+        self.hung = ""  # why the launcher found it hung (--hang-timeout), if it did
 
     @property
     def state(self) -> InstanceState:

@@ -37,6 +37,7 @@ class JobOptions(NamedTuple):
     tf_config_mode: str = "auto"  # --tf-config (tf_config.AUTO)
     evaluator: bool = False  # --evaluator
     elastic: Optional["ElasticOptions"] = None  # --min-np, --max-np, --host-discovery-script
+    hang_timeout: Optional[float] = None  # --hang-timeout: None the default bound, 0 off
 
     @property
     def replicas_per_instance(self) -> int:
@@ -131,7 +132,8 @@ def build(params: Mapping[str, Any], environ: Mapping[str, str]) -> JobOptions:
         placement=encode_placement("numa" if p["numa_aware"] else p["bind_to"],
                                    p["thread_budget"], p["gpus_per_instance"],
                                    p["report_bindings"]),
-        tf_config_mode=p["tf_config"], evaluator=p["evaluator"], elastic=elastic)
+        tf_config_mode=p["tf_config"], evaluator=p["evaluator"], elastic=elastic,
+        hang_timeout=p.get("hang_timeout"))
 
 
 def _only_elastic(**given: Any) -> None:

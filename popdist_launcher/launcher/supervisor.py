@@ -9,7 +9,8 @@ instance to exit non-zero ends the job (the others get SIGTERM, then SIGKILL aft
 period), as does an engine (mpirun, srun, ssh) that ends before its instances started; SIGINT,
 SIGTERM and SIGHUP are forwarded as they are and stop the job; SIGUSR1 and SIGUSR2 are forwarded;
 SIGQUIT prints every instance's Python stacks; ``--timeout`` collects the stacks, then stops the
-job. What an instance's end means is its world's (``world.py``): in an elastic job's open world
+job; ``--hang-timeout`` probes the instances once the job made no progress (``hang.py``) and
+hands a hung one to its world, which treats it as a dead one. What an instance's end means is its world's (``world.py``): in an elastic job's open world
 instances are added while the job runs and their ends are reported instead. The wrappers'
 connections are ``hub.py``'s, the processes it starts ``spawner.py``'s, stdin forwarding
 ``stdin_forward.py``'s and stack collection ``stacks.py``'s; the attempts of a job are
@@ -26,9 +27,10 @@ from typing import Callable, Dict, Optional
 
 from popdist_launcher.launcher import console, processes, report
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
+from popdist_launcher.launcher.hang import HangWatch
 from popdist_launcher.launcher.hub import Conn, Hub
 from popdist_launcher.launcher.loop import EventLoop
-from popdist_launcher.launcher.output import STDERR, STDOUT, LogFiles, Router
+from popdist_launcher.launcher.output import STDERR, STDOUT, Router
 from popdist_launcher.launcher.spawner import Spawner
 from popdist_launcher.launcher.stacks import StackCollector
 from popdist_launcher.launcher.stdin_forward import StdinForwarder
@@ -51,7 +53,8 @@ class Supervisor:
 
     def __init__(self, plan: LaunchPlan, backend: Backend, router: Router,
                  rendezvous_socket: Optional[socket.socket] = None,
-                 timeout: Optional[float] = None, world: Optional[World] = None) -> None:
+                 timeout: Optional[float] = None, world: Optional[World] = None,
+                 hang_timeout: Optional[float] = None) -> None:
         self.plan = plan
         self.backend = backend
         self.router = router
@@ -60,6 +63,7 @@ class Supervisor:
         if plan.evaluator:  # supervised as an instance, started as a local wrapper
             self.instances.append(Instance(plan.num_instances, socket.gethostname(), "evaluator"))
         self._timeout = timeout
+        self.hang = HangWatch(hang_timeout)
         self._events = EventLoop()
         self._secret = os.urandom(16).hex()
         self._spawner = Spawner(self._events.sel, rendezvous_socket)
@@ -119,23 +123,6 @@ class Supervisor:
                     f"{self.plan.grace_period:g} s).")
         self._begin_stop(signal.SIGTERM)
 
-    def add_instance(self, host: Host, env: Dict[str, str], tag: str,
-                     logs: Optional[LogFiles] = None) -> Instance:
-        """Open world: ``OpenWorld.add_instance``."""
-        return self.world.add_instance(host, env, tag, logs)
-
-    def stop_instance(self, inst: Instance) -> None:
-        """Open world: ``OpenWorld.stop_instance``."""
-        self.world.stop_instance(inst)
-
-    def send_to(self, inst: Instance, kind: int, payload: bytes = b"") -> None:
-        """Open world: ``OpenWorld.send_to``."""
-        self.world.send_to(inst, kind, payload)
-
-    def close_world(self) -> None:
-        """Open world: ``OpenWorld.close``."""
-        self.world.close()
-
     def engine_failed_to_start(self) -> bool:
         """Whether an engine failed by a known start-up transient before any instance started
         (nothing of the user's program ran): worth starting once more."""
@@ -155,7 +142,8 @@ class Supervisor:
         if self._outcome.decided or self.state in (JobState.DRAINING,) + FINAL:
             return
         self._outcome.failure = failure
-        running = sum(1 for i in self.instances if not i.settled)
+        running = sum(1 for i in self.instances
+                      if not i.settled and i.index != failure.cause.instance)
         other = "the other " if failure.cause.instance is not None else ""
         console.say(failure.cause.headline + (
             f" Stopping {other}{running} instance(s)." if running else ""))
@@ -217,7 +205,8 @@ class Supervisor:
             deadlines = [d for d in (self._job_deadline,
                                      self._kill_deadline, self._unresponsive_deadline,
                                      self._drain_deadline, self.router.held_deadline,
-                                     self._stacks.deadline, self.world.deadline())
+                                     self._stacks.deadline, self.world.deadline(),
+                                     self.hang.deadline())
                          if d is not None]
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             self._events.wait(timeout)
@@ -239,6 +228,8 @@ class Supervisor:
                             f"instance's Python stacks, then stopping the job.")
                 self._stacks.request(self.instances, f"--timeout {self._timeout:g} s expired",
                                      "timeout")
+        if self.state in (JobState.STARTING, JobState.RUNNING):
+            self._check_hang(now)
         if self._stacks.dump is not None and now >= self._stacks.dump.deadline:
             self._stacks.done()
         if self._kill_deadline is not None and now >= self._kill_deadline:
@@ -255,6 +246,38 @@ class Supervisor:
             for conn in self._hub.conns:
                 self._hub.close(conn)
             self._spawner.kill_all()
+
+    def _check_hang(self, now: float) -> None:
+        """--hang-timeout: probe every running instance once the job made no progress for the
+        bound; act on the answers when they are in (or PROBE_WAIT_S passed)."""
+        hang = self.hang
+        if hang.probing_until is not None and now >= hang.probing_until:
+            self._hang_verdict(now)
+        elif hang.due(now):
+            running = [i for i in self.instances if i.conn is not None and i.pid is not None
+                       and not i.settled and not i.stopped]
+            if not running:
+                hang.restart(now)
+                return
+            hang.probe([i.index for i in running], now)
+            for inst in running:
+                self.send(inst, p.PROBE)
+
+    def _hang_verdict(self, now: float) -> None:
+        bound = self.hang.bound()
+        states = dict(self.hang.answers)
+        hung = self.hang.verdict(now)
+        if not hung:
+            console.debug("no progress for %g s; no instance is stopped (states %s): waiting",
+                          bound or 0, states)
+            return
+        for index, how in hung.items():
+            inst = self.instances[index]
+            if inst.settled or inst.stopped:
+                continue
+            inst.hung = (f"made no progress for {bound:g} s while its peers waited (its "
+                         f"process was {how}; --hang-timeout)")
+            self.world.hung(inst)
 
     def _timed_out(self) -> None:
         """--timeout's stacks are in: the job fails."""
@@ -346,6 +369,17 @@ class Supervisor:
         elif kind == p.STACKS:
             if self._stacks.on_stacks(inst.index, payload.decode("utf-8", "replace")):
                 self._stacks.done()
+        elif kind == p.PROGRESS:
+            try:
+                step = int(payload)
+            except ValueError:
+                return
+            inst.progress = step if inst.progress is None else max(inst.progress, step)
+            self.hang.progress(inst.index, time.monotonic())
+            self.world.progressed(inst, step)
+        elif kind == p.PROBED:
+            if self.hang.answer(inst.index, payload.decode("ascii", "replace")):
+                self._hang_verdict(time.monotonic())
         elif kind == p.STALL:
             reason = payload.decode("utf-8", "replace").strip()
             if self._stacks.dump is None and self.state in (JobState.STARTING, JobState.RUNNING):
@@ -361,6 +395,7 @@ class Supervisor:
         if inst.index == 0:
             self._stdin.drop()
         self._stacks.ended(inst.index)
+        self.hang.forget(inst.index)
         self.world.exited(inst)
 
     def send(self, inst: Instance, kind: int, payload: bytes = b"") -> None:
@@ -372,6 +407,7 @@ class Supervisor:
         """``inst`` ended without an exit status (``what`` happened; ``how`` as an open world
         reports it); ``host_gone``: its host stopped answering. Its world says what follows."""
         inst.to(InstanceState.LOST)
+        self.hang.forget(inst.index)
         if inst.conn is not None:
             self._hub.close(inst.conn)
         inst.kill_forked_program()

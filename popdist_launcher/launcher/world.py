@@ -87,6 +87,14 @@ class World(abc.ABC):
     def started(self, inst: Instance) -> None:
         """``inst``'s program runs."""
 
+    def progressed(self, inst: Instance, step: int) -> None:
+        """``inst``'s program reported progress (``step``)."""
+
+    def hung(self, inst: Instance) -> None:
+        """``inst`` made no progress while its peers waited (``inst.hung`` says how): it is
+        killed, and its end is a failure like a death."""
+        self.sup.signal_instance(inst, signal.SIGKILL)
+
     def ended(self, inst: Instance, how: str, detail: str = "") -> None:
         """``inst`` ended (once): ``how`` as ``OpenWorld`` reports it."""
 
@@ -164,9 +172,15 @@ class FixedWorld(World):
                                  f"(host {inst.host}), pid {inst.pid}.", inst.index)
             self.sup.fail(Failure(cause, processes.exit_code_of(inst.returncode), "instance"))
 
+    def hung(self, inst: Instance) -> None:
+        cause = report.Cause(f"{inst.who} (host {inst.host}) {inst.hung}; killed it with "
+                             f"SIGKILL.", inst.index)
+        super().hung(inst)
+        self.sup.fail(Failure(cause, 1, "hung"))
+
     def lost(self, inst: Instance, what: str, how: str, host_gone: bool) -> None:
         cause = report.Cause(f"{inst.who} (host {inst.host}) {what}.", inst.index)
-        self.sup.fail(Failure(cause, 1, "lost"))
+        self.sup.fail(Failure(cause, 1, "host-lost" if host_gone else "lost"))
         if host_gone:
             self._lose_host(inst)
             instances = self.sup.instances
@@ -190,6 +204,14 @@ class FixedWorld(World):
         self.sup.fail(Failure(cause, code, "engine"))
 
 
+class Timer(Protocol):
+    """A deadline of the agent's own, kept by an open world (the driver helper's heartbeat)."""
+
+    def deadline(self) -> Optional[float]: ...
+
+    def expired(self, now: float) -> None: ...
+
+
 class OpenWorld(World):
     """An elastic job's world (Horovod mode): it starts empty, instances are added while the job
     runs (``add_instance``) and their ends are reported instead of ending the job; stdin goes
@@ -205,9 +227,13 @@ class OpenWorld(World):
     stdin_to = None
 
     def __init__(self, on_end: Callable[[Instance, str, str], None],
-                 on_stopping: Callable[[], None], remote: bool = False) -> None:
+                 on_stopping: Callable[[], None], remote: bool = False,
+                 on_progress: Callable[[Instance, int], None] = lambda inst, step: None,
+                 timer: Optional["Timer"] = None) -> None:
         self.on_end = on_end
         self.on_stopping = on_stopping
+        self.on_progress = on_progress
+        self.timer = timer
         self.remote = remote
         self.accepting = True
         self._envs: Dict[int, Dict[str, str]] = {}
@@ -263,10 +289,19 @@ class OpenWorld(World):
     def deadline(self) -> Optional[float]:
         found = [d for deadlines in (self._start_by, self._kill_at)
                  for i, d in deadlines.items() if not self.sup.instances[i].settled]
+        if self.timer is not None and self.timer.deadline() is not None:
+            found.append(self.timer.deadline())
         return min(found) if found else None
+
+    def progressed(self, inst: Instance, step: int) -> None:
+        self.on_progress(inst, step)
 
     def on_deadlines(self, now: float) -> None:
         sup = self.sup
+        if self.timer is not None:
+            timer_at = self.timer.deadline()
+            if timer_at is not None and now >= timer_at:
+                self.timer.expired(now)
         for inst in sup.instances:
             if inst.settled:
                 continue

@@ -4,6 +4,8 @@ state committed every K steps, rolled back to the last commit when a peer fails.
 usage: elastic_loop.py OUT_JSON [TOTAL [COMMIT_EVERY]]       (defaults: 60 steps, commit every 10)
 environment: ELASTIC_PID_DIR  each worker writes its pid to <dir>/pid-<hostname>-<pid>
              ELASTIC_STEP_SLEEP  seconds to sleep after each step (default 0)
+             ELASTIC_FAIL_STEP  the last rank exits with 3 as it begins this step, every time
+                                (after ELASTIC_FAIL_SLOW seconds, default 0)
 
 Step n trains on global batch n % BATCHES of elastic_reference.py, split across the ranks, so
 the final weights equal elastic_reference.loop_reference(TOTAL) at any history of world sizes.
@@ -29,6 +31,7 @@ out_path = sys.argv[1]
 total = int(sys.argv[2]) if len(sys.argv) > 2 else 60
 commit_every = int(sys.argv[3]) if len(sys.argv) > 3 else 10
 step_sleep = float(os.environ.get("ELASTIC_STEP_SLEEP", "0"))
+fail_step = int(os.environ.get("ELASTIC_FAIL_STEP", "0"))
 host = socket.gethostname()
 if os.environ.get("ELASTIC_PID_DIR"):
     with open(os.path.join(os.environ["ELASTIC_PID_DIR"], f"pid-{host}-{os.getpid()}"), "w") as f:
@@ -72,6 +75,10 @@ state.register_reset_callbacks([on_reset])
 def train(state):
     while state.step < total:
         rank, size = hvd.rank(), hvd.size()
+        if state.step + 1 == fail_step and rank == size - 1:
+            time.sleep(float(os.environ.get("ELASTIC_FAIL_SLOW", "0")))
+            print(f"failing at step {fail_step}", flush=True)
+            os._exit(3)
         part = rows(state.step % BATCHES, rank, size)
         train_step(tf.constant(x_all[part]), tf.constant(y_all[part]))
         state.step += 1

@@ -3,7 +3,11 @@
 one through the backend and its wrapper (an open-world Supervisor), tells the driver how each
 ended, and keeps the hosts the driver sees current (discovery script, host probes, lost hosts).
 In the agent shape (``agent.py``) the whole job is one attempt: the driver re-forms the workers
-at each reset (a round), and the agent decides the exit code at the end.
+at each reset (a round), and the agent decides the exit code at the end. The agent owns the open
+world and calls it; what a failure means for its host is the failure policy's (``policy.py``),
+which the driver helper asks with the job's progress mark (the commits the workers reported);
+a hung worker (``--hang-timeout``, ``hang.py``) ends as a dead one; the helper's heartbeat
+bounds a stopped or stuck helper (DRIVER_SILENT_S).
 
 Every membership change is one line on the console and in ``--output-dir/membership.log``;
 worker ``w`` is tagged ``[w]`` and logged in ``attempt-<round>/instance-<w>.std{out,err}.log``
@@ -42,6 +46,8 @@ LOST_CODE = 255       # the exit code the driver records for a lost worker (as s
 NOT_RUN_CODE = 1      # ... for one that never ran
 DISCOVERY_INTERVAL_S = 1.0  # horovodrun's
 DISCOVERY_TIMEOUT_S = 10.0
+HEARTBEAT_S = 1.0  # the driver helper's heartbeat (spawned/elastic_driver.py sends ALIVE)
+DRIVER_SILENT_S = 10.0  # no message for this long: the helper is stopped or stuck
 
 
 class HorovodAgent(Agent):
@@ -60,6 +66,7 @@ class HorovodAgent(Agent):
         self.fatal: Optional[str] = None
         self.done: Optional[dict] = None
         self.driver: Optional[DriverLink] = None
+        self.world: Optional[OpenWorld] = None  # the job's open world; the agent calls it
         self.root_fd: Optional[int] = None
         self.router: Optional[Router] = None
         self.log: Optional[MembershipLog] = None
@@ -69,6 +76,8 @@ class HorovodAgent(Agent):
         self.address, self.iface = LOOPBACK, "lo"
         self.cut_peers = os.environ.get(peer_sockets.SWITCH_ENV, "1") != "0"
         self.cut_round: Optional[int] = None  # the round whose survivors were cut last
+        self.mark = 0  # progress reports (commits) seen: the failure policy's progress mark
+        self.heard = time.monotonic()  # the driver helper's last message (its heartbeat)
 
     # ---- the job: one attempt; the driver re-forms the workers at each reset -----------------
     def _start_and_monitor(self, root_fd: Optional[int]) -> JobResult:
@@ -84,12 +93,14 @@ class HorovodAgent(Agent):
         try:
             self.router = Router(0, options.output)
             self.log = MembershipLog(options.output.output_dir)
+            self.world = OpenWorld(self._ended, self._stopping, remote=multi_host,
+                                   on_progress=self._progressed, timer=self)
             self.supervisor = Supervisor(self._base_plan(listener.getsockname()[1]),
                                          self.layout.backend, self.router,
                                          timeout=options.timeout,
-                                         world=OpenWorld(self._ended, self._stopping,
-                                                         remote=multi_host))
+                                         hang_timeout=options.hang_timeout, world=self.world)
             self.driver = DriverLink(listener, self._driver_settings(initial), self.secret)
+            self.heard = time.monotonic()
             self.supervisor.watch(self.driver, self._on_driver)
             listener.close()
             listener = None
@@ -192,7 +203,25 @@ class HorovodAgent(Agent):
             self._give_up("the elastic driver (helper process) stopped reading the launcher's "
                           "messages")
 
+    def deadline(self) -> Optional[float]:
+        """The driver helper's heartbeat is due by then (while its socket is open)."""
+        if self.driver is None or self.driver.sock is None:
+            return None
+        return self.heard + DRIVER_SILENT_S
+
+    def expired(self, now: float) -> None:
+        """No message from the driver helper for DRIVER_SILENT_S: it is stopped or stuck."""
+        if self.done is None and self.fatal is None:
+            self._close_driver_socket()
+            self._give_up(f"the elastic driver (helper process, pid {self.driver.helper.pid}) "
+                          f"sent nothing for {DRIVER_SILENT_S:g} s (its heartbeat comes every "
+                          f"{HEARTBEAT_S:g} s): it is stopped or stuck.")
+
+    def _progressed(self, inst: Instance, step: int) -> None:
+        self.mark += 1
+
     def _on_driver(self) -> None:
+        self.heard = time.monotonic()
         frames = self.driver.read()
         if frames is None:
             self._close_driver_socket()
@@ -213,29 +242,34 @@ class HorovodAgent(Agent):
         elif kind == "STOP":
             worker = self.workers.get(int(frame["wid"]))
             if worker is not None:
-                self.supervisor.stop_instance(worker.inst)
+                self.world.stop_instance(worker.inst)
         elif kind == "BLACKLIST":
             cooldown = frame.get("cooldown")
             how_long = "for the rest of the job" if cooldown is None else \
                 f"for {float(cooldown):.1f} s (--blacklist-cooldown-range)"
+            if frame.get("forever"):
+                how_long += (f" (it failed --host-failure-limit {frame['limit']} times in a "
+                             f"row without progress)")
             self._event(f"{frame['host']} blacklisted {how_long}")
         elif kind == "RETRY":
-            self._event(f"{frame['host']} is the job's only host left: instance {frame['wid']}'s "
-                        f"slot is started again (failure {frame['streak']} in a row without "
-                        f"progress; --host-failure-limit {frame['limit']})")
+            self._event(f"{frame['sentence']}: instance {frame['wid']}'s slot is started again "
+                        f"(the other hosts cannot carry --min-np {self.elastic.min_np})")
         elif kind == "FATAL":
             self.fatal = str(frame["reason"])
             self.supervisor.request_stop(f"the elastic job cannot go on: {self.fatal}")
+        elif kind == "ALIVE":
+            pass  # the heartbeat: self.heard is set on every read
         elif kind == "DONE":
             self.done = frame
             self._close_driver_socket()
-            self.supervisor.close_world()
+            self.world.close()
 
     def _give_up(self, why: str) -> None:
         self.fatal = why
         self.supervisor.request_stop(why)
 
     def _on_round(self, frame: dict) -> None:
+        self.supervisor.hang.restart(time.monotonic())  # its workers may be starting
         new = Round(int(frame["round"]), int(frame["size"]), frame["hosts"])
         previous = self.rounds[-1] if self.rounds else None
         self.rounds.append(new)
@@ -259,8 +293,7 @@ class HorovodAgent(Agent):
         worker = self.workers[wid] = Worker(frame)
         # the index add_instance gives it (its end may be reported before add_instance returns)
         self.by_index[len(self.supervisor.instances)] = worker
-        worker.inst = self.supervisor.add_instance(host, self._worker_env(frame, host), str(wid),
-                                                   logs)
+        worker.inst = self.world.add_instance(host, self._worker_env(frame, host), str(wid), logs)
 
     def _worker_env(self, start: dict, host: Host) -> Dict[str, str]:
         """The worker's variables on top of what it inherits: Horovod's slot and elastic
@@ -314,7 +347,7 @@ class HorovodAgent(Agent):
         if worker.blame != "none" and how in ("exited", "lost"):
             self._cut_survivors(worker)  # before the driver can start a round without it
         self._send("EXITED", wid=worker.wid, code=worker.code, how=how, blame=worker.blame,
-                   what=worker.describe())
+                   what=worker.describe(), mark=self.mark)
         where = f"instance {worker.wid} (rank {worker.rank} of {worker.size}) on " \
                 f"{worker.hostname}"
         if worker.blame == "none":
@@ -330,9 +363,7 @@ class HorovodAgent(Agent):
         elif how == "start-failed":
             self._event(f"{where} could not start: {detail}")
         else:
-            self._event(f"{where} {worker.describe()}"
-                        + ("; every instance of the host failed" if worker.blame == "host"
-                           else ""))
+            self._event(f"{where} {worker.describe()}")
 
     def _cut_survivors(self, failed: Worker) -> None:
         """A worker of the current round failed: every running worker's wrapper shuts down its
@@ -352,23 +383,19 @@ class HorovodAgent(Agent):
                                       [h.address for h in self.probes.hosts.values()])
         for other in self.workers.values():
             if other.inst is not None and other.ended_round is None:
-                self.supervisor.send_to(other.inst, CUT_PEERS, payload)
+                self.world.send_to(other.inst, CUT_PEERS, payload)
 
     def _blame(self, worker: Worker) -> str:
-        """Who the driver should blame: "none" (stopped, or a success), "host" (lost, could not
-        start there, or every instance of the host in this round failed: it is blacklisted),
-        "slot" (the program failed on a live host: the driver blacklists the host when the other
-        hosts carry --min-np, else starts the slot again, up to --host-failure-limit)."""
+        """Who the driver should blame: "none" (stopped, or a success), "host" (lost, or could
+        not start there: the host itself failed), "slot" (the program failed or hung on a live
+        host). What follows is the failure policy's (``policy.py``), in the driver helper."""
         if worker.inst.stopped or worker.code == 0:
             return "none"
         if worker.how != "exited":
             return "host"
         if worker.hostname not in dict(self.probes.pushed or ()):  # removed (drained): Horovod
             return "none"  # ends its workers on purpose
-        current = worker.ended_round
-        peers = [w for w in self.workers.values() if w.hostname == worker.hostname
-                 and (w.ended_round is None or w.ended_round == current)]
-        return "host" if all(w.failed for w in peers) else "slot"
+        return "slot"
 
     def _stopping(self) -> None:
         """The job is stopping (a signal, --timeout, FATAL): no replacement may start."""

@@ -7,7 +7,7 @@ import time
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher.launcher import processes
-from popdist_launcher.launcher.console import line
+from popdist_launcher.launcher.elastic.summary import Entry, write
 from popdist_launcher.launcher.attempt import Instance, JobResult, JobState
 from popdist_launcher.launcher.output import STDERR, STDOUT, Router
 
@@ -29,12 +29,9 @@ class Worker:
         self.blame = ""
         self.detail = ""
 
-    @property
-    def failed(self) -> bool:
-        """It ended by itself, and not well (a STOP, or the job's end, is no failure)."""
-        return self.ended_round is not None and not self.inst.stopped and self.code != 0
-
     def describe(self) -> str:
+        if self.inst is not None and self.inst.hung:
+            return self.inst.hung + "; killed with SIGKILL"
         if self.how == "exited":
             return processes.describe_exit(self.inst.returncode)
         return self.detail or self.how
@@ -66,23 +63,23 @@ class Ending(NamedTuple):
 
 def summary(rounds: List[Round], workers: Dict[int, Worker], ending: Ending,
             router: Router) -> Tuple[int, str]:
-    """The job's exit code, and the summary of every round that ends with the verdict."""
-    lines = ["", line(f"===== elastic job: {len(rounds)} round(s) =====")]
+    """The job's exit code, and the summary of every round that ends with the verdict (the
+    summary writer of both modes, ``summary.py``)."""
+    entries = []
     for r in rounds:
         started = [str(w.wid) for w in workers.values() if w.round == r.number]
         when = time.strftime('%H:%M:%S', time.localtime(r.started))
-        lines.append(line(f"round {r.number} ({when}): {r.size} instance(s) on {r.layout}; "
-                          f"instances started: {', '.join(started) or 'none'}"))
-        lines.extend(line(f"    {event}") for event in r.events)
+        entries.append(Entry(f"round {r.number} ({when}): {r.size} instance(s) on {r.layout}; "
+                             f"instances started: {', '.join(started) or 'none'}", r.events))
     result = ending.result
     if result.state in (JobState.INTERRUPTED, JobState.FAILED):
-        lines.append(line(f"job interrupted ({signal.Signals(result.signal_received).name})."
-                          if result.state is JobState.INTERRUPTED else
-                          "job failed: see the root cause above."))
-        return result.exit_code, "\n".join(lines)
-    code, verdict = _verdict(rounds, workers, ending, router)
-    lines.append(line(verdict))
-    return code, "\n".join(lines)
+        code = result.exit_code
+        verdict = (f"job interrupted ({signal.Signals(result.signal_received).name})."
+                   if result.state is JobState.INTERRUPTED else
+                   "job failed: see the root cause above.")
+    else:
+        code, verdict = _verdict(rounds, workers, ending, router)
+    return code, write("round", entries, verdict)
 
 
 def _verdict(rounds: List[Round], workers: Dict[int, Worker], ending: Ending,

@@ -1,6 +1,6 @@
 """Which hosts an elastic job may use now: the discovery script's last good answer, less the
-blacklist (Horovod's cooldown rule); the count of a host's failures in a row without progress;
-and the log of membership changes."""
+blacklist (Horovod's cooldown rule), and the log of membership changes. (A host's failures in
+a row without progress are the failure policy's, ``policy.py``.)"""
 from __future__ import annotations
 
 import os
@@ -32,10 +32,14 @@ class Blacklist:
         self._count: Dict[str, int] = {}
         self._until: Dict[str, Optional[float]] = {}  # None: for the rest of the job
 
-    def add(self, host: str) -> Optional[float]:
-        """Blacklist ``host``; return its cooldown in seconds (the time left of the current one
-        if it is in one), or None when it is out for the rest of the job."""
+    def add(self, host: str, forever: bool = False) -> Optional[float]:
+        """Blacklist ``host`` (``forever``: for the rest of the job, whatever the cooldown
+        range); return its cooldown in seconds (the time left of the current one if it is in
+        one), or None when it is out for the rest of the job."""
         now = self._clock()
+        if forever:
+            self._until[host] = None
+            return None
         if host in self._until and (self._until[host] is None or self._until[host] > now):
             return None if self._until[host] is None else self._until[host] - now
         if self.cooldown_range is None:
@@ -62,45 +66,6 @@ class Blacklist:
         for host in ended:
             del self._until[host]
         return ended
-
-
-PROGRESS_S = 60.0  # an instance (restart mode: an attempt) that ran this long made progress
-
-
-class FailureStreaks:
-    """Failures of each host in a row without progress (--host-failure-limit): a failure after
-    progress starts its host's count again at 1."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._counts: Dict[str, int] = {}
-
-    def record(self, host: str, progressed: bool) -> int:
-        """Count one failure of ``host``; its failures in a row without progress, this one
-        included."""
-        count = 1 if progressed else self._counts.get(host, 0) + 1
-        self._counts[host] = count
-        return count
-
-    def clear(self, host: str) -> None:
-        self._counts.pop(host, None)
-
-    def count(self, host: str) -> int:
-        return self._counts.get(host, 0)
-
-    def reached(self, host: str) -> bool:
-        return self.count(host) >= self.limit
-
-    def sentence(self, host: str, what: str) -> str:
-        """Why the job ends: ``what`` names the failed instance and how it ended."""
-        return (f"{what}, the {_ordinal(self.count(host))} failure of {host} in a row "
-                f"without progress (--host-failure-limit {self.limit}), and no other host can "
-                f"carry the job.")
-
-
-def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
 
 
 class Change(NamedTuple):

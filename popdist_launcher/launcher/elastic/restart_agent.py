@@ -1,9 +1,10 @@
 """Elastic restarts, for programs without Horovod's elastic protocol: when an instance or a host
 fails, or the discovery script reports a change, stop every instance (grace period), blacklist a
 failed host (with the cooldown), re-plan on the hosts available (--min-np .. --max-np instances,
-replicas per instance kept) and start the next attempt with fresh ports and rendezvous. On the
-job's only host a failure starts the job again there, until the host has failed
---host-failure-limit times in a row without progress (an attempt that ran PROGRESS_S)."""
+replicas per instance kept) and start the next attempt with fresh ports and rendezvous. Whether a
+failed host is blacklisted, its instances started again in place, or the job ends is the failure
+policy's (``policy.py``), as in Horovod mode; progress is the library's reports (a step or a
+checkpoint number above the job's highest so far, ``popdist_launcher.report_progress``)."""
 from __future__ import annotations
 
 import shlex
@@ -14,7 +15,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tu
 from popdist_launcher.launcher import console
 from popdist_launcher.launcher.agent import Agent
 from popdist_launcher.launcher.attempt import JobResult, JobState
-from popdist_launcher.launcher.elastic import membership
+from popdist_launcher.launcher.elastic import membership, policy, summary
 from popdist_launcher.launcher.elastic.discovery import Poller
 from popdist_launcher.launcher.loop import EventLoop
 from popdist_launcher.launcher.options import JobOptions
@@ -47,7 +48,9 @@ class RestartAgent(Agent):
         self.elastic = elastic
         self.num_instances = elastic.first_size
         self.blacklist = membership.Blacklist(elastic.cooldown_range)
-        self.streaks = membership.FailureStreaks(elastic.host_failure_limit)
+        self.streaks = policy.FailureStreaks(elastic.host_failure_limit)
+        self.mark = 0  # the highest step or checkpoint number the library reported so far
+        self.ending: Optional[str] = None  # the policy's sentence when it ends the job
         script = elastic.discovery_script
         if script is None and elastic.cooldown_range is not None and len(elastic.hosts) > 1:
             # Fixed hosts come back after their cooldown: the same answer every second lets
@@ -97,6 +100,8 @@ class RestartAgent(Agent):
             return None
         supervisor, self.supervisor = self.supervisor, None
         failure = supervisor.failure
+        reports = [i.progress for i in supervisor.instances if i.progress is not None]
+        self.mark = max([self.mark, *reports])
         if result.state is JobState.SUCCEEDED:
             self._record("succeeded")
             return self._end(0)
@@ -124,7 +129,13 @@ class RestartAgent(Agent):
         if not exc.hosts:
             raise exc
         self._record(str(exc).rstrip("."))
-        changes = [self._blacklist(host, "could not be reached") for host in exc.hosts]
+        changes = []
+        for host in exc.hosts:
+            decision = policy.decide(policy.Fault(host, "could not be reached", True),
+                                     self.members.hosts, self.elastic.min_np, self.streaks,
+                                     self.mark)
+            changes.append(self._blacklist(host, "could not be reached", decision.forever,
+                                           decision.streak))
         return self._next_attempt(changes, 1)
 
     # ---- planning ----------------------------------------------------------------------------
@@ -193,38 +204,45 @@ class RestartAgent(Agent):
 
     # ---- what happened -----------------------------------------------------------------------
     def _blame(self, supervisor: Supervisor, why: str) -> Optional[str]:
-        """Blacklist the host a failure is blamed on (as horovodrun does), unless it is the job's
-        only host: there its instances are slots that fail and start again, until it has failed
-        --host-failure-limit times in a row without progress (None: the job ends, said here).
-        The membership line's text."""
+        """Ask the failure policy about the host(s) a failure is blamed on: blacklist, restart
+        in place, or end (None: the job ends, its sentence kept for the summary). The
+        membership line's text."""
         failure = supervisor.failure
         if failure.cause.instance is not None:
             blamed = [supervisor.instances[failure.cause.instance].host]
+            host_failed = failure.kind in ("host-lost", "start-timeout")
         else:  # an engine (ssh, srun) that failed before its instances started
             blamed = list(dict.fromkeys(i.host for i in supervisor.instances
                                         if i.pid is None and i.settled))
-        blamed = [self._member_name(host) for host in blamed]
-        known = [name for name, _ in self.members.hosts]
-        if not blamed or set(known) <= set(blamed):
-            progressed = time.monotonic() - self.started_at >= membership.PROGRESS_S
-            for host in blamed:
-                self.streaks.record(host, progressed)
-            ended = [host for host in blamed if self.streaks.reached(host)]
-            if ended:
-                console.say(f"the job ends: {self.streaks.sentence(ended[0], why)}")
-                return None
-            count = max(self.streaks.count(host) for host in blamed)
-            return (f"{why}; restarting on the same hosts (failure {count} in a row without "
-                    f"progress; --host-failure-limit {self.streaks.limit})")
+            host_failed = True
+        blamed = [self._member_name(host) for host in blamed] or [policy.JOB]
+        known = [] if blamed == [policy.JOB] else self.members.hosts
+        changes, restarted = [], []
         for host in blamed:
-            self.streaks.clear(host)
-        return "; ".join(self._blacklist(host, why) for host in blamed)
+            out = [name for name, _ in known if self.blacklist.blocked(name)]
+            decision = policy.decide(policy.Fault(host, why, host_failed), known,
+                                     self.elastic.min_np, self.streaks, self.mark, out)
+            if decision.action == policy.END:
+                self.ending = f"the job ends: {decision.sentence}"  # the summary's verdict
+                return None
+            if decision.action == policy.BLACKLIST:
+                changes.append(self._blacklist(host, why, decision.forever, decision.streak))
+            else:
+                restarted.append(decision)
+        if restarted:
+            streak = max(d.streak for d in restarted)
+            changes.append(f"{why}; restarting in place (failure {streak} in a row without "
+                           f"progress; --host-failure-limit {self.streaks.limit})")
+        return "; ".join(changes)
 
-    def _blacklist(self, host: str, why: str) -> str:
-        cooldown = self.blacklist.add(host)
+    def _blacklist(self, host: str, why: str, forever: bool = False, streak: int = 0) -> str:
+        cooldown = self.blacklist.add(host, forever)
         self.ever_blacklisted.add(host)
         self.why_out[host] = why
         until = "for the rest of the job" if cooldown is None else f"for {cooldown:.1f} s"
+        if forever and self.elastic.cooldown_range is not None:
+            until += (f": failure {streak} in a row without progress, --host-failure-limit "
+                      f"{self.streaks.limit}")
         return f"{host} removed ({why}; blacklisted {until})"
 
     def _member_name(self, host: str) -> str:
@@ -270,16 +288,24 @@ class RestartAgent(Agent):
 
     def _end(self, code: int) -> int:
         if self.attempts and (len(self.attempts) > 1 or code):
-            lines = [console.line(f"the job ran {len(self.attempts)} attempt(s):")]
-            for a in self.attempts:
-                lines.append(f"  attempt {a.index}: {a.instances} instance(s) on "
-                             f"{', '.join(a.hosts)}, {a.seconds:.1f} s: {a.outcome}")
-            if code == BELOW_MIN_EXIT_CODE and not self._enough():
-                lines.append(console.line(
-                    f"the job ends: below --min-np {self.elastic.min_np} for --elastic-timeout "
-                    f"{self.elastic.elastic_timeout:g} s ({self._hosts_out()})."))
-            console.write("\n".join(lines))
+            entries = [summary.Entry(f"attempt {a.index}: {a.instances} instance(s) on "
+                                     f"{', '.join(a.hosts)}, {a.seconds:.1f} s: {a.outcome}")
+                       for a in self.attempts]
+            console.write(summary.write("attempt", entries, self._verdict(code)))
         return code
+
+    def _verdict(self, code: int) -> str:
+        if code == 0:
+            return f"job succeeded: attempt {self.attempts[-1].index} exited 0."
+        if self.ending is not None:
+            return self.ending
+        if code == BELOW_MIN_EXIT_CODE and not self._enough():
+            return (f"the job ends: below --min-np {self.elastic.min_np} for --elastic-timeout "
+                    f"{self.elastic.elastic_timeout:g} s ({self._hosts_out()}).")
+        last = self.attempts[-1].outcome
+        if last.startswith("interrupted"):
+            return f"job {last} (exit code {code})."
+        return f"job failed: {last} (exit code {code})."
 
     def _enough(self) -> bool:
         return _slots(self.members.usable()) >= self.elastic.min_np

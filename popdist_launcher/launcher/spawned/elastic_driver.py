@@ -6,18 +6,19 @@ python -m popdist_launcher.launcher.spawned.elastic_driver CONTROL_FD RENDEZVOUS
 
 CONTROL_FD is the helper's end of a socketpair carrying one JSON object per line (key "kind"):
 from the launcher HOSTS (usable hosts in rank order), ALLOW (more rendezvous client addresses) and
-EXITED (one per START: exit code, blame, how in words); to the launcher ROUND, START, STOP,
-BLACKLIST, RETRY, FATAL (one sentence, always followed by DONE) and DONE. RENDEZVOUS_FD is a listening TCP socket the
-launcher bound: Horovod's elastic rendezvous handler is served on it, behind the secret, for the
-whole job. The helper ignores SIGINT (the launcher forwards signals to the workers it started),
+EXITED (one per START: exit code, blame, how in words, the job's progress mark); to the launcher
+ROUND, START, STOP, BLACKLIST, RETRY, FATAL (one sentence, always followed by DONE), DONE, and
+ALIVE every HEARTBEAT_S (the launcher ends the job when the helper falls silent).
+RENDEZVOUS_FD is a listening TCP socket the launcher bound: Horovod's elastic rendezvous handler
+is served on it, behind the secret, for the whole job. The helper ignores SIGINT (the launcher forwards signals to the workers it started),
 never installs Horovod's signal handlers, and exits at once when CONTROL_FD reaches end of file.
 
 What differs from horovodrun's driver: hosts come from the launcher (it runs the discovery
 script and removes lost hosts), hosts take ranks in the order of HOSTS and the workers that go on
 through a reset keep the lowest ranks (rank 0, the source of the state sync, holds the last
-commit), a failed worker on the job's only host(s) is started again in place (RETRY) until the
-host fails --host-failure-limit times in a row without progress (then FATAL), a round that
-cannot start ends with FATAL instead of a silent stop, and every wait of ours and every
+commit), what a failed worker means for its host is the failure policy's (``policy.py``, the
+same as restart mode's: blacklist, start the slot again in place with RETRY, or FATAL), a round
+that cannot start ends with FATAL instead of a silent stop, and every wait of ours and every
 connection to a worker is bounded.
 """
 from __future__ import annotations
@@ -42,7 +43,7 @@ from horovod.runner.elastic.rendezvous import create_rendezvous_handler
 from horovod.runner.elastic.worker import (HostUpdateResult, WorkerNotificationClient,
                                            WorkerNotificationService)
 
-from popdist_launcher.launcher.elastic.membership import PROGRESS_S, FailureStreaks
+from popdist_launcher.launcher.elastic import policy
 from popdist_launcher.launcher.spawned.rendezvous import (MIN_SECRET_CHARS, SECRET_ENV,
                                                           make_server)
 
@@ -54,6 +55,7 @@ CONNECT_TIMEOUT_S = 5.0  # every socket Horovod's notification client opens to a
 PROBE_TIMEOUT_S = 3.0  # probing a worker's notification addresses (horovod: 20 s x 3 attempts)
 REQUEST_TIMEOUT_S = 60.0  # reading one rendezvous request from a connected worker
 POLL_S = 0.25  # how often a worker's thread looks at the driver's shutdown and host events
+HEARTBEAT_S = 1.0  # ALIVE to the launcher (horovod_agent.HEARTBEAT_S)
 
 Slot = Tuple[str, int]  # (hostname, local_rank): Horovod's identity of a worker
 
@@ -121,24 +123,24 @@ class Verdict(NamedTuple):
 
     wid: int
     on_host: bool  # the host is to blame (lost, could not start, all its workers failed)
-    progressed: bool  # the worker got somewhere before it failed (see progressed())
+    mark: int  # the job's progress mark when it ended (the commits the launcher has seen)
     what: str  # how it ended, in words ("exited with 1")
 
 
 class LauncherHostManager(HostManager):
     """Horovod's HostManager with two changes: rank order follows HOSTS (hosts of the previous
     assignment first, in their order, then new ones in the order HOSTS lists them; Horovod
-    orders new hosts through a set), and a failed worker blacklists its host when the launcher
-    blamed the host or the other hosts can carry the job (--min-np); otherwise (the job's only
-    hosts) the worker is started again in place, until the host has failed ``failure_limit``
-    times in a row without progress: then the job ends with one sentence."""
+    orders new hosts through a set), and what a failed worker means for its host is the failure
+    policy's (``policy.py``): blacklist (with the cooldown, or for the rest of the job once the
+    host reached --host-failure-limit), start the worker again in place (RETRY), or end the
+    job with one sentence (FATAL)."""
 
     def __init__(self, discovery: HostDiscovery, cooldown_range=None) -> None:
         super().__init__(discovery, cooldown_range)
         self.link: Optional[LauncherLink] = None  # set by the driver before any round
         # set by the driver before any round:
         self.min_np = 1
-        self.streaks = FailureStreaks(1)
+        self.streaks = policy.FailureStreaks(1)
         self.give_up: Callable[[str], None] = lambda reason: None
         self._cooldown_range = cooldown_range
         self._blame_lock = threading.Lock()
@@ -164,12 +166,6 @@ class LauncherHostManager(HostManager):
             else:
                 self._verdicts[slot] = verdict
 
-    def _others_carry(self, host: str) -> bool:
-        hosts = self.current_hosts
-        others = sum(hosts.get_slots(h) for h in hosts.host_assignment_order
-                     if h != host and not self.is_blacklisted(h))
-        return others >= self.min_np
-
     def blacklist(self, host: str) -> None:
         with self._blame_lock:
             verdicts = [(slot, v) for slot, v in self._verdicts.items() if slot[0] == host]
@@ -177,30 +173,36 @@ class LauncherHostManager(HostManager):
                 del self._verdicts[slot]
         if not verdicts:
             return  # the registry calls it once per failed slot: the first call decided
-        if any(v.on_host for _, v in verdicts) or self._others_carry(host):
-            self.streaks.clear(host)
-            self._blacklist(host)
-            return
-        # The job's only host(s): start the worker again in place, but not for ever.
-        for _, verdict in verdicts:
-            streak = self.streaks.record(host, verdict.progressed)
         last = verdicts[-1][1]
-        if not self.streaks.reached(host):
-            self.link.send("RETRY", host=host, wid=last.wid, streak=streak,
-                           limit=self.streaks.limit)
-            return
-        self.give_up(self.streaks.sentence(host, f"instance {last.wid} on {host} {last.what}"))
+        hosts = self.current_hosts
+        known = [(h, hosts.get_slots(h)) for h in hosts.host_assignment_order]
+        out = [h for h in hosts.host_slots if h != host and self.is_blacklisted(h)]
+        decision = policy.decide(
+            policy.Fault(host, f"instance {last.wid} on {host} {last.what}",
+                         any(v.on_host for _, v in verdicts)),
+            known, self.min_np, self.streaks, max(v.mark for _, v in verdicts), out)
+        if decision.action == policy.BLACKLIST:
+            self._blacklist(host, decision.forever)
+        elif decision.action == policy.RESTART:
+            self.link.send("RETRY", host=host, wid=last.wid, streak=decision.streak,
+                           limit=self.streaks.limit, sentence=decision.sentence)
+        else:
+            self.give_up(decision.sentence)
 
-    def _blacklist(self, host: str) -> None:
+    def _blacklist(self, host: str, forever: bool) -> None:
         was_blacklisted = self.is_blacklisted(host)
         super().blacklist(host)
-        if not was_blacklisted:
+        if forever and self._cooldown_range:
+            # Horovod keeps the end of the cooldown only in the host's state (0.28.x): a host
+            # at --host-failure-limit never comes back.
+            self._hosts_state[host]._cooldown_period_end_ts = float("inf")
+        if not was_blacklisted or forever:
             cooldown = None
-            if self._cooldown_range:
-                # Horovod keeps the end of the cooldown only in the host's state (0.28.x).
+            if self._cooldown_range and not forever:
                 ends = self._hosts_state[host]._cooldown_period_end_ts
                 cooldown = round(max(0.0, ends - time.time()), 3)
-            self.link.send("BLACKLIST", host=host, cooldown=cooldown)
+            self.link.send("BLACKLIST", host=host, cooldown=cooldown, forever=forever,
+                           limit=self.streaks.limit)
 
 
 class BoundedNotificationClient(WorkerNotificationClient):
@@ -232,9 +234,8 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
                          reset_limit=reset_limit, cooldown_range=cooldown_range, verbose=0)
         self._host_manager.link = link
         self._host_manager.min_np = min_np
-        self._host_manager.streaks = FailureStreaks(failure_limit)
+        self._host_manager.streaks = policy.FailureStreaks(failure_limit)
         self._host_manager.give_up = self._give_up
-        self.on_ready: Callable[[str, int, int], None] = lambda host, slot, round: None
         threading.Thread(target=self._notify_forever, name="notifier", daemon=True).start()
 
     def round(self) -> int:
@@ -258,10 +259,6 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
         self._link.send("ROUND", round=self.round(), size=self.world_size(),
                         hosts=[[host, len(slots)] for host, slots in self.host_assignments.items()])
         self._start_worker_processes(pending_slots)
-
-    def record_ready(self, host, slot) -> None:
-        self.on_ready(host, slot, self.round())
-        super().record_ready(host, slot)
 
     def _get_host_assignments(self, current_hosts):
         """Horovod's assignment with the ranks renumbered: the workers that go on keep their
@@ -387,29 +384,11 @@ class LauncherWorkers:
         self._ended: Dict[int, threading.Event] = {}
         self._exits: Dict[int, Tuple[int, str]] = {}
         self._current: Dict[Slot, int] = {}  # the latest worker id of each slot
-        self._begun: Dict[int, Tuple[int, float]] = {}  # wid -> (its round, monotonic start)
-        self._rejoined: Set[int] = set()  # workers that registered in a later round
 
     def bind(self, driver: LauncherElasticDriver) -> None:
         """The driver whose rounds the workers belong to (built once the first HOSTS came)."""
         self._driver = driver
         self._host_manager = driver._host_manager
-        driver.on_ready = self.registered
-
-    def registered(self, host: str, slot: int, round_number: int) -> None:
-        """The worker of ``slot`` asked for its rank in round ``round_number``."""
-        with self._lock:
-            wid = self._current.get((host, slot))
-            if wid is not None and wid in self._begun and round_number > self._begun[wid][0]:
-                self._rejoined.add(wid)
-
-    def progressed(self, wid: int) -> bool:
-        """The worker got somewhere: it took part in a later rendezvous round than the one it
-        started in (it went on through a reset), or it ran for PROGRESS_S."""
-        with self._lock:
-            started = self._begun.get(wid)
-            return wid in self._rejoined or (
-                started is not None and time.monotonic() - started[1] >= PROGRESS_S)
 
     def create_worker(self, slot_info, events: List[threading.Event]) -> Tuple[int, float]:
         slot = (slot_info.hostname, slot_info.local_rank)
@@ -418,7 +397,6 @@ class LauncherWorkers:
             wid = next(self._ids)
             self._ended[wid] = ended
             self._current[slot] = wid
-            self._begun[wid] = (self._driver.round(), time.monotonic())
         self._host_manager.blame(slot, None)
         self._link.send("START", wid=wid, round=self._driver.round(),
                         hostname=slot_info.hostname, rank=slot_info.rank, size=slot_info.size,
@@ -429,25 +407,24 @@ class LauncherWorkers:
             if not stop_sent and any(event.is_set() for event in events):
                 self._link.send("STOP", wid=wid)  # the job ends or the host is blacklisted
                 stop_sent = True
-        progressed = self.progressed(wid)
         with self._lock:
-            code, blame, what = self._exits.pop(wid)
+            code, blame, what, mark = self._exits.pop(wid)
             del self._ended[wid]
             latest = self._current.get(slot) == wid
         if latest:
             failed = code != 0 and blame != "none"
-            self._host_manager.blame(slot, Verdict(wid, blame == "host", progressed, what)
+            self._host_manager.blame(slot, Verdict(wid, blame == "host", mark, what)
                                      if failed else None)
             self._driver.slot_ended(slot)
         return code, time.time()
 
-    def exited(self, wid: int, code: int, blame: str, what: str) -> None:
+    def exited(self, wid: int, code: int, blame: str, what: str, mark: int) -> None:
         with self._lock:
             ended = self._ended.get(wid)
             if ended is None:
                 log.error("the launcher reported the exit of worker %s, which is not running", wid)
                 return
-            self._exits[wid] = (code, blame, what)
+            self._exits[wid] = (code, blame, what, mark)
         ended.set()
 
 
@@ -516,6 +493,12 @@ def _end(link: LauncherLink, error: Optional[str], results: dict) -> None:
     os._exit(0 if error is None else 1)
 
 
+def _heartbeat(link: LauncherLink) -> None:
+    while True:
+        time.sleep(HEARTBEAT_S)
+        link.send("ALIVE")
+
+
 def main(argv: Sequence[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher forwards signals to the workers
     socket.setdefaulttimeout(CONNECT_TIMEOUT_S)  # Horovod's notification client has no timeout
@@ -554,12 +537,14 @@ def main(argv: Sequence[str]) -> None:
             allowed.update(str(a) for a in frame["addresses"])
         elif kind == "EXITED":
             workers.exited(int(frame["wid"]), int(frame["code"]), str(frame["blame"]),
-                           str(frame.get("what") or f"exited with {frame['code']}"))
+                           str(frame.get("what") or f"exited with {frame['code']}"),
+                           int(frame.get("mark", 0)))
         else:
             log.error("ignored a frame of unknown kind %r from the launcher", kind)
 
     threading.Thread(target=link.read_forever, args=(handle,), name="launcher",
                      daemon=True).start()
+    threading.Thread(target=_heartbeat, args=(link,), name="heartbeat", daemon=True).start()
     # Built once the hosts are known: Horovod's discovery thread polls at once, then every 1 s.
     if not discovery.received.wait(settings["elastic_timeout"]):
         fatal(f"the launcher sent no hosts within --elastic-timeout "

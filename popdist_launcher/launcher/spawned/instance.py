@@ -266,6 +266,8 @@ class Wrapper:
                     self.send(p.STACKS, bytes(self.stack_text))
                     self.stack_text.clear()
                 self.send(p.STALL, message[len(p.STACK_STALL):].rstrip(b"\n"))
+            elif message.startswith(p.STACK_PROGRESS):
+                self.send(p.PROGRESS, message[len(p.STACK_PROGRESS):].rstrip(b"\n"))
 
     def dump(self) -> None:
         """Ask the program for its stacks; they are sent once its dump went quiet."""
@@ -307,6 +309,19 @@ class Wrapper:
                 kill_descendants()
             elif kind == p.CUT_PEERS:
                 self.cut_peers(payload)
+            elif kind == p.PROBE:
+                self.send(p.PROBED, self.process_state().encode())
+
+    def process_state(self) -> str:
+        """The program's process state letter (/proc/PID/stat): R running, S sleeping, D in an
+        uninterruptible wait, T stopped, Z ended ...; "?" when there is none to read."""
+        if self.pid is None or self.returncode is not None:
+            return "?"
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as stat:
+                return stat.read().rsplit(b")", 1)[1].split()[0].decode("ascii", "replace")
+        except (OSError, IndexError):
+            return "?"
 
     def cut_peers(self, payload: bytes) -> None:
         """A worker of the job failed: make the program's pending collective fail now by

@@ -18,6 +18,8 @@ STDERR = 4     # bytes the program wrote to stderr
 EXIT = 5       # "RETURNCODE": negative = killed by that signal
 STACKS = 6     # text: the program's Python stacks (faulthandler), after a DUMP
 STALL = 7      # text: the program's collectives watchdog reports a stall
+PROGRESS = 8   # "STEP": the program reported training progress (popdist_launcher.report_progress)
+PROBED = 9     # one letter: the program's process state (/proc/PID/stat: R, S, D, T ...)
 # launcher -> wrapper
 CHALLENGE = 20  # 16 random bytes, sent on accept (TCP and Unix sockets)
 SPEC = 21       # mac(secret, b"launcher" + wrapper's challenge, index) + encode_spec()
@@ -28,6 +30,7 @@ DUMP = 25       # write the program's Python stacks (all threads)
 RELEASE = 26    # the job is over: end every descendant, flush output, exit 0
 CUT_PEERS = 27  # a worker of the job failed: shut down the program's connections to its peers
 #                 (Gloo's pairs; payload and rules in peer_sockets.py)
+PROBE = 28      # the job made no progress for the hang bound: answer PROBED
 
 # A host that stops answering (powered off, cut from the network) is found by TCP keepalive
 # on both ends of every wrapper connection: probes after KEEPALIVE_IDLE_S of silence, every
@@ -47,6 +50,7 @@ STACK_FD_ENV = "POPRUN_STACK_FD"  # the program's end of the stack pipe (see sta
 # the same values as popdist_launcher.stack_dump's, which the program imports instead.
 STACK_READY = b"\0ready\n"
 STACK_STALL = b"\0stall "
+STACK_PROGRESS = b"\0progress "
 
 
 SPEC_HEADER = struct.Struct("!BII")

@@ -1,0 +1,29 @@
+"""Progress reports the library makes by itself under poprun-lite (``report_progress``):
+``tf.train.CheckpointManager.save`` reports the number of the checkpoint it wrote, Horovod's
+elastic ``state.commit()`` the commits so far (``_horovod_elastic.py``), the IPUEstimator its
+global step (``ipu/ipu_estimator.py``). Registered by ``_startup.py`` for programs that
+poprun-lite's wrapper started."""
+from __future__ import annotations
+
+import functools
+
+from popdist_launcher.stack_dump import report_progress
+
+
+def install_checkpoint_manager(module) -> None:
+    """Hook on ``tensorflow.python.checkpoint.checkpoint_management``'s import."""
+    manager = module.CheckpointManager
+    if getattr(manager.save, "reports_progress", False):
+        return
+    save = manager.save
+
+    @functools.wraps(save)
+    def reporting_save(self, *args, **kwargs):
+        path = save(self, *args, **kwargs)
+        number = str(path or "").rsplit("-", 1)[-1]
+        if number.isdigit():
+            report_progress(int(number))
+        return path
+
+    reporting_save.reports_progress = True
+    manager.save = reporting_save
