@@ -165,7 +165,27 @@ def install(ops_module=None) -> None:
 
     apply_device_functions._ipu_devices = True
     ops.Graph._apply_device_functions = apply_device_functions  # noqa: SLF001
-    _report_ipu_names(ops.Operation)
+    _report_ipu_names(ops.Operation, getattr(ops, "SymbolicTensor", None))
+    _map_eager_device_scopes()
+
+
+def _map_eager_device_scopes() -> None:
+    """``with tf.device("/device:IPU:N")`` in eager code runs its ops on the local device
+    standing for IPU N (TensorFlow would otherwise place them on its default device)."""
+    from tensorflow.python.eager import context
+
+    original = context.Context.device
+    if getattr(original, "_ipu_devices", False):
+        return
+
+    @functools.wraps(original)
+    def device(ctx, name):
+        if isinstance(name, str) and ("IPU" in name or "ipu" in name):
+            name = local_device(name)
+        return original(ctx, name)
+
+    device._ipu_devices = True
+    context.Context.device = device
 
 
 def _placed_device(op) -> str:
@@ -176,15 +196,24 @@ def _placed_device(op) -> str:
 _DEVICE_PROPERTY = None  # Operation.device as TensorFlow defines it
 
 
-def _report_ipu_names(operation_class) -> None:
-    """``op.device`` (and so ``tensor.device``) of an op the program placed on
-    ``/device:IPU:N`` reads as that IPU, as on Graphcore's TensorFlow, while the op runs on the
-    local device standing for it."""
+def _report_ipu_names(operation_class, tensor_class) -> None:
+    """``op.device`` and ``tensor.device`` of an op the program placed on ``/device:IPU:N``
+    (in a graph or tf.function) read as that IPU, as on Graphcore's TensorFlow, while the op
+    runs on the local device standing for it."""
     global _DEVICE_PROPERTY
     current = operation_class.__dict__.get("device")
     if not isinstance(current, property) or getattr(current.fget, "_ipu_devices", False):
         return
     _DEVICE_PROPERTY = current
+    tensor_device = getattr(tensor_class, "device", None) if tensor_class is not None else None
+    if tensor_device is not None and hasattr(tensor_device, "__get__"):
+        def symbolic_device(tensor):
+            if getattr(tensor.op, "_ipu_device", None) is not None:
+                return tensor.op.device
+            return tensor_device.__get__(tensor, tensor_class)
+
+        symbolic_device._ipu_devices = True
+        tensor_class.device = property(symbolic_device, doc=getattr(tensor_device, "__doc__", None))
 
     def device(op):
         placed = current.fget(op)
