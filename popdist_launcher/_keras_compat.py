@@ -147,9 +147,13 @@ def install(ipu_module=None) -> None:
 
 def add_losses_utils(losses_module) -> None:
     """``keras.losses.losses_utils`` (Keras 2.6's losses module imported it; Graphcore's programs
-    use ``keras.losses.losses_utils.ReductionV2``)."""
+    use ``keras.losses.losses_utils.ReductionV2``) and ``keras.losses.LossFunctionWrapper``
+    (public in Keras 2.6; Graphcore's BERT subclasses it)."""
     if not hasattr(losses_module, "losses_utils"):
         losses_module.losses_utils = importlib.import_module("keras.src.utils.losses_utils")
+    if not hasattr(losses_module, "LossFunctionWrapper"):
+        losses_module.LossFunctionWrapper = importlib.import_module(
+            "keras.src.losses").LossFunctionWrapper
 
 
 # TensorFlow 2.6's ``tf.keras.optimizers`` classes: Keras 2.15 keeps them in ``optimizers.legacy``.

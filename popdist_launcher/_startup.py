@@ -151,6 +151,7 @@ after_import("keras", "popdist_launcher._keras_compat:install")
 after_import("popdist_launcher.ipu.config", "popdist_launcher._keras_compat:install")
 # tf.data's statistics and settings that TF 1.15 / 2.6 had and TF 2.15 removed.
 after_import("tensorflow", "popdist_launcher._tf_data_compat:install")
+after_import("tensorflow", "popdist_launcher._tf_removed:install")  # moved and removed modules
 after_import("popdist_launcher.ipu.config", "popdist_launcher.ipu._ipu_devices:watch")  # IPU:N
 # Hooks on first import, each only where its variable asks for it (see popdist_launcher._contract).
 if os.environ.get("POPDIST_TF1") == "1":  # poprun-lite --tf1: TensorFlow 1.15's behaviour
