@@ -151,9 +151,11 @@ def add_losses_utils(losses_module) -> None:
     (public in Keras 2.6; Graphcore's BERT subclasses it)."""
     if not hasattr(losses_module, "losses_utils"):
         losses_module.losses_utils = importlib.import_module("keras.src.utils.losses_utils")
-    if not hasattr(losses_module, "LossFunctionWrapper"):
-        losses_module.LossFunctionWrapper = importlib.import_module(
-            "keras.src.losses").LossFunctionWrapper
+    if not hasattr(losses_module, "LossFunctionWrapper"):  # the base of the public losses
+        wrapper = next((c for c in losses_module.MeanSquaredError.__mro__
+                        if c.__name__ == "LossFunctionWrapper"), None)
+        if wrapper is not None:
+            losses_module.LossFunctionWrapper = wrapper
 
 
 # TensorFlow 2.6's ``tf.keras.optimizers`` classes: Keras 2.15 keeps them in ``optimizers.legacy``.
