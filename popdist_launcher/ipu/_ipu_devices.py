@@ -190,7 +190,9 @@ def _map_eager_device_scopes() -> None:
 
 def _placed_device(op) -> str:
     """The device string TensorFlow holds for ``op`` (not the IPU name it reports)."""
-    return _DEVICE_PROPERTY.fget(op) if _DEVICE_PROPERTY is not None else op.device
+    if _DEVICE_PROPERTY is not None and hasattr(op, "_c_op"):
+        return _DEVICE_PROPERTY.fget(op)
+    return op.device  # also control flow's stand-in ops (cond's _FakeOperation)
 
 
 _DEVICE_PROPERTY = None  # Operation.device as TensorFlow defines it
