@@ -157,15 +157,11 @@ def install(ops_module=None) -> None:
     @functools.wraps(original)
     def apply_device_functions(graph, op):
         original(graph, op)
-        requested = _placed_device(op)
-        if "IPU" in requested or "ipu" in requested:
-            local = local_device(requested)
-            op._set_device_from_string(local)  # noqa: SLF001
-            op._ipu_device = (requested, _placed_device(op))  # noqa: SLF001
+        if "IPU" in op.device or "ipu" in op.device:
+            op._set_device_from_string(local_device(op.device))  # noqa: SLF001
 
     apply_device_functions._ipu_devices = True
     ops.Graph._apply_device_functions = apply_device_functions  # noqa: SLF001
-    _report_ipu_names(ops.Operation, getattr(ops, "SymbolicTensor", None))
     _map_eager_device_scopes()
 
 
@@ -188,42 +184,3 @@ def _map_eager_device_scopes() -> None:
     context.Context.device = device
 
 
-def _placed_device(op) -> str:
-    """The device string TensorFlow holds for ``op`` (not the IPU name it reports)."""
-    if _DEVICE_PROPERTY is not None and hasattr(op, "_c_op"):
-        return _DEVICE_PROPERTY.fget(op)
-    return op.device  # also control flow's stand-in ops (cond's _FakeOperation)
-
-
-_DEVICE_PROPERTY = None  # Operation.device as TensorFlow defines it
-
-
-def _report_ipu_names(operation_class, tensor_class) -> None:
-    """``op.device`` and ``tensor.device`` of an op the program placed on ``/device:IPU:N``
-    (in a graph or tf.function) read as that IPU, as on Graphcore's TensorFlow, while the op
-    runs on the local device standing for it."""
-    global _DEVICE_PROPERTY
-    current = operation_class.__dict__.get("device")
-    if not isinstance(current, property) or getattr(current.fget, "_ipu_devices", False):
-        return
-    _DEVICE_PROPERTY = current
-    tensor_device = getattr(tensor_class, "device", None) if tensor_class is not None else None
-    if tensor_device is not None and hasattr(tensor_device, "__get__"):
-        def symbolic_device(tensor):
-            if getattr(tensor.op, "_ipu_device", None) is not None:
-                return tensor.op.device
-            return tensor_device.__get__(tensor, tensor_class)
-
-        symbolic_device._ipu_devices = True
-        tensor_class.device = property(symbolic_device, doc=getattr(tensor_device, "__doc__", None))
-
-    def device(op):
-        placed = current.fget(op)
-        requested = getattr(op, "_ipu_device", None)
-        if requested is not None and placed == requested[1]:
-            return requested[0]
-        return placed
-
-    device._ipu_devices = True
-    device.__doc__ = current.__doc__
-    operation_class.device = property(device)
