@@ -9,6 +9,8 @@ starts the cross-instance collectives, which loads TensorFlow and Horovod.
 """
 from __future__ import annotations
 
+import sys
+import threading
 from typing import Any, Callable, Collection, Optional
 
 from popdist_launcher import runtime
@@ -67,29 +69,109 @@ def getLocalInstanceIndex() -> int:  # noqa: N802
     return runtime.local_instance_index()
 
 
-def getDeviceId(ipus_per_replica: Optional[int] = None) -> int:  # noqa: N802
+def getDeviceId(ipusPerReplica: int = 0, ipus_per_replica: Optional[int] = None) -> int:  # noqa: N802,N803
     """The id of the device this instance runs its replicas on.
 
     On Graphcore's systems, the multi-IPU device holding this instance's replicas; here the
     instance's replicas run on local devices of its own, so the id is the instance's index
     among the instances of its host (distinct per instance on a host, as on an IPU-POD).
-    ``ipus_per_replica`` is accepted for compatibility and changes nothing.
+    ``ipusPerReplica`` (Graphcore's name) / ``ipus_per_replica`` are accepted and change nothing.
     """
-    del ipus_per_replica
+    del ipusPerReplica, ipus_per_replica
     return runtime.local_instance_index()
 
 
 def execute_on_instances(instances: Collection[int], function: Callable[..., Any],
                          *args: Any, **kwargs: Any) -> Any:
     """Call ``function(*args, **kwargs)`` on the instances whose index is in ``instances``
-    (e.g. ``{0}`` to save a checkpoint once); return its result there, None elsewhere."""
-    if runtime.instance_index() in set(instances):
+    (e.g. ``{0}`` to save a checkpoint once); return its result there, None elsewhere.
+
+    As Graphcore's, ``synchronize()`` inside ``function`` is a barrier among those instances
+    only: with one instance (or all of them) it works as everywhere; a barrier among another
+    subset raises ValueError (the host collectives here always span every instance).
+    """
+    members = frozenset(int(i) for i in instances)
+    bad = sorted(i for i in members if not 0 <= i < runtime.num_instances())
+    if bad:
+        raise ValueError(f"execute_on_instances: instance(s) {bad} do not exist; this job has "
+                         f"instances 0 .. {runtime.num_instances() - 1}.")
+    if runtime.instance_index() not in members:
+        return None
+    outer = getattr(_participants, "members", None)
+    _participants.members = members
+    try:
         return function(*args, **kwargs)
-    return None
+    finally:
+        _participants.members = outer
+
+
+_participants = threading.local()  # the instances of the innermost execute_on_instances
+
+
+def synchronize() -> None:
+    """A barrier across every instance of the job (inside ``execute_on_instances``, across its
+    instances): returns on each instance once all have called it.
+
+    The wait is bounded by the collectives' stall timeout ($POPRUN_COLLECTIVES_STALL_TIMEOUT,
+    default 300 s): when an instance never arrives, the waiting ones fail with the stall error
+    that names ``popdist.synchronize`` and the launcher ends the job. Starts the host collectives
+    (``init``) when the program has not; a no-op for a single instance.
+    """
+    members = getattr(_participants, "members", None)
+    every = frozenset(range(runtime.num_instances()))
+    if members is not None and members != every:
+        if len(members) == 1:
+            return  # only this instance takes part
+        raise ValueError(
+            f"popdist.synchronize() inside execute_on_instances({sorted(members)}) would be a "
+            f"barrier among a subset of the {len(every)} instances, which poprun-lite's host "
+            f"collectives do not provide; synchronize on one instance or on all of them.")
+    if runtime.num_instances() <= 1:
+        return
+    from popdist_launcher import collectives
+    if not collectives.is_initialized():
+        init()
+    collectives.barrier(name="popdist.synchronize")
+
+
+def checkNumIpusPerReplica(ipus_per_replica: int) -> bool:  # noqa: N802
+    """Whether ``ipus_per_replica`` is the launch's IPUs per replica (poprun-lite
+    --ipus-per-replica; 1 for a plain process), as Graphcore's check."""
+    return runtime.num_ipus_per_replica() == int(ipus_per_replica)
+
+
+def initializeBackend() -> None:  # noqa: N802
+    """Start the host collectives between instances (Horovod here; Graphcore's default backend
+    is MPI). ``init()`` does this too."""
+    runtime.init()
+    from popdist_launcher import collectives
+    collectives.init()
+
+
+def isBackendInitialized() -> bool:  # noqa: N802
+    """True once ``init()`` / ``initializeBackend()`` started the host collectives (and until
+    ``finalizeBackend()``); reading it loads nothing."""
+    state = sys.modules.get("popdist_launcher.collectives._state")
+    return state is not None and state.is_initialized()
+
+
+def finalizeBackend() -> None:  # noqa: N802
+    """Stop the host collectives (a no-op when they are not running). Call it on every instance,
+    after the last collective: the strategies and ``synchronize`` need them."""
+    if isBackendInitialized():
+        from popdist_launcher import collectives
+        collectives.shutdown()
+
+
+def registerDefaultBackend() -> None:  # noqa: N802
+    """Accepted: the default backend here is Horovod's host collectives (``initializeBackend``
+    starts them)."""
 
 
 __all__ = [
+    "checkNumIpusPerReplica",
     "execute_on_instances",
+    "finalizeBackend",
     "getDeviceId",
     "getInstanceIndex",
     "getLocalInstanceIndex",
@@ -99,5 +181,9 @@ __all__ = [
     "getNumTotalReplicas",
     "getReplicaIndexOffset",
     "init",
+    "initializeBackend",
+    "isBackendInitialized",
     "isPopdistEnvSet",
+    "registerDefaultBackend",
+    "synchronize",
 ]

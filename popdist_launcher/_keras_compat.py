@@ -3,8 +3,9 @@ import and that moved (``keras.optimizer_v2``, ``keras.engine``, ``tensorflow.py
 ...), ``compile(steps_per_execution=<tensor>)``, which Graphcore's Keras accepted, and TF 2.6's
 Keras optimizers (the ``OptimizerV2`` classes) under the public optimizer names.
 
-The site hook calls ``install`` once the IPU layer (``popdist_launcher.ipu``) has imported, so a program
-that never imports it sees stock TensorFlow 2.15. An alias is made only for a module that does not
+The site hook calls ``install`` once TensorFlow or Keras (or the IPU layer) has imported, so
+what a program gets does not depend on the order of its imports; these bridges only make work
+what fails in stock Keras 2.15. An alias is made only for a module that does not
 exist in this TensorFlow: it names the module that holds the same classes now (``keras.X`` ->
 ``K.src.X``, ``keras.optimizer_v2.X`` -> ``K.src.optimizers.legacy.X``,
 ``tensorflow.python.keras.X`` -> ``K.src.X``, where K is the package that is Keras 2 here:
@@ -12,7 +13,9 @@ exist in this TensorFlow: it names the module that holds the same classes now (`
 that imports keeps importing itself.
 The optimizers follow a narrower trigger: ``use_tf26_optimizers`` runs when the program imports the IPU
 layer by one of Graphcore's names (``tensorflow.python.ipu``, ``tensorflow.keras.ipu``, ``keras.ipu``),
-so the project's own strategies, which use the IPU layer inside, keep Keras 2.15's optimizers.
+so the project's own strategies, which use the IPU layer inside, keep Keras 2.15's optimizers; the
+names the program's own modules bound before that import (``from tensorflow.keras.optimizers
+import RMSprop``) are bound again to what the public names hold then (``rebind_program_names``).
 Standard library only at import time (the site hook may load this module).
 """
 import functools
@@ -157,9 +160,15 @@ def install(ipu_module=None) -> None:
 
 def add_losses_utils(losses_module) -> None:
     """``keras.losses.losses_utils`` (Keras 2.6's losses module imported it; Graphcore's programs
-    use ``keras.losses.losses_utils.ReductionV2``)."""
+    use ``keras.losses.losses_utils.ReductionV2``) and ``keras.losses.LossFunctionWrapper``
+    (public in Keras 2.6; Graphcore's BERT subclasses it)."""
     if not hasattr(losses_module, "losses_utils"):
         losses_module.losses_utils = _keras2.import_src("utils.losses_utils")
+    if not hasattr(losses_module, "LossFunctionWrapper"):  # the base of the public losses
+        wrapper = next((c for c in losses_module.MeanSquaredError.__mro__
+                        if c.__name__ == "LossFunctionWrapper"), None)
+        if wrapper is not None:
+            losses_module.LossFunctionWrapper = wrapper
 
 
 # TensorFlow 2.6's ``tf.keras.optimizers`` classes: Keras 2.11+ keeps them in ``optimizers.legacy``.
@@ -182,6 +191,7 @@ def use_tf26_optimizers(_module=None) -> None:
     after_import(f"{keras}.src.optimizers", "popdist_launcher._keras_compat:legacy_by_name")
     for name in ("tensorflow.keras.optimizers",) + tuple(f"{keras}.{m}" for m in _OPTIMIZER_API):
         after_import(name, "popdist_launcher._keras_compat:tf26_optimizer_names")
+    rebind_program_names()  # what the program bound before this import
 
 
 def legacy_by_name(optimizers_module) -> None:
@@ -206,6 +216,75 @@ def tf26_optimizer_names(api_module) -> None:
     legacy_by_name(optimizers_module)
     for name, module in _TF26_OPTIMIZERS.items():
         legacy = _keras2.import_src(f"optimizers.legacy.{module}")
-        setattr(api_module, name, getattr(legacy, "OptimizerV2" if name == "Optimizer" else name))
+        tf26_class = getattr(legacy, "OptimizerV2" if name == "Optimizer" else name)
+        current = getattr(api_module, name, None)
+        if current is not None and current is not tf26_class:
+            _REPLACED[id(current)] = (current, tf26_class)
+        setattr(api_module, name, tf26_class)
     api_module.deserialize = optimizers_module.deserialize
     log.debug("%s: TensorFlow 2.6's OptimizerV2 classes", api_module.__name__)
+
+
+# id(Keras 2.11+ class a public name held) -> (that class, the TF 2.6 class now at the name).
+_REPLACED: dict = {}
+
+
+def _program_files() -> dict:
+    """The modules of the program itself (not the standard library, site-packages or this
+    project) that have a Python source file: module name -> file."""
+    import os
+    import sysconfig
+    skip = {os.path.realpath(sysconfig.get_paths()[key]) + os.sep
+            for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    own = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+    found = {}
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if not path or not path.endswith(".py") or not isinstance(getattr(module, "__dict__", None), dict):
+            continue
+        real = os.path.realpath(path)
+        if any(real.startswith(prefix) for prefix in skip) or (
+                real.startswith(own) and name.split(".")[0] in ("popdist_launcher", "popdist")):
+            continue
+        found[name] = real
+    return found
+
+
+def _optimizer_imports(path: str) -> list:
+    """The (bound name, imported name) pairs of ``from <public Keras optimizers module> import X``
+    at the top level of ``path`` (also inside ``if``/``try`` blocks)."""
+    import ast
+    try:
+        with open(path, encoding="utf-8") as source:
+            tree = ast.parse(source.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return []
+    pairs = []
+    body = list(tree.body)
+    while body:
+        node = body.pop(0)
+        if isinstance(node, (ast.If, ast.Try)):
+            body.extend(node.body + node.orelse + getattr(node, "finalbody", [])
+                        + [n for h in getattr(node, "handlers", []) for n in h.body])
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and (
+                node.module.endswith(".optimizers") or node.module == "keras.optimizers"):
+            pairs.extend((alias.asname or alias.name, alias.name) for alias in node.names)
+    return pairs
+
+
+def rebind_program_names() -> None:
+    """The names a program's modules bound with ``from tensorflow.keras.optimizers import Adam``
+    (or ``keras.optimizers``, ``tf.optimizers``) before the IPU layer was imported: bound now to
+    the class the public name holds, as when the IPU layer is imported first."""
+    if not _REPLACED:
+        return
+    for name, path in _program_files().items():
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        for bound, imported in _optimizer_imports(path):
+            value = module.__dict__.get(bound)
+            replaced = _REPLACED.get(id(value))
+            if replaced is not None and replaced[0] is value:
+                module.__dict__[bound] = replaced[1]
+                log.debug("%s.%s: TensorFlow 2.6's %s", name, bound, imported)

@@ -2,7 +2,8 @@
 ``tensorflow.python.ipu[.X]`` import as ``popdist_launcher.ipu[.X]`` (the same module objects)
 and the SDK's internal ``tensorflow.compiler.plugin[.X]`` as ``popdist_launcher.ipu._sdk[.X]``,
 so IPU programs run unedited (importing the IPU layer by Graphcore's names also gives TensorFlow
-2.6's Keras optimizers, see popdist_launcher._keras_compat), and runs the hooks registered with
+2.6's Keras optimizers, also to the names the program bound before, see
+popdist_launcher._keras_compat), and runs the hooks registered with
 ``after_import`` right after a module (TensorFlow, the estimator's RunConfig ...) first finishes
 importing. Standard library only; nothing is imported until a program imports one of those
 modules.
@@ -225,7 +226,15 @@ def install_keras_2() -> None:
 install_keras_2()
 if os.environ.get(ALIAS_ENV, "1") != "0":
     install_ipu_alias()
-after_import("popdist_launcher.ipu.config", "popdist_launcher._keras_compat:install")  # TF 2.6 Keras
+# TF 2.6's Keras module names, losses_utils and compile(steps_per_execution=<tensor>) from the
+# moment TensorFlow or Keras imports, so that what a program gets does not depend on whether
+# it imports them before or after the IPU layer (they only make what fails in stock Keras work).
+after_import("tensorflow", "popdist_launcher._keras_compat:install")
+after_import("keras", "popdist_launcher._keras_compat:install")
+after_import("popdist_launcher.ipu.config", "popdist_launcher._keras_compat:install")
+# tf.data's statistics and settings that TF 1.15 / 2.6 had and TF 2.15 removed.
+after_import("tensorflow", "popdist_launcher._tf_data_compat:install")
+after_import("tensorflow", "popdist_launcher._tf_removed:install")  # moved and removed modules
 after_import("popdist_launcher.ipu.config", "popdist_launcher.ipu._ipu_devices:watch")  # IPU:N
 after_import("tensorflow", "popdist_launcher._estimator_compat:install")  # tf.estimator on TF 2.16+
 # Hooks on first import, each only where its variable asks for it (see popdist_launcher._contract).

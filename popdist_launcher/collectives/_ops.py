@@ -538,3 +538,19 @@ def broadcast_variables(variables: Iterable[tf.Variable], root_rank: int = 0
     if tf.executing_eagerly():
         return None
     return tf.group(*assigns, name="broadcast_variables")
+
+
+def barrier(name: str = "barrier") -> None:
+    """Return once every instance has called ``barrier`` (a Sum allreduce of one integer, under
+    the stall watchdog: an instance that never arrives fails the others with the stall error
+    naming ``name``). Runs eagerly, also in a program in TensorFlow 1's graph mode."""
+    st = _state.require()
+    if tf.executing_eagerly():
+        arrived = int(allreduce(tf.constant(1, tf.int32), op=Sum, name=name))
+    else:  # graph mode: a private graph and session, so the program's graph is not touched
+        with tf.Graph().as_default():
+            total = allreduce(tf.constant(1, tf.int32), op=Sum, name=name)
+            with tf.compat.v1.Session() as session:
+                arrived = int(session.run(total))
+    if arrived != st.size:
+        raise RuntimeError(f"{name}: {arrived} of {st.size} instances arrived at the barrier.")

@@ -66,10 +66,84 @@ def _system() -> _configured_system.ConfiguredSystem:
 
 
 def watch(config_module=None) -> None:
-    """Install the mapping once TensorFlow's graph module has imported (the site hook calls this
-    when the IPU layer imports; standard library only until then)."""
+    """Install the mapping once TensorFlow's graph module has imported, and the IPU device
+    listing once TensorFlow has (the site hook calls this when the IPU layer imports; standard
+    library only until then)."""
     from popdist_launcher._startup import after_import
     after_import("tensorflow.python.framework.ops", "popdist_launcher.ipu._ipu_devices:install")
+    after_import("tensorflow", "popdist_launcher.ipu._ipu_devices:install_listing")
+
+
+def num_ipus() -> int:
+    """The IPUs of this instance: those configure_ipu_system selected or, before it, those the
+    launch gives the instance (local replicas x IPUs per replica; 1 for a plain process), as
+    an IPU-POD instance sees its partition's IPUs."""
+    system = _configured_system.get_configured_system()
+    if system is not None:
+        return system.num_ipus
+    from popdist_launcher import runtime
+    return runtime.num_local_replicas() * runtime.num_ipus_per_replica()
+
+
+def _is_ipu_type(device_type) -> bool:
+    return isinstance(device_type, str) and device_type.upper() == "IPU"
+
+
+def ipu_physical_devices() -> list:
+    """``tf.config.list_physical_devices("IPU")``: ``/physical_device:IPU:N``, type ``IPU``."""
+    from tensorflow.python.eager import context
+    return [context.PhysicalDevice(name=f"/physical_device:IPU:{i}", device_type="IPU")
+            for i in range(num_ipus())]
+
+
+def ipu_logical_devices() -> list:
+    """``tf.config.list_logical_devices("IPU")``: ``/job:localhost/replica:0/task:0/device:IPU:N``
+    (listing them initialises no TensorFlow device, so configure_ipu_system may still follow)."""
+    from tensorflow.python.eager import context
+    return [context.LogicalDevice(name=f"/job:localhost/replica:0/task:0/device:IPU:{i}",
+                                  device_type="IPU") for i in range(num_ipus())]
+
+
+def _listing(original, ipu_devices):
+    @functools.wraps(original)
+    def listing(device_type=None):
+        if _is_ipu_type(device_type):
+            return ipu_devices()
+        return original(device_type)
+    listing._ipu_devices = True
+    return listing
+
+
+def _device_details(original):
+    @functools.wraps(original)
+    def get_device_details(device):
+        if _is_ipu_type(getattr(device, "device_type", None)):
+            return {"device_name": "IPU"}
+        return original(device)
+    get_device_details._ipu_devices = True
+    return get_device_details
+
+
+def install_listing(tf_module=None) -> None:
+    """``tf.config.list_physical_devices("IPU")``, ``list_logical_devices("IPU")`` (also as
+    ``tf.config.experimental.*`` and ``get_visible_devices``) list this instance's IPUs;
+    ``get_device_details`` of one says ``IPU``. Every other device type is TensorFlow's."""
+    import tensorflow as tf
+    from tensorflow.python.framework import config as framework_config
+
+    modules = [framework_config, tf.config, tf.config.experimental, tf.compat.v1.config,
+               tf.compat.v1.config.experimental]
+    wrappers = {"list_physical_devices": ipu_physical_devices,
+                "list_logical_devices": ipu_logical_devices,
+                "get_visible_devices": ipu_physical_devices}
+    for module in modules:
+        for name, ipu_devices in wrappers.items():
+            original = getattr(module, name, None)
+            if original is not None and not getattr(original, "_ipu_devices", False):
+                setattr(module, name, _listing(original, ipu_devices))
+        original = getattr(module, "get_device_details", None)
+        if original is not None and not getattr(original, "_ipu_devices", False):
+            setattr(module, "get_device_details", _device_details(original))
 
 
 def install(ops_module=None) -> None:
@@ -88,3 +162,25 @@ def install(ops_module=None) -> None:
 
     apply_device_functions._ipu_devices = True
     ops.Graph._apply_device_functions = apply_device_functions  # noqa: SLF001
+    _map_eager_device_scopes()
+
+
+def _map_eager_device_scopes() -> None:
+    """``with tf.device("/device:IPU:N")`` in eager code runs its ops on the local device
+    standing for IPU N (TensorFlow would otherwise place them on its default device)."""
+    from tensorflow.python.eager import context
+
+    original = context.Context.device
+    if getattr(original, "_ipu_devices", False):
+        return
+
+    @functools.wraps(original)
+    def device(ctx, name):
+        if isinstance(name, str) and ("IPU" in name or "ipu" in name):
+            name = local_device(name)
+        return original(ctx, name)
+
+    device._ipu_devices = True
+    context.Context.device = device
+
+

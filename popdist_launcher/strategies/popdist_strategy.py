@@ -62,6 +62,14 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
     def _num_replicas_in_sync(self) -> int:
         return self._num_local * self._num_instances
 
+    @property
+    def _global_batch_size(self) -> bool:
+        """False: a fixed batch (``keras.Input(batch_size=B)``) and the datasets are per replica,
+        as with Graphcore's strategies, whose replicas each take the dataset's micro-batch
+        (Keras divides a fixed batch by the replicas in sync only for a strategy that batches
+        globally)."""
+        return False
+
     def _get_replica_id_in_sync_group(self, replica_id):
         return self._instance_index * self._num_local + replica_id
 
