@@ -24,7 +24,10 @@ ALIAS_ENV = "POPDIST_LAUNCHER_IPU_ALIAS"
 ALIASED = "tensorflow.python.ipu"
 TARGET = "popdist_launcher.ipu"
 # Graphcore's Keras module (``from tensorflow.keras import ipu``; ``keras.ipu.PipelineStage``).
-KERAS_ALIASES = ("keras.ipu", "tensorflow.keras.ipu", "keras.api._v2.keras.ipu")
+# ``tf_keras.ipu``: ``from keras import ipu`` where ``keras`` is tf-keras by another name (the
+# import system looks the submodule up by the module's own name).
+KERAS_ALIASES = ("keras.ipu", "tensorflow.keras.ipu", "keras.api._v2.keras.ipu", "tf_keras.ipu",
+                 "tf_keras.api._v2.keras.ipu")
 KERAS_TARGET = "popdist_launcher.ipu.keras"
 # The SDK's internal modules (``from tensorflow.compiler.plugin.poplar.ops import gen_ipu_ops``).
 SDK_ALIASED = "tensorflow.compiler.plugin"
