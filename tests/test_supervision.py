@@ -316,7 +316,7 @@ def test_launcher_sigkill_ends_setsid_daemons_too(backend, pid_dir):
 def test_wrapper_refuses_a_connection_without_the_job_secret(pid_dir):
     # A local process that finds the launcher's socket cannot pose as an instance.
     job = poprun_background("-np", "2", "--backend", "mpi", program("behave.py"), str(pid_dir),
-                            "usr1", "sleep:4")
+                            "usr1", "waitfor:intruder-done")
     wait_for_files([pid_dir / f"ready-{i}" for i in range(2)])
     sockets = [os.path.join(root, name) for root, _, names in os.walk(os.environ.get(
         "TMPDIR", "/tmp")) if f"poprun-lite-{job.pid}-" in root for name in names]
@@ -326,6 +326,7 @@ def test_wrapper_refuses_a_connection_without_the_job_secret(pid_dir):
          f"unix:{sockets[0]}", "--index", "1"], capture_output=True, text=True, timeout=30,
         env={**os.environ, "POPRUN_JOB_SECRET": "0" * 32})
     assert intruder.returncode != 0
+    (pid_dir / "intruder-done").touch()  # the job outlives the intruder, however slow it starts
     out, err = job.communicate(timeout=60)
     assert job.returncode == 0, err
     assert "refused a connection that did not prove it belongs to this job" in err
