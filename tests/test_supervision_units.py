@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from popdist_launcher.launcher import output as out
+from popdist_launcher.launcher import output as out, report
 from popdist_launcher.launcher.backends.base import WRAPPER_CODE, Backend, Launch, Wiring
 from popdist_launcher.launcher.backends.ssh import SshBackend
 from popdist_launcher.launcher.hub import Hub
@@ -110,6 +110,24 @@ def test_tail_keeps_the_last_lines_and_only_instance_filters_the_console():
     router.close_all()
     assert console.read() == (b"", b"[1]<stderr>:shown\n")
     assert router.tail(0, "stderr") == ["line 7", "line 8", "line 9"]
+
+
+def test_the_report_names_the_first_python_error_that_left_the_tail():
+    # A thread's traceback after the main thread's can push the root cause out of the tail.
+    console = Console()
+    router = out.Router(1, out.OutputOptions(tail_lines=3), console=console.fds)
+    router.feed(0, "stderr", b"Traceback (most recent call last):\n  File \"a.py\", line 1\n"
+                             b"    ~~~^^\nRuntimeError: the loop failed at step 3\n")
+    router.feed(0, "stderr", b"Traceback (most recent call last):\n  File \"b.py\", line 2\n"
+                             b"OSError: the reader stops\n")
+    router.close_all()
+    assert router.first_error(0) == "RuntimeError: the loop failed at step 3"
+    cause = report.Cause("poprun-lite: instance 0 exited with code 1.", instance=0)
+    text = report.failure_report(cause, {}, {0: {"stderr": router.tail(0, "stderr"),
+                                                 "stdout": []}}, {},
+                                 first_errors={0: router.first_error(0)})
+    assert "instance 0's first error: RuntimeError: the loop failed at step 3" in text
+    assert text.index("first error") < text.index("OSError: the reader stops")
 
 
 def test_on_a_terminal_a_progress_bar_redraws_in_place():

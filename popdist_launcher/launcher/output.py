@@ -177,6 +177,10 @@ class Router:
         self._tails: Dict[Tuple[int, str], Deque[str]] = {
             (i, s): collections.deque(maxlen=options.tail_lines)
             for i in range(num_instances) for s in (STDOUT, STDERR)}
+        # Python's first exception line on each stderr ("RuntimeError: ..."), for the report: a
+        # later traceback (a thread's, Python 3.13's longer ones) can push it out of the tail.
+        self._in_traceback: Dict[int, bool] = {}
+        self._first_errors: Dict[int, str] = {}
         self._open: Optional[Tuple[int, str]] = None  # whose line the terminal's cursor ends
         self._held: Dict[Tuple[int, str], _Held] = {}  # terminal: unfinished lines waiting
         self.stacks: Dict[int, str] = {}
@@ -322,7 +326,23 @@ class Router:
         lines = [first] + parts[1:-1]
         if parts[-1]:
             self._tail_partial[key] = parts[-1][-TAIL_LINE_CHARS * 4:]
+        if stream == STDERR and index not in self._first_errors:
+            self._find_first_error(index, lines)
         self._tails[key].extend(_readable(line) for line in lines[-keep:])
+
+    def _find_first_error(self, index: int, lines: List[bytes]) -> None:
+        """Remember the exception line that ends the first Python traceback on ``index``'s stderr
+        (the first unindented line after "Traceback (most recent call last):")."""
+        for line in lines:
+            if line.startswith(b"Traceback (most recent call last):"):
+                self._in_traceback[index] = True
+            elif self._in_traceback.get(index) and line[:1] not in (b" ", b"\t", b""):
+                self._first_errors[index] = _readable(line)
+                return
+
+    def first_error(self, index: int) -> Optional[str]:
+        """The exception line of the first Python traceback ``index`` wrote to stderr, if any."""
+        return self._first_errors.get(index)
 
     def close(self, index: int, stream: str) -> None:
         """The stream ended: an unfinished last line still reaches the console as a line."""

@@ -52,15 +52,20 @@ def describe(end: InstanceEnd) -> str:
 
 def failure_report(cause: Cause, ends: Dict[int, InstanceEnd],
                    tails: Dict[int, Dict[str, List[str]]], stacks: Dict[int, str],
-                   what: str = "job") -> str:
-    """The report's text: ``tails`` holds each instance's last stderr and stdout lines; ``what``
-    failed: the job, or one attempt of an elastic job."""
+                   what: str = "job",
+                   first_errors: Optional[Dict[int, Optional[str]]] = None) -> str:
+    """The report's text: ``tails`` holds each instance's last stderr and stdout lines and
+    ``first_errors`` the exception line of each one's first Python traceback; ``what`` failed:
+    the job, or one attempt of an elastic job."""
     lines = ["", console.line(f"===== {what} failed: root cause ====="),
              console.line(cause.headline)]
     index = cause.instance
     if index is not None:
         who = ends[index].who if index in ends else f"instance {index}"
         stderr, stdout = tails[index]["stderr"], tails[index]["stdout"]
+        first_error = (first_errors or {}).get(index)
+        if first_error and first_error not in stderr:
+            lines.append(console.line(f"{who}'s first error: {first_error}"))
         if stderr:
             lines.append(console.line(f"last {len(stderr)} line(s) of {who}'s stderr:"))
             lines.extend(f"    {line}" for line in stderr)

@@ -507,7 +507,8 @@ class Supervisor:
         if failure is not None:
             tails = {i.index: {STDERR: self.router.tail(i.index, STDERR),
                                STDOUT: self.router.tail(i.index, STDOUT)} for i in self.instances}
+            first_errors = {i.index: self.router.first_error(i.index) for i in self.instances}
             stacks = self.router.stacks if self._stacks.in_report else {}
             console.write(report.failure_report(failure.cause, self._ends(), tails, stacks,
-                                                self.failure_title))
+                                                self.failure_title, first_errors))
         return self._outcome.result()
