@@ -101,8 +101,10 @@ def report() -> Tuple[List[str], List[str]]:
             if needed not in hvd["controllers"]:
                 problems.append(f"Horovod was built without the {needed} controller; rebuild it "
                                 f"with HOROVOD_WITH_{needed.upper()}=1 ({FIX})")
-    if "error" not in tf and not tf["estimator"] and tf["version"].startswith("2.15."):
-        problems.append("this TensorFlow has no tf.estimator; install tensorflow-estimator==2.15.0")
+    if "error" not in tf and not tf["estimator"]:
+        problems.append("this TensorFlow has no tf.estimator; install tensorflow-estimator==2.15.0 "
+                        "(with --no-deps on TensorFlow 2.16+, where popdist_launcher's site hook "
+                        "makes it importable)")
     if "error" not in tf and not str(tf["keras"]).startswith("2."):
         problems.append(f"tf.keras is Keras {tf['keras']}, not Keras 2, which Horovod and the IPU "
                         f"layer need; unset TF_USE_LEGACY_KERAS (this environment sets it to 1) "
