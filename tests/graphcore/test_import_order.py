@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import poprun
+from conftest import KERAS_2, poprun
 
 PROGRAM = Path(__file__).parent / "programs" / "import_order" / "main.py"
-LEGACY = "keras.src.optimizers.legacy."
+LEGACY = f"{KERAS_2}.src.optimizers.legacy."
 EXPECTED = {
     "RMSprop": LEGACY + "rmsprop.RMSprop", "RMSpropAfter": LEGACY + "rmsprop.RMSprop", "SGD": LEGACY + "gradient_descent.SGD",
     "KerasAdam": LEGACY + "adam.Adam", "rmsprop_module.RMSprop": LEGACY + "rmsprop.RMSprop",
-    "data_adapter.DataHandler": "keras.src.engine.data_adapter.DataHandler",
-    "NewAdam": "keras.src.optimizers.adam.Adam",  # tf.keras.optimizers.experimental stays 2.11+
+    "data_adapter.DataHandler": f"{KERAS_2}.src.engine.data_adapter.DataHandler",
+    "NewAdam": f"{KERAS_2}.src.optimizers.adam.Adam",  # tf.keras.optimizers.experimental stays 2.11+
 }
 
 
