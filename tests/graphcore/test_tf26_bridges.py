@@ -82,4 +82,4 @@ def test_a_program_without_the_ipu_layer_gets_the_moved_modules_and_stock_optimi
                     "keras.engine.data_adapter": "imported",
                     "tensorflow.python.keras.datasets": "imported",
                     "compile": "accepted", "ipu": False,
-                    "optimizer": "keras.src.optimizers.sgd"}
+                    "optimizer": f"{KERAS_2}.src.optimizers.sgd"}
