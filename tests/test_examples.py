@@ -6,6 +6,8 @@ import pytest
 from conftest import poprun
 
 pytestmark = pytest.mark.slow
+TF_STARTUP_LINE = re.compile(r"All log messages before absl::InitializeLog\(\) is called"
+                             r"|\] oneDNN custom operations are on")
 
 
 def final_accuracy(stdout: str) -> float:
@@ -36,4 +38,7 @@ def test_cnn_estimator_example_matches_one_process(tmp_path):
     assert abs(final_accuracy(two.stdout) - final_accuracy(one.stdout)) <= 0.01
     # `make demo` reads at a glance: the example's lines, one per epoch, no deprecation notices.
     assert len(re.findall(r"^\[0\]<stdout>:epoch +\d", two.stdout, re.M)) == 2, two.stdout
-    assert "deprecated" not in two.stderr and len(two.stderr.splitlines()) <= 4, two.stderr
+    # TensorFlow 2.16+'s C++ runtime announces itself before any log setting applies (absl's
+    # "before absl::InitializeLog()" line and the oneDNN notice): not the example's lines.
+    ours = [line for line in two.stderr.splitlines() if not TF_STARTUP_LINE.search(line)]
+    assert "deprecated" not in two.stderr and len(ours) <= 4, two.stderr
