@@ -25,6 +25,7 @@ import logging
 import sys
 
 from popdist_launcher import _keras2
+from popdist_launcher._startup import SameModuleLoader
 
 log = logging.getLogger(__name__)
 
@@ -48,22 +49,6 @@ def _moved_to(fullname: str):
         if fullname == old or fullname.startswith(old + "."):
             return tuple(prefix + fullname[len(old):] for prefix in new)
     return ()
-
-
-class _AliasLoader:
-    """Loads a moved name as the module that holds its classes now (one module object, two names)."""
-
-    def __init__(self, target: str) -> None:
-        self._target = target
-        self._spec = None
-
-    def create_module(self, spec):
-        module = importlib.import_module(self._target)
-        self._spec = module.__spec__
-        return module
-
-    def exec_module(self, module) -> None:
-        module.__spec__ = self._spec  # the import system set the alias's spec: keep the real one
 
 
 class MovedKerasFinder:
@@ -91,7 +76,7 @@ class MovedKerasFinder:
             if real_spec is not None:
                 log.debug("%s is %s in this Keras", fullname, real)
                 return importlib.util.spec_from_loader(
-                    fullname, _AliasLoader(real),
+                    fullname, SameModuleLoader(real),
                     is_package=real_spec.submodule_search_locations is not None)
         return None
 

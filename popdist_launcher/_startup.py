@@ -82,8 +82,9 @@ class IPUAliasFinder:
             is_package=real_spec.submodule_search_locations is not None)
 
 
-class _SameModuleLoader:
-    """Loads a name as another name's module and leaves that module's own spec in place."""
+class SameModuleLoader:
+    """Loads a name as another name's module and leaves that module's own spec in place (the
+    one loader for every alias the site hook and the compatibility modules make)."""
 
     def __init__(self, target: str) -> None:
         self._target = target
@@ -140,7 +141,7 @@ class Keras2Finder:
         if real_spec is None:
             return None
         return importlib.util.spec_from_loader(
-            fullname, _SameModuleLoader(real),
+            fullname, SameModuleLoader(real),
             is_package=real_spec.submodule_search_locations is not None)
 
 

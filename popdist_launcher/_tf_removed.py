@@ -13,6 +13,8 @@ import importlib
 import importlib.util
 import sys
 
+from popdist_launcher._startup import SameModuleLoader
+
 _ALIASES = {
     "tensorflow.python.distribute.distribution_strategy_context":
         "tensorflow.python.distribute.distribute_lib",
@@ -30,20 +32,6 @@ _GONE = {
 }
 
 
-class _AliasLoader:
-    def __init__(self, target: str) -> None:
-        self._target = target
-        self._spec = None
-
-    def create_module(self, spec):
-        module = importlib.import_module(self._target)
-        self._spec = module.__spec__
-        return module
-
-    def exec_module(self, module) -> None:
-        module.__spec__ = self._spec  # keep the real module's spec
-
-
 class RemovedTensorFlowFinder:
     """A meta path finder for the removed TensorFlow module names above."""
 
@@ -52,7 +40,7 @@ class RemovedTensorFlowFinder:
             return None
         target_name = _ALIASES.get(fullname)
         if target_name is not None:
-            return importlib.util.spec_from_loader(fullname, _AliasLoader(target_name),
+            return importlib.util.spec_from_loader(fullname, SameModuleLoader(target_name),
                                                    is_package=False)
         for gone, sentence in _GONE.items():
             if fullname == gone or fullname.startswith(gone + "."):

@@ -9,6 +9,7 @@ import re
 import sys
 import types
 from typing import Optional, Sequence, Tuple
+from popdist_launcher._startup import SameModuleLoader
 
 log = logging.getLogger(__name__)
 
@@ -103,23 +104,6 @@ class LazyEstimator(types.ModuleType):
         return dir(self._lazy_load())
 
 
-class _ExistingModuleLoader:
-    """Loads a name as another, importable module (the same module object, its own spec kept)."""
-
-    def __init__(self, target: str) -> None:
-        self._target = target
-        self._spec = None
-
-    def create_module(self, spec):
-        module = importlib.import_module(self._target)
-        self._spec = module.__spec__
-        return module
-
-    def exec_module(self, module) -> None:
-        module.__spec__ = self._spec  # the target ran under its own name; the import system
-        # gave it the alias's spec
-
-
 class TPUOnlyModule(types.ModuleType):
     """A removed TPU module: imports, and says what happened when TPUEstimator uses it. A class
     name (``tpu_embedding.AdagradParameters``, which the estimator imports and lists in a tuple
@@ -169,7 +153,7 @@ class RemovedModuleFinder:
 
     def find_spec(self, fullname: str, path: Optional[Sequence[str]] = None, target=None):
         if fullname in STAND_INS:
-            return importlib.util.spec_from_loader(fullname, _ExistingModuleLoader(STAND_INS[fullname]))
+            return importlib.util.spec_from_loader(fullname, SameModuleLoader(STAND_INS[fullname]))
         if fullname in TPU_ONLY:
             return importlib.util.spec_from_loader(fullname, _TPUOnlyLoader(self._version))
         for name, real in PACKAGE_NAMES:
@@ -182,6 +166,6 @@ class RemovedModuleFinder:
                 if real_spec is None:
                     return None
                 return importlib.util.spec_from_loader(
-                    fullname, _ExistingModuleLoader(real_name),
+                    fullname, SameModuleLoader(real_name),
                     is_package=real_spec.submodule_search_locations is not None)
         return None
