@@ -162,7 +162,9 @@ def _names(param: click.Option) -> str:
 
 def render(command: click.Command, kwargs: Dict[str, Any]) -> str:
     prog = kwargs.get("prog_name") or SCRIPT
-    prefix = kwargs.get("auto_envvar_prefix")
+    # main(auto_envvar_prefix=...) as the entry point calls it, else the command's own setting
+    prefix = (kwargs.get("auto_envvar_prefix")
+              or (command.context_settings or {}).get("auto_envvar_prefix"))
     ctx = click.Context(command, info_name=prog, auto_envvar_prefix=prefix)
     options = [p for p in command.params if isinstance(p, click.Option)]
     shown = [p for p in options if not p.hidden]
