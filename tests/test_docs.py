@@ -223,6 +223,15 @@ def test_relative_links_resolve(page):
     assert not broken, "broken links:\n" + "\n".join(broken)
 
 
+def test_every_page_is_in_the_index():
+    index = ROOT / "docs" / "README.md"
+    linked = {(index.parent / target.partition("#")[0]).resolve()
+              for _, target in _links(index) if target.partition("#")[0]}
+    missing = [page.name for page in PAGES
+               if page.parent == index.parent and page != index and page not in linked]
+    assert not missing, f"docs/README.md (the guide's index) does not link {missing}"
+
+
 def test_github_anchor_rules():
     assert github_anchor("1. `RunConfig(train_distribute=strategy)` with an `IPUEstimator`") == (
         "1-runconfigtrain_distributestrategy-with-an-ipuestimator")
