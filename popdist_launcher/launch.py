@@ -331,7 +331,7 @@ def _export_path(ctx: click.Context, param: click.Parameter,
               show_envvar=True, metavar="SECONDS",
               help="An instance whose process is stopped or stuck in the kernel while the job "
                    "has made no progress (library reports: steps, checkpoints, Horovod commits) "
-                   "for SECONDS is hung: it is killed and counts as failed (README, 'Hung "
+                   "for SECONDS is hung: it is killed and counts as failed (docs/elastic.md, 'Hung "
                    "workers'). 0 turns the check off.  [default: 5 x the longest interval "
                    "between an instance's progress reports, at least 30 s]")
 @click.option("--port-range", default=None, metavar="LOW-HIGH", callback=_parse_port_range,
@@ -454,7 +454,7 @@ def _export_path(ctx: click.Context, param: click.Parameter,
                    "change.  [default: no limit]")
 @click.option("--host-failure-limit", type=int, default=None, show_envvar=True,
               help="Elastic: a host whose instances fail this many times in a row without "
-                   "progress (see README, 'Failures that repeat') is blacklisted when other "
+                   "progress (see docs/elastic.md, 'Failures that repeat') is blacklisted when other "
                    "hosts can carry the job, else the job ends.  [default: 3]")
 @click.option("--blacklist-cooldown-range", type=int, nargs=2, default=None,
               metavar="LOW HIGH", show_envvar=True,

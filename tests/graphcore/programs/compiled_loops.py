@@ -206,7 +206,8 @@ for jit in (True, False):
     key = "jit" if jit else "plain"
     if local_replicas == 1:
         # Several local replicas: one iterator has no order among them, and TensorFlow's
-        # replica threads cannot reduce gradients inside a loop (see the README).
+        # replica threads cannot reduce gradients inside a loop (docs/ipu-programs.md,
+        # 'Compiled loops and outfeeds').
         result[f"guide_loop_{key}"] = guide_loop(jit)
         result[f"dataset_in_function_{key}"] = dataset_in_function(jit)
         result[f"repeat_over_infeed_{key}"] = repeat_over_infeed(jit)
