@@ -1,10 +1,19 @@
-"""``poprun-lite``: the command line. Options -> JobOptions -> agent (plan, backend, supervisor).
+"""``poprun-lite``: the command line, and the console script's entry point (``main``).
+Options -> JobOptions -> agent (plan, backend, supervisor).
 
 This module is on every job's start-up path: it never imports TensorFlow or Horovod.
 """
 from __future__ import annotations
 
 import gc
+import os
+import signal
+
+# An interrupt while this module loads ends the command with 130, not a traceback (Python's
+# KeyboardInterrupt comes back at the end of this module; an ignored SIGINT stays ignored).
+_LOADING_INTERRUPTED = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+if _LOADING_INTERRUPTED:
+    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
 
 # The imports below (click's and the launcher's) allocate tens of thousands of objects and no
 # garbage: the cyclic collector's passes over them cost ~5 ms of every start-up. Off until the
@@ -12,7 +21,6 @@ import gc
 _COLLECTING = gc.isenabled()
 gc.disable()
 
-import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -556,10 +564,11 @@ def _configurable_values(ctx: click.Context) -> Dict[str, Any]:
     return values
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point: click's errors become one line on stderr and exit code 2, never a traceback."""
+def run(argv: Sequence[str]) -> int:
+    """The command line with ``argv`` (without the program name), in this process; the exit
+    code. click's errors become one line on stderr and exit code 2, never a traceback."""
     try:
-        words = _boolean_values(sys.argv[1:] if argv is None else argv)
+        words = _boolean_values(argv)
         code = cli.main(args=words, prog_name=PROG,
                         standalone_mode=False, auto_envvar_prefix=ENV_PREFIX)
     except click.UsageError as exc:
@@ -575,8 +584,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return code if isinstance(code, int) else 0
 
 
-def run() -> None:
-    code = main()
+def main() -> None:
+    """The ``poprun-lite`` command (console script, ``python -m popdist_launcher``): runs the
+    command line with ``sys.argv`` and ends the process with its exit code."""
+    code = run(sys.argv[1:])
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # nothing left to finalize: skipping the interpreter's teardown saves ~25 ms
@@ -585,6 +596,8 @@ def run() -> None:
 gc.freeze()  # what the imports made lives as long as the launcher: never scanned again
 if _COLLECTING:
     gc.enable()
+if _LOADING_INTERRUPTED:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 if __name__ == "__main__":
-    run()
+    main()

@@ -99,7 +99,7 @@ class Layout(NamedTuple):
     def _prepare_local(self, port_range, local_ports: int) -> Prepared:
         address, iface = LOOPBACK, "lo"
         if self.subnet or self.iface:
-            address, iface = _local_choice(self.subnet, self.iface, None)
+            address, iface = launcher_address(self.subnet, self.iface, None)
         reservation = ports.reserve(sum(self.counts) + local_ports, port_range=port_range)
         try:
             rendezvous = ports.listen_socket(address)
@@ -119,7 +119,7 @@ class Layout(NamedTuple):
             peer = probes[remote[0][0].name].address
         except RemoteError as exc:
             raise TopologyError(str(exc), exc.hosts) from None
-        address, iface = _local_choice(self.subnet, self.iface, peer)
+        address, iface = launcher_address(self.subnet, self.iface, peer)
         if self.controller == "gloo":
             for name, probe in probes.items():
                 if probe.hostname_address.startswith("127."):
@@ -152,7 +152,10 @@ class Layout(NamedTuple):
         return Prepared(chosen, tf_ports, rendezvous, reservations, extra)
 
 
-def _local_choice(subnet: Optional[str], iface: Optional[str], peer: Optional[str]) -> Tuple[str, str]:
+def launcher_address(subnet: Optional[str], iface: Optional[str],
+                     peer: Optional[str]) -> Tuple[str, str]:
+    """The launcher host's (address, interface) in ``subnet`` / on ``iface``, or the one that
+    reaches ``peer``; TopologyError when there is none."""
     from popdist_launcher.launcher.spawned import netinfo
 
     try:

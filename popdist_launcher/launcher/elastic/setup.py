@@ -8,7 +8,8 @@ from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher.launcher import hosts as hostlib
 from popdist_launcher.launcher.backends.detect import in_slurm_allocation
-from popdist_launcher.launcher.elastic import discovery, kind
+from popdist_launcher.launcher import discovery_script
+from popdist_launcher.launcher.elastic import kind
 from popdist_launcher.launcher.plan import PlanError
 from popdist_launcher.launcher.topology import Layout, TopologyError
 
@@ -116,8 +117,8 @@ def _hosts_at_start(script: Optional[str], slots_per_host: int, host: Optional[s
     alone with ``local_slots``."""
     if script:
         try:
-            found = discovery.run_discovery(script, slots_per_host, timeout)
-        except discovery.DiscoveryError as exc:
+            found = discovery_script.run_discovery(script, slots_per_host, timeout)
+        except discovery_script.DiscoveryError as exc:
             raise PlanError(str(exc)) from None
         return [hostlib.HostSlots(name, count) for name, count in found]
     try:

@@ -16,7 +16,7 @@ never installs Horovod's signal handlers, and exits at once when CONTROL_FD reac
 What differs from horovodrun's driver: hosts come from the launcher (it runs the discovery
 script and removes lost hosts), hosts take ranks in the order of HOSTS and the workers that go on
 through a reset keep the lowest ranks (rank 0, the source of the state sync, holds the last
-commit), what a failed worker means for its host is the failure policy's (``policy.py``, the
+commit), what a failed worker means for its host is the failure policy's (``failure_policy.py``, the
 same as restart mode's: blacklist, start the slot again in place with RETRY, or FATAL), a round
 that cannot start ends with FATAL instead of a silent stop, and every wait of ours and every
 connection to a worker is bounded.
@@ -43,7 +43,7 @@ from horovod.runner.elastic.rendezvous import create_rendezvous_handler
 from horovod.runner.elastic.worker import (HostUpdateResult, WorkerNotificationClient,
                                            WorkerNotificationService)
 
-from popdist_launcher.launcher.elastic import policy
+from popdist_launcher.launcher import failure_policy as policy
 from popdist_launcher.launcher.spawned.rendezvous import (MIN_SECRET_CHARS, SECRET_ENV,
                                                           make_server)
 
@@ -131,7 +131,7 @@ class LauncherHostManager(HostManager):
     """Horovod's HostManager with two changes: rank order follows HOSTS (hosts of the previous
     assignment first, in their order, then new ones in the order HOSTS lists them; Horovod
     orders new hosts through a set), and what a failed worker means for its host is the failure
-    policy's (``policy.py``): blacklist (with the cooldown, or for the rest of the job once the
+    policy's (``failure_policy.py``): blacklist (with the cooldown, or for the rest of the job once the
     host reached --host-failure-limit), start the worker again in place (RETRY), or end the
     job with one sentence (FATAL)."""
 
