@@ -20,7 +20,6 @@ from popdist_launcher.launcher.elastic import membership, summary
 from popdist_launcher.launcher.elastic.discovery import Poller
 from popdist_launcher.launcher.loop import EventLoop
 from popdist_launcher.launcher.options import JobOptions
-from popdist_launcher.launcher.plan import PlanError
 from popdist_launcher.launcher.supervisor import STOPPING_SIGNALS, Supervisor
 from popdist_launcher.launcher.topology import TopologyError
 
@@ -153,8 +152,8 @@ class RestartAgent(Agent):
             return self._end(hosts)
         n = _fit(hosts, self.elastic.max_np)
         try:
-            self.layout = self.elastic.relayout(hosts, n)
-        except PlanError as exc:
+            self.layout = self.options.layout_on(hosts, n)
+        except TopologyError as exc:
             console.say(f"cannot lay out the next attempt: {exc}")
             return self._end(exit_code or 1)
         self.resets += 1
