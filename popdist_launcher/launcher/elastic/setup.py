@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher.launcher import hosts as hostlib
-from popdist_launcher.launcher.elastic import kind
 from popdist_launcher.launcher.plan import PlanError
 
 DEFAULT_ELASTIC_TIMEOUT = 600.0  # seconds, horovodrun's default
@@ -113,7 +112,10 @@ def settle(p: Mapping[str, Any], num_instances: int, hosts: Sequence[hostlib.Hos
         raise PlanError(f"{where} {total} slot(s) and -np {num_instances} instances are needed "
                         f"to start; add hosts or slots, or lower -np (and --min-np).")
     first = min(max_np, total) if max_np is not None else total
-    mode = kind.detect(argv) if p["elastic_mode"] == "auto" else p["elastic_mode"]
+    mode = p["elastic_mode"]
+    if mode == "auto":
+        from popdist_launcher.launcher.elastic import kind  # reads the program's source
+        mode = kind.detect(argv)
     timeout, limit = p["elastic_timeout"], p["host_failure_limit"]
     return ElasticOptions(
         min_np=min_np, max_np=max_np, hosts=tuple((s.name, s.slots) for s in hosts),
