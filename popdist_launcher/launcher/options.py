@@ -22,7 +22,7 @@ from popdist_launcher.launcher.topology import HostOptions, Layout, TopologyErro
 
 LOCALHOST = "localhost"
 ELASTIC_HOSTS = "the elastic job's hosts"
-DISCOVERY_SCRIPT = "the host discovery script"
+DISCOVERY_SCRIPT = "the host discovery script"  # what named the hosts (errors say so)
 
 
 class JobOptions(NamedTuple):
@@ -80,15 +80,16 @@ def build(params: Mapping[str, Any], environ: Mapping[str, str]) -> JobOptions:
         num_instances = p["min_np"] if p["min_np"] is not None else \
             hostlib.default_instances(named) if source in ("-H", "--hostfile") else 1
     check_counts(num_instances, p["num_replicas"], p["ipus_per_replica"])
-    for flag, indices in (("--only-output-from-instance", p["only_output_from_instance"] or ()),
-                          ("--instance-mpi-local-args", [i for i, _ in
-                                                         p["instance_mpi_local_args"]])):
-        outside = [i for i in indices if i >= num_instances]
-        if outside:
-            what = f"{outside[0]}:..." if flag == "--instance-mpi-local-args" else outside[0]
-            raise PlanError(f"{flag} {what} is not an instance of this job; expected "
-                            f"{'an index in ' if flag == '--instance-mpi-local-args' else ''}"
-                            f"0..{num_instances - 1}.")
+    outside = [i for i in p["only_output_from_instance"] or () if i >= num_instances]
+    if outside:
+        raise PlanError(
+            f"--only-output-from-instance {outside[0]} is not an instance of this job; "
+            f"expected 0..{num_instances - 1}.")
+    outside = [i for i, _ in p["instance_mpi_local_args"] if i >= num_instances]
+    if outside:
+        raise PlanError(
+            f"--instance-mpi-local-args {outside[0]}:... is not an instance of this job; "
+            f"expected an index in 0..{num_instances - 1}.")
     argv = resolve_program(p["program"], p["args"])
     host_options = HostOptions(
         backend=p["backend"], in_allocation=source == hostlib.SLURM_ALLOCATION,
@@ -97,14 +98,7 @@ def build(params: Mapping[str, Any], environ: Mapping[str, str]) -> JobOptions:
                        () if elastic_given else agent_from_environ(environ)),
         mpi_global_args=p["mpi_global_args"], mpi_local_args=p["mpi_local_args"],
         instance_mpi_local_args=p["instance_mpi_local_args"])
-    elastic = None
-    if elastic_given:
-        if named is None:  # this host alone, with a slot for every instance it may run
-            named = [hostlib.HostSlots(LOCALHOST, p["max_np"] or num_instances)]
-        elif source != DISCOVERY_SCRIPT:
-            per_host = elastic_setup.slots_per_host(p)
-            named = [s if s.explicit else hostlib.HostSlots(s.name, per_host) for s in named]
-        elastic = elastic_setup.settle(p, num_instances, named, argv)
+    elastic = elastic_setup.settle(p, num_instances, named, argv) if elastic_given else None
     exported = _horovod_settings(p["timeline_filename"], p["autotune"], p["autotune_log_file"]) \
         + (((_contract.TF1, "1"),) if p["tf1"] else ()) + parse_exports(p["env"], environ)
     if elastic is not None:

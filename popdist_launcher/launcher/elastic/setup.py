@@ -94,19 +94,25 @@ def slots_per_host(p: Mapping[str, Any]) -> int:
     return 1 if p["slots_per_host"] is None else p["slots_per_host"]
 
 
-def settle(p: Mapping[str, Any], num_instances: int, hosts: Sequence[hostlib.HostSlots],
-           argv: Sequence[str]) -> ElasticOptions:
+def settle(p: Mapping[str, Any], num_instances: int,
+           named: Optional[Sequence[hostlib.HostSlots]], argv: Sequence[str]) -> ElasticOptions:
     """The ElasticOptions of values ``p`` that ``check_values`` passed, for -np
-    ``num_instances`` on the hosts at start; PlanError when -np is outside --min-np ..
-    --max-np or the hosts cannot hold it."""
-    max_np = p["max_np"]
+    ``num_instances`` on the hosts at start ``named`` (None: this host alone); PlanError when -np
+    is outside --min-np .. --max-np or the hosts cannot hold it."""
+    max_np, script = p["max_np"], p["host_discovery_script"]
+    if named is None:  # this host alone, with a slot for every instance it may run
+        hosts = [hostlib.HostSlots("localhost", max_np or num_instances)]
+    elif script:  # its bare lines have --slots-per-host already
+        hosts = list(named)
+    else:
+        hosts = [s if s.explicit else hostlib.HostSlots(s.name, slots_per_host(p))
+                 for s in named]
     min_np = num_instances if p["min_np"] is None else p["min_np"]
     if num_instances < min_np or (max_np is not None and num_instances > max_np):
         upper = max_np if max_np is not None else "any"
         raise PlanError(f"-np {num_instances} is outside --min-np {min_np} .. --max-np {upper}; "
                         f"-np is the number of instances to wait for at start.")
     total = sum(s.slots for s in hosts)
-    script = p["host_discovery_script"]
     if total < num_instances and not p["oversubscribe"]:
         where = "the host discovery script's hosts offer" if script else "the hosts offer"
         raise PlanError(f"{where} {total} slot(s) and -np {num_instances} instances are needed "
