@@ -1,6 +1,7 @@
 """The launcher's shape, read from its source (no process started): the console script is
-launch.py's ``main``; no module imports another module's private name; ``spawned/`` (what runs
-in other processes) imports nothing from ``elastic/``; every module says what it does."""
+launch.py's ``main``; no module imports or reads another module's private name; ``spawned/``
+(what runs in other processes) imports nothing from ``elastic/``; every module says what it
+does."""
 from __future__ import annotations
 
 import ast
@@ -67,6 +68,27 @@ def test_no_module_imports_another_modules_private_name():
                 if name.startswith("_") and not name.startswith("__") \
                         and not is_module(f"{module}.{name}"):
                     found.append(f"{path.relative_to(ROOT)}: from {module} import {name}")
+    assert found == []
+
+
+def test_no_module_reads_another_modules_private_name():
+    """``module._name`` through an imported module of ours, e.g. ``wrapper._prctl()``."""
+    found = []
+    for path in launcher_files():
+        tree = ast.parse(path.read_text(), str(path))
+        ours = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                ours.update(a.asname or a.name.split(".")[0] for a in node.names
+                            if a.name.startswith("popdist_launcher"))
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("popdist"):
+                ours.update(a.asname or a.name for a in node.names)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id in ours and node.attr.startswith("_") \
+                    and not node.attr.startswith("__"):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: "
+                             f"{node.value.id}.{node.attr}")
     assert found == []
 
 
