@@ -1,4 +1,4 @@
 """``python -m popdist_launcher`` is ``poprun-lite``."""
-from popdist_launcher.launcher.entry import main
+from popdist_launcher.launch import main
 
 main()

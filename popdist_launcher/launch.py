@@ -1,10 +1,19 @@
-"""``poprun-lite``: the command line. Options -> JobOptions -> agent (plan, backend, supervisor).
+"""``poprun-lite``: the command line, and the console script's entry point (``main``).
+Options -> JobOptions -> agent (plan, backend, supervisor).
 
 This module is on every job's start-up path: it never imports TensorFlow or Horovod.
 """
 from __future__ import annotations
 
 import gc
+import os
+import signal
+
+# An interrupt while this module loads ends the command with 130, not a traceback (Python's
+# KeyboardInterrupt comes back at the end of this module; an ignored SIGINT stays ignored).
+_LOADING_INTERRUPTED = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+if _LOADING_INTERRUPTED:
+    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
 
 # The imports below (click's and the launcher's) allocate tens of thousands of objects and no
 # garbage: the cyclic collector's passes over them cost ~5 ms of every start-up. Off until the
@@ -12,7 +21,6 @@ import gc
 _COLLECTING = gc.isenabled()
 gc.disable()
 
-import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -25,7 +33,8 @@ from popdist_launcher.launcher import topology
 from popdist_launcher.launcher.run_job import run_job
 from popdist_launcher.launcher import options as options_lib
 from popdist_launcher.launcher.output import OutputDirError
-from popdist_launcher.launcher.plan import MAX_INSTANCES, PlanError
+from popdist_launcher.launcher.backends.detect import BACKENDS
+from popdist_launcher.launcher.plan import PlanError
 from popdist_launcher.launcher.spawned.placement import BIND_MODES
 
 PROG = console.NAME
@@ -178,15 +187,6 @@ def _seconds(zero_ok: bool):
     return check
 
 
-def _instance_count(ctx: click.Context, param: click.Parameter,
-                    value: Optional[int]) -> Optional[int]:
-    if value is not None and not 1 <= value <= MAX_INSTANCES:
-        bound = "at least 1" if value < 1 else f"at most {MAX_INSTANCES}"
-        raise click.UsageError(f"--num-instances must be {bound}, got {value}; pass how many "
-                               f"processes to start, e.g. -np 4.", ctx)
-    return value
-
-
 def _gpus_per_instance(ctx: click.Context, param: click.Parameter, value: str) -> str:
     value = str(value).strip().lower()
     if value in ("auto", "none") or value.isdigit() and int(value) >= 1:
@@ -210,20 +210,6 @@ def _shell_words(ctx: click.Context, param: click.Parameter, value: str) -> str:
         raise click.UsageError(
             f"{_flag(param)} {value!r} cannot be split into arguments ({exc}); balance its "
             f"quotes as on a shell command line, e.g. \"--mca btl tcp,self\".", ctx) from None
-    return value
-
-
-def _text_hostfile(ctx: click.Context, param: click.Parameter,
-                   value: Optional[str]) -> Optional[str]:
-    """Callback: a readable hostfile must be text of reasonable size (a missing one, or one given
-    with -H, is reported later, with the host options)."""
-    if value is None or not os.access(value, os.R_OK):
-        return value
-    from popdist_launcher.launcher import hosts
-    try:
-        hosts.read_hostfile(value)
-    except hosts.HostError as exc:
-        raise click.UsageError(f"--hostfile {exc}", ctx) from None
     return value
 
 
@@ -286,7 +272,7 @@ def _export_path(ctx: click.Context, param: click.Parameter,
            "PopRun's IPU options are accepted and have no effect (one line says so): "
            + ", ".join("--" + n.replace("_", "-") for n in IPU_ONLY) + ".",
 )
-@click.option("-np", "--num-instances", type=int, default=None, callback=_instance_count,
+@click.option("-np", "--num-instances", type=int, default=None,
               show_envvar=True,
               help="Number of instances (processes) to start.  [default: one per slot of -H or "
                    "--hostfile (one per host named without slots), else 1]")
@@ -343,13 +329,13 @@ def _export_path(ctx: click.Context, param: click.Parameter,
                    "(-H nodeA,nodeB, PopRun's rule) the instances are divided evenly. Ranges "
                    "such as node[0-3]:2 work. Default: this host only.")
 @click.option("--hostfile", type=click.Path(dir_okay=False), default=None,
-              callback=_text_hostfile, show_envvar=True,
+              show_envvar=True,
               help="File of 'HOSTNAME [slots=N]' lines (# comments), instead of -H; a plain list "
                    "of host names (PopRun's hostfile) divides the instances evenly.")
 @click.option("--oversubscribe/--no-oversubscribe", default=False, show_default=False,
               show_envvar=True,
               help="Allow more instances than slots on the hosts.")
-@click.option("--backend", type=click.Choice(["auto", "local", "ssh", "mpi", "slurm"]),
+@click.option("--backend", type=click.Choice(BACKENDS),
               default="auto", show_envvar=True,
               help="How instances start: auto = on this host alone, mpi when Open MPI's "
                    "mpirun and a Horovod built with MPI are installed (local otherwise, and for "
@@ -556,10 +542,11 @@ def _configurable_values(ctx: click.Context) -> Dict[str, Any]:
     return values
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point: click's errors become one line on stderr and exit code 2, never a traceback."""
+def run(argv: Sequence[str]) -> int:
+    """The command line with ``argv`` (without the program name), in this process; the exit
+    code. click's errors become one line on stderr and exit code 2, never a traceback."""
     try:
-        words = _boolean_values(sys.argv[1:] if argv is None else argv)
+        words = _boolean_values(argv)
         code = cli.main(args=words, prog_name=PROG,
                         standalone_mode=False, auto_envvar_prefix=ENV_PREFIX)
     except click.UsageError as exc:
@@ -575,8 +562,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return code if isinstance(code, int) else 0
 
 
-def run() -> None:
-    code = main()
+def main() -> None:
+    """The ``poprun-lite`` command (console script, ``python -m popdist_launcher``): runs the
+    command line with ``sys.argv`` and ends the process with its exit code."""
+    code = run(sys.argv[1:])
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # nothing left to finalize: skipping the interpreter's teardown saves ~25 ms
@@ -585,6 +574,8 @@ def run() -> None:
 gc.freeze()  # what the imports made lives as long as the launcher: never scanned again
 if _COLLECTING:
     gc.enable()
+if _LOADING_INTERRUPTED:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 if __name__ == "__main__":
-    run()
+    main()

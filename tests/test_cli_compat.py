@@ -259,11 +259,14 @@ def test_mpi_agent_is_kept_for_mpirun_and_dropped_for_ssh(tmp_path):
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("worker-0.example slots=1\nworker-1.example slots=1\n")
     env = dict(os.environ, OMPI_MCA_plm_rsh_agent="/etc/mpi/kubexec.sh")
-    from popdist_launcher.launcher import topology
-    from popdist_launcher.launcher.remote import SshOptions, agent_from_environ
+    from popdist_launcher import launch
+    from popdist_launcher.launcher import options
 
-    ssh = SshOptions(agent=agent_from_environ(env))
-    auto = topology.choose(2, hostfile=str(hostfile), environ=env, ssh=ssh)
+    def layout(*args):
+        words = ["-np", "2", "--hostfile", str(hostfile), *args, "true"]
+        return options.build(launch.cli.make_context("poprun-lite", words).params, env).layout
+
+    auto = layout()
     assert auto.backend.name == "mpirun" and auto.ssh.agent == ("/etc/mpi/kubexec.sh",)
-    plain = topology.choose(2, hostfile=str(hostfile), environ=env, ssh=ssh, backend="ssh")
+    plain = layout("--backend", "ssh")
     assert plain.backend.name == "ssh" and plain.ssh.agent == ()

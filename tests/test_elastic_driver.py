@@ -388,16 +388,18 @@ def test_the_driver_builds_the_host_manager_named_in_its_module():
 
 
 def test_rank_order_follows_hosts_and_a_failure_blacklists_when_others_carry_the_job():
-    from popdist_launcher.launcher.spawned import elastic_driver
+    from popdist_launcher.launcher import failure_policy
+    from popdist_launcher.launcher.spawned import driver_hosts
+    from popdist_launcher.launcher.spawned.launcher_link import LauncherLink
 
-    Verdict = elastic_driver.Verdict
-    discovery = elastic_driver.PushedHosts()
-    manager = elastic_driver.LauncherHostManager(discovery, (1, 2))
+    Verdict = driver_hosts.Verdict
+    discovery = driver_hosts.PushedHosts()
+    manager = driver_hosts.LauncherHostManager(discovery, (1, 2))
     ours, theirs = socket.socketpair()
-    manager.link = elastic_driver.LauncherLink(ours)
+    manager.link = LauncherLink(ours)
     ended: List[str] = []
     manager.min_np, manager.give_up = 7, ended.append
-    manager.streaks = elastic_driver.policy.FailureStreaks(2)
+    manager.streaks = failure_policy.FailureStreaks(2)
     names = [f"node{i:02d}" for i in (7, 3, 11, 0, 5, 9, 1, 4)]  # a set would shuffle them
     discovery.push([[name, 1] for name in names[:5]])
     manager.update_available_hosts()

@@ -137,3 +137,24 @@ def test_hostfile_must_be_text(tmp_path):
 def test_host_lists_that_are_typos_or_too_large(spec, words):
     with pytest.raises(h.HostError, match=words):
         h.parse_host_list(spec)
+
+
+def test_backend_auto_is_picked_in_one_place():
+    """``--backend auto``'s rule (pure, beside what this host offers): an asked-for backend as
+    asked; an allocation's hosts srun; other hosts ssh (mpirun through MPI's agent in a fixed
+    world); this host alone mpirun for 2+ instances when Horovod can use it, else local; an
+    elastic job never mpirun."""
+    from popdist_launcher.launcher.backends import detect
+
+    def pick(requested="auto", **given):
+        facts = dict(in_allocation=False, all_local=True, num_instances=2, mpi_agent=False)
+        return detect.pick_backend(requested, **{**facts, **given})
+
+    assert pick("ssh", in_allocation=True) == "ssh"
+    assert pick("local", all_local=False) == "local"  # lay_out then says it cannot
+    assert pick(in_allocation=True) == pick(in_allocation=True, fixed_world=False) == "slurm"
+    assert pick(all_local=False) == pick(all_local=False, mpi_agent=True, fixed_world=False) \
+        == "ssh"
+    assert pick(all_local=False, mpi_agent=True) == ("mpi" if detect.find_mpirun() else "ssh")
+    assert pick(num_instances=1) == pick(fixed_world=False) == "local"
+    assert pick() == ("mpi" if detect.mpi_transport_available() else "local")

@@ -228,7 +228,7 @@ def test_python_m_and_console_script_are_the_same_cli():
 def test_launcher_never_imports_tensorflow_or_horovod(tmp_path):
     probe = ("import sys, runpy; sys.argv = ['poprun-lite', '-np', '2', 'true'];\n"
              "from popdist_launcher import launch\n"
-             "code = launch.main(sys.argv[1:])\n"
+             "code = launch.run(sys.argv[1:])\n"
              "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'horovod', 'numpy'))\n"
              "print('IMPORTED', bad); sys.exit(code)")
     import subprocess

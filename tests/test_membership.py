@@ -1,4 +1,4 @@
-"""Elastic membership (launcher/elastic/membership.py, launcher/elastic/discovery.py,
+"""Elastic membership (launcher/elastic/membership.py, launcher/discovery_script.py, launcher/elastic/discovery.py,
 launcher/spawned/discovery.py): the host discovery
 script's answers (strict parsing, real scripts that fail, hang or print garbage, nothing left
 running), the blacklist's cooldown maths, the periodic poller and the membership log."""
@@ -16,6 +16,7 @@ import pytest
 
 from conftest import alive, wait_gone
 from popdist_launcher.launcher import console
+from popdist_launcher.launcher import discovery_script as ds
 from popdist_launcher.launcher.elastic import discovery as d
 from popdist_launcher.launcher.elastic import membership as m
 
@@ -53,22 +54,22 @@ def wait_for(predicate, timeout=60.0):
 
 def test_parse_keeps_order_and_skips_comments_and_blank_lines():
     text = "# hosts of the job\n\n  hostB:2  \nhostA\n\t# hostC:4\n10.0.0.3:3\r\nhost_d.example-1\n"
-    assert d.parse_hosts(text, 2, "./d.sh") == [
+    assert ds.parse_hosts(text, 2, "./d.sh") == [
         ("hostB", 2), ("hostA", 2), ("10.0.0.3", 3), ("host_d.example-1", 2)]
 
 
 def test_parse_repeated_host_keeps_its_first_position_and_its_last_slots():
-    assert d.parse_hosts("hostA:1\nhostB:2\nhostA:4\nhostB\n", 3, "d") == [
+    assert ds.parse_hosts("hostA:1\nhostB:2\nhostA:4\nhostB\n", 3, "d") == [
         ("hostA", 4), ("hostB", 3)]
 
 
 def test_parse_ipv6_in_brackets():
     text = "[::1]:2\n[fe80::1]\n[0:0::1]:5\n"
-    assert d.parse_hosts(text, 1, "d") == [("::1", 5), ("fe80::1", 1)]
+    assert ds.parse_hosts(text, 1, "d") == [("::1", 5), ("fe80::1", 1)]
 
 
 def test_parse_nothing_is_no_hosts():
-    assert d.parse_hosts("# none yet\n\n", 1, "d") == []
+    assert ds.parse_hosts("# none yet\n\n", 1, "d") == []
 
 
 @pytest.mark.parametrize("line", [
@@ -76,8 +77,8 @@ def test_parse_nothing_is_no_hosts():
     "[::1", "[not-an-address]:2", "[::1]:0", "::1", "fe80::1:2", "user@hostA", "hostA:2:3",
 ])
 def test_parse_garbage_is_one_sentence_naming_the_line(line):
-    with pytest.raises(d.DiscoveryError) as err:
-        d.parse_hosts(f"# first\nhostA:2\n{line}\nhostB\n", 1, "./d.sh")
+    with pytest.raises(ds.DiscoveryError) as err:
+        ds.parse_hosts(f"# first\nhostA:2\n{line}\nhostB\n", 1, "./d.sh")
     text = str(err.value)
     assert err.value.kind == "garbage"
     assert f"./d.sh printed '{line}' on line 3" in text
@@ -86,8 +87,8 @@ def test_parse_garbage_is_one_sentence_naming_the_line(line):
 
 
 def test_parse_shortens_a_long_garbage_line():
-    with pytest.raises(d.DiscoveryError) as err:
-        d.parse_hosts("x" * 300 + ":y", 1, "d")
+    with pytest.raises(ds.DiscoveryError) as err:
+        ds.parse_hosts("x" * 300 + ":y", 1, "d")
     assert "'" + "x" * 57 + "...'" in str(err.value) and len(str(err.value)) < 200
 
 
@@ -101,9 +102,9 @@ def test_run_discovery_through_the_shell_in_both_forms(tmp_path, monkeypatch):
         echo hostA
         """)
     (tmp_path / "d.py").write_text("print('hostC:3')\nprint('[::1]')\n")
-    assert d.run_discovery("./d.sh", 4) == [("hostB", 2), ("hostA", 4)]
-    assert d.run_discovery(f"{shlex.quote(sys.executable)} d.py", 1) == [("hostC", 3), ("::1", 1)]
-    assert d.run_discovery("HOSTS=x ./d.sh", 1, timeout=30) == [("hostB", 2), ("hostA", 1)]
+    assert ds.run_discovery("./d.sh", 4) == [("hostB", 2), ("hostA", 4)]
+    assert ds.run_discovery(f"{shlex.quote(sys.executable)} d.py", 1) == [("hostC", 3), ("::1", 1)]
+    assert ds.run_discovery("HOSTS=x ./d.sh", 1, timeout=30) == [("hostB", 2), ("hostA", 1)]
 
 
 def test_run_discovery_exit_code_and_last_stderr_line(tmp_path, monkeypatch):
@@ -114,8 +115,8 @@ def test_run_discovery_exit_code_and_last_stderr_line(tmp_path, monkeypatch):
         echo "  no inventory service  " >&2
         exit 3
         """)
-    with pytest.raises(d.DiscoveryError) as err:
-        d.run_discovery("./d.sh", 1)
+    with pytest.raises(ds.DiscoveryError) as err:
+        ds.run_discovery("./d.sh", 1)
     assert err.value.kind == "exit"
     assert str(err.value) == (
         "the host discovery script ./d.sh exited with 3 (last stderr line: no inventory "
@@ -126,8 +127,8 @@ def test_run_discovery_a_command_failing_inside_the_script_is_not_unrunnable(tmp
                                                                              monkeypatch):
     monkeypatch.chdir(tmp_path)
     write_script(tmp_path, "d.sh", "no-such-command-here\n")
-    with pytest.raises(d.DiscoveryError) as err:
-        d.run_discovery("./d.sh", 1)
+    with pytest.raises(ds.DiscoveryError) as err:
+        ds.run_discovery("./d.sh", 1)
     assert err.value.kind == "exit"
     assert "exited with 127" in str(err.value) and "no-such-command-here" in str(err.value)
 
@@ -142,8 +143,8 @@ def test_run_discovery_hang_is_killed_with_everything_it_started(tmp_path, monke
         wait
         """)
     began = time.monotonic()
-    with pytest.raises(d.DiscoveryError) as err:
-        d.run_discovery("./d.sh", 1, timeout=1)
+    with pytest.raises(ds.DiscoveryError) as err:
+        ds.run_discovery("./d.sh", 1, timeout=1)
     assert time.monotonic() - began < 300  # not the script's 600 s
     assert err.value.kind == "timeout"
     assert str(err.value) == ("the host discovery script ./d.sh did not finish within 1 s; it "
@@ -160,7 +161,7 @@ def test_run_discovery_kills_what_the_script_left_in_the_background(tmp_path, mo
         echo $! > sleep.pid
         echo hostA:2
         """)
-    assert d.run_discovery("./d.sh", 1, timeout=30) == [("hostA", 2)]
+    assert ds.run_discovery("./d.sh", 1, timeout=30) == [("hostA", 2)]
     pids = pids_in(tmp_path / "sleep.pid")
     assert len(pids) == 1 and wait_gone(pids) == []
 
@@ -169,12 +170,12 @@ def test_run_discovery_garbage_and_empty(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write_script(tmp_path, "g.sh", "echo hostA:2\necho a:b:c\n")
     write_script(tmp_path, "e.sh", "echo '# nobody yet'\n")
-    with pytest.raises(d.DiscoveryError) as err:
-        d.run_discovery("./g.sh", 1)
+    with pytest.raises(ds.DiscoveryError) as err:
+        ds.run_discovery("./g.sh", 1)
     assert err.value.kind == "garbage"
     assert "./g.sh printed 'a:b:c' on line 2" in str(err.value)
-    with pytest.raises(d.DiscoveryError) as err:
-        d.run_discovery("./e.sh", 1)
+    with pytest.raises(ds.DiscoveryError) as err:
+        ds.run_discovery("./e.sh", 1)
     assert err.value.kind == "empty"
     assert str(err.value).startswith("the host discovery script ./e.sh printed no hosts; ")
     assert EXPECTED in str(err.value)
@@ -190,8 +191,8 @@ def test_run_discovery_cannot_be_run(tmp_path, monkeypatch, command, reason):
     monkeypatch.chdir(tmp_path)
     write_script(tmp_path, "noexec.sh", "echo hostA\n", executable=False)
     (tmp_path / "sub").mkdir()
-    with pytest.raises(d.DiscoveryError) as err:
-        d.run_discovery(command, 1)
+    with pytest.raises(ds.DiscoveryError) as err:
+        ds.run_discovery(command, 1)
     text = str(err.value)
     assert err.value.kind == "unrunnable"
     assert text.startswith(f"--host-discovery-script {command} cannot be run: {reason}")
@@ -358,7 +359,7 @@ def test_poller_answers_changes_and_failures(polled):
     poller = d.Poller("./d.sh", 1, interval=0.1, timeout=30)
     poller.start()
     try:
-        members = m.Membership(d.run_discovery("./d.sh", 1), m.Blacklist(None), poller)
+        members = m.Membership(ds.run_discovery("./d.sh", 1), m.Blacklist(None), poller)
         first = next_answers(poller)[0]
         assert first == ([("hostA", 2), ("hostB", 2)], None, "ok")
         assert members.on_answer(first) == ([], [], None)

@@ -59,13 +59,21 @@ def test_plain_srun_task_reads_its_place_from_slurm_variables():
     assert runtime.context_from_environ(salloc) == runtime.SINGLE_INSTANCE  # no task yet
 
 
+def job_options(*args, environ):
+    """The JobOptions the command line ``poprun-lite ARGS true`` builds in ``environ``."""
+    from popdist_launcher import launch
+    from popdist_launcher.launcher import options
+
+    return options.build(launch.cli.make_context("poprun-lite", [*args, "true"]).params, environ)
+
+
 def test_auto_backend_inside_an_allocation_is_srun():
     salloc = json.loads((RECORDED / "salloc.json").read_text())
     if shutil.which("srun") is None:
         with pytest.raises(topology.TopologyError, match="needs Slurm's srun"):
-            topology.choose(4, environ=salloc)
+            job_options("-np", "4", environ=salloc)
         return
-    layout = topology.choose(4, environ=salloc)
+    layout = job_options("-np", "4", environ=salloc).layout
     assert layout.backend.name == "srun"
     assert [(s.name, s.slots) for s in layout.slots] == [("node0", 4)]
 

@@ -15,6 +15,9 @@ MAX_HOSTS = 65536  # names one -H value, hostfile or range may expand to
 MAX_HOSTFILE_BYTES = 1 << 20
 
 
+SLURM_ALLOCATION = "the Slurm allocation"  # what named the hosts that slurm_hosts returns
+
+
 class HostError(ValueError):
     """A host list, hostfile or allocation the user must fix; the message says how."""
 
@@ -264,4 +267,4 @@ def slurm_hosts(environ: Dict[str, str]) -> Tuple[List[HostSlots], str]:
     counts = parse_tasks_per_node(per_node) if per_node else [1] * len(names)
     if len(counts) != len(names):
         counts = (counts + [counts[-1]] * len(names))[:len(names)]
-    return [HostSlots(n, c) for n, c in zip(names, counts)], "the Slurm allocation"
+    return [HostSlots(n, c) for n, c in zip(names, counts)], SLURM_ALLOCATION

@@ -13,6 +13,7 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 from popdist_launcher import _contract as c
 from popdist_launcher import tf_config
 from popdist_launcher.launcher import console
+from popdist_launcher.launcher.backends.detect import which
 from popdist_launcher.launcher.spawned import placement as placing
 from popdist_launcher.launcher.spawned import rendezvous
 from popdist_launcher.launcher.spawned.rendezvous import horovod_ranks
@@ -194,21 +195,12 @@ def resolve_program(program: str, args: Sequence[str]) -> Tuple[str, ...]:
                 f"an interpreter (e.g. poprun-lite -np 2 python {program})."
             )
         return (program, *args)
-    found = _which(program)
+    found = which(program)
     if found is None:
         raise PlanError(
             f"program {program!r} was not found on PATH; give a path to it, or a .py script."
         )
     return (found, *args)
-
-
-def _which(name: str) -> Optional[str]:
-    """``shutil.which`` without importing shutil (the launcher's start-up path)."""
-    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        path = os.path.join(folder or ".", name)
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    return None
 
 
 def parse_exports(items: Sequence[str], environ: Mapping[str, str]) -> Tuple[Tuple[str, str], ...]:

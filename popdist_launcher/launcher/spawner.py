@@ -34,8 +34,8 @@ class Spawner:
         """A wrapper on this host: a fork of the launcher running the wrapper's code with
         ``spec``; gives its process and the launcher's end of its connection."""
         # Here, not at the top: only local wrappers need it (mpi's run as their own processes).
-        from popdist_launcher.launcher.spawned import instance as wrapper
-        wrapper._prctl()  # loads libc before the fork, not once per child
+        from popdist_launcher.launcher.spawned import program, wrapper
+        program.prctl()  # loads libc before the fork, not once per child
         parent, child = socket.socketpair()
         sys.stdout.flush()
         sys.stderr.flush()

@@ -1,23 +1,21 @@
 """From host options to a startable layout: which hosts, how many instances each, which backend,
 and, for every attempt of the job, the addresses and fresh ports on each host.
 
-``choose`` runs once (pure checks, no network). ``Layout.prepare`` runs before every start (and
+``lay_out`` runs once per host set (pure checks, no network). ``Layout.prepare`` runs before every start (and
 restart): it reserves local ports, probes remote hosts over ssh (or srun) for their address,
 interface and free ports, and binds the rendezvous socket where every host can reach it.
 """
 from __future__ import annotations
 
-import os
 import shlex
 import socket
-from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher.launcher import console
 from popdist_launcher.launcher import hosts as hostlib
 from popdist_launcher.launcher import ports
 from popdist_launcher.launcher.backends.base import Backend
-from popdist_launcher.launcher.backends.detect import (find_mpirun, in_slurm_allocation,
-                                                       mpi_transport_available)
+from popdist_launcher.launcher.backends.detect import pick_backend
 from popdist_launcher.launcher.plan import Host
 from popdist_launcher.launcher.remote import RemoteError, SshOptions, probe_hosts
 
@@ -99,7 +97,7 @@ class Layout(NamedTuple):
     def _prepare_local(self, port_range, local_ports: int) -> Prepared:
         address, iface = LOOPBACK, "lo"
         if self.subnet or self.iface:
-            address, iface = _local_choice(self.subnet, self.iface, None)
+            address, iface = launcher_address(self.subnet, self.iface, None)
         reservation = ports.reserve(sum(self.counts) + local_ports, port_range=port_range)
         try:
             rendezvous = ports.listen_socket(address)
@@ -119,7 +117,7 @@ class Layout(NamedTuple):
             peer = probes[remote[0][0].name].address
         except RemoteError as exc:
             raise TopologyError(str(exc), exc.hosts) from None
-        address, iface = _local_choice(self.subnet, self.iface, peer)
+        address, iface = launcher_address(self.subnet, self.iface, peer)
         if self.controller == "gloo":
             for name, probe in probes.items():
                 if probe.hostname_address.startswith("127."):
@@ -152,7 +150,10 @@ class Layout(NamedTuple):
         return Prepared(chosen, tf_ports, rendezvous, reservations, extra)
 
 
-def _local_choice(subnet: Optional[str], iface: Optional[str], peer: Optional[str]) -> Tuple[str, str]:
+def launcher_address(subnet: Optional[str], iface: Optional[str],
+                     peer: Optional[str]) -> Tuple[str, str]:
+    """The launcher host's (address, interface) in ``subnet`` / on ``iface``, or the one that
+    reaches ``peer``; TopologyError when there is none."""
     from popdist_launcher.launcher.spawned import netinfo
 
     try:
@@ -161,48 +162,35 @@ def _local_choice(subnet: Optional[str], iface: Optional[str], peer: Optional[st
         raise TopologyError(f"this host (the launcher's): {exc}") from None
 
 
-def choose(num_instances: int, host: Optional[str] = None, hostfile: Optional[str] = None,
-           oversubscribe: bool = False, backend: str = "auto",
-           environ: Mapping[str, str] = os.environ, subnet: Optional[str] = None,
-           iface: Optional[str] = None, mpi_global_args: str = "", mpi_local_args: str = "",
-           ssh: SshOptions = SshOptions(),
-           instance_mpi_local_args: Sequence[Tuple[int, str]] = (),
-           host_slots: Optional[Sequence[hostlib.HostSlots]] = None) -> Layout:
-    """Check the host options against each other and lay the instances out; ``host_slots``
-    (an elastic job's hosts now) stands for -H."""
-    if host and hostfile:
-        raise TopologyError("-H and --hostfile both name hosts; give one of them.")
-    if subnet:
-        import ipaddress
-        try:
-            ipaddress.ip_network(subnet, strict=False)
-        except ValueError:
-            raise TopologyError(f"--host-subnet {subnet!r} is not a subnet; expected CIDR "
-                                f"notation such as 10.1.0.0/16.") from None
-    in_slurm = in_slurm_allocation(environ)
+class HostOptions(NamedTuple):
+    """The host and backend options every layout of a job is computed from: the first
+    attempt's, and an elastic job's for the hosts it has at each re-layout."""
+
+    backend: str = "auto"  # as the command line asked: auto, local, ssh, mpi or slurm
+    in_allocation: bool = False  # the hosts are a Slurm allocation's (no option named them)
+    oversubscribe: bool = False
+    subnet: Optional[str] = None
+    iface: Optional[str] = None
+    ssh: SshOptions = SshOptions()
+    mpi_global_args: str = ""
+    mpi_local_args: str = ""
+    instance_mpi_local_args: Tuple[Tuple[int, str], ...] = ()
+
+
+def lay_out(num_instances: int, slots: Sequence[hostlib.HostSlots], source: str,
+            options: HostOptions, fixed_world: bool = True) -> Layout:
+    """``num_instances`` instances on the hosts ``slots`` (named by ``source``, for errors),
+    with the backend ``options`` pick for them; an elastic job's (not ``fixed_world``) never
+    gets mpirun. TopologyError says what cannot work."""
     try:
-        if host_slots is not None:
-            slots, source = list(host_slots), "the elastic job's hosts"
-        elif host:
-            slots, source = hostlib.parse_host_list(host), "-H"
-        elif hostfile:
-            text = hostlib.read_hostfile(hostfile)
-            slots, source = hostlib.parse_hostfile(text, hostfile), "--hostfile"
-        elif backend == "slurm" or (backend == "auto" and in_slurm):
-            slots, source = hostlib.slurm_hosts(dict(environ))
-        else:
-            slots, source = [hostlib.HostSlots("localhost", num_instances)], "localhost"
-        counts = hostlib.allocate(num_instances, slots, oversubscribe, source)
+        counts = hostlib.allocate(num_instances, slots, options.oversubscribe, source)
     except hostlib.HostError as exc:
         raise TopologyError(str(exc)) from None
-
     all_local = all(hostlib.is_local(s.name) for s, n in zip(slots, counts) if n)
-    if backend == "auto":
-        # An MPI remote-shell agent in the environment (a Kubernetes MPIJob's launcher) may not
-        # be ssh and may not carry stdin: other hosts are then reached through mpirun.
-        backend = "slurm" if (in_slurm and not host and not hostfile and not host_slots) else (
-            ("mpi" if ssh.agent and find_mpirun() else "ssh") if not all_local else
-            "mpi" if num_instances > 1 and mpi_transport_available() else "local")
+    backend = pick_backend(options.backend, in_allocation=options.in_allocation,
+                           all_local=all_local, num_instances=num_instances,
+                           mpi_agent=bool(options.ssh.agent), fixed_world=fixed_world)
+    ssh, subnet, iface = options.ssh, options.subnet, options.iface
     if backend != "mpi":
         ssh = ssh._replace(agent=())  # the agent is MPI's setting: ssh and probes use ssh
     if backend == "local" and not all_local:
@@ -211,14 +199,16 @@ def choose(num_instances: int, host: Optional[str] = None, hostfile: Optional[st
                             f"--backend ssh (or auto) for other hosts.")
     if backend in ("mpi", "slurm"):
         from popdist_launcher.launcher.backends.mpi import EngineError, MpiBackend
-        global_args, local_args = shlex.split(mpi_global_args), shlex.split(mpi_local_args)
+        global_args = shlex.split(options.mpi_global_args)
+        local_args = shlex.split(options.mpi_local_args)
         per_instance: Dict[int, List[str]] = {}
-        for index, words in instance_mpi_local_args:
+        for index, words in options.instance_mpi_local_args:
             per_instance.setdefault(index, []).extend(shlex.split(words))
         try:
             if backend == "mpi":
                 engine: Backend = MpiBackend(slots, counts, ssh, global_args, local_args,
-                                             oversubscribe, subnet or iface, per_instance)
+                                             options.oversubscribe, subnet or iface,
+                                             per_instance)
             else:
                 from popdist_launcher.launcher.backends.slurm import SlurmBackend
                 engine = SlurmBackend(slots, counts, global_args, local_args)

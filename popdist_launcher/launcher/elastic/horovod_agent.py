@@ -4,7 +4,7 @@ one through the backend and its wrapper (an open-world Supervisor), tells the dr
 ended, and keeps the hosts the driver sees current (discovery script, host probes, lost hosts).
 In the agent shape (``agent.py``) the whole job is one attempt: the driver re-forms the workers
 at each reset (a round), and the agent decides the exit code at the end. The agent owns the open
-world and calls it; what a failure means for its host is the failure policy's (``policy.py``),
+world and calls it; what a failure means for its host is the failure policy's (``failure_policy.py``),
 which the driver helper asks with the job's progress mark (the commits the workers reported);
 a hung worker (``--hang-timeout``, ``hang.py``) ends as a dead one; the helper's heartbeat
 bounds a stopped or stuck helper (DRIVER_SILENT_S).
@@ -37,7 +37,7 @@ from popdist_launcher.launcher.spawned import peer_sockets, rendezvous
 from popdist_launcher.launcher.spawned import placement as placing
 from popdist_launcher.launcher.spawned.protocol import CUT_PEERS, UNSET_ENV
 from popdist_launcher.launcher.supervisor import Supervisor
-from popdist_launcher.launcher.topology import LOOPBACK, TopologyError, _local_choice
+from popdist_launcher.launcher.topology import LOOPBACK, TopologyError, launcher_address
 from popdist_launcher.launcher.world import OpenWorld
 
 GLOO_TIMEOUT_S = 30   # HOROVOD_GLOO_TIMEOUT_SECONDS unless -x sets it: how long survivors wait
@@ -142,7 +142,7 @@ class HorovodAgent(Agent):
         layout = self.layout
         if not multi_host:
             if layout.subnet or layout.iface:
-                self.address, self.iface = _local_choice(layout.subnet, layout.iface, None)
+                self.address, self.iface = launcher_address(layout.subnet, layout.iface, None)
             return
         peer = None
         if remote:
@@ -150,7 +150,7 @@ class HorovodAgent(Agent):
                 peer = resolve(remote[0], layout.ssh)
             except RemoteError as exc:
                 raise TopologyError(str(exc)) from None
-        self.address, self.iface = _local_choice(layout.subnet, layout.iface, peer)
+        self.address, self.iface = launcher_address(layout.subnet, layout.iface, peer)
 
     def _base_plan(self, port: int) -> LaunchPlan:
         options = self.options
@@ -388,7 +388,7 @@ class HorovodAgent(Agent):
     def _blame(self, worker: Worker) -> str:
         """Who the driver should blame: "none" (stopped, or a success), "host" (lost, or could
         not start there: the host itself failed), "slot" (the program failed or hung on a live
-        host). What follows is the failure policy's (``policy.py``), in the driver helper."""
+        host). What follows is the failure policy's (``failure_policy.py``), in the driver helper."""
         if worker.inst.stopped or worker.code == 0:
             return "none"
         if worker.how != "exited":

@@ -1,6 +1,6 @@
 """Which hosts an elastic job may use now: the discovery script's last good answer, less the
 blacklist (Horovod's cooldown rule), and the log of membership changes. (A host's failures in
-a row without progress are the failure policy's, ``policy.py``.)"""
+a row without progress are the failure policy's, ``failure_policy.py``.)"""
 from __future__ import annotations
 
 import os

@@ -3,7 +3,7 @@ fails, or the discovery script reports a change, stop every instance (grace peri
 failed host (with the cooldown), re-plan on the hosts available (--min-np .. --max-np instances,
 replicas per instance kept) and start the next attempt with fresh ports and rendezvous. Whether a
 failed host is blacklisted, its instances started again in place, or the job ends is the failure
-policy's (``policy.py``), as in Horovod mode; progress is the library's reports (a step or a
+policy's (``failure_policy.py``), as in Horovod mode; progress is the library's reports (a step or a
 checkpoint number above the job's highest so far, ``popdist_launcher.report_progress``)."""
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tu
 from popdist_launcher.launcher import console
 from popdist_launcher.launcher.agent import Agent
 from popdist_launcher.launcher.attempt import JobResult, JobState
-from popdist_launcher.launcher.elastic import membership, policy, summary
+from popdist_launcher.launcher import failure_policy as policy
+from popdist_launcher.launcher.elastic import membership, summary
 from popdist_launcher.launcher.elastic.discovery import Poller
 from popdist_launcher.launcher.loop import EventLoop
 from popdist_launcher.launcher.options import JobOptions
-from popdist_launcher.launcher.plan import PlanError
 from popdist_launcher.launcher.supervisor import STOPPING_SIGNALS, Supervisor
 from popdist_launcher.launcher.topology import TopologyError
 
@@ -152,8 +152,8 @@ class RestartAgent(Agent):
             return self._end(hosts)
         n = _fit(hosts, self.elastic.max_np)
         try:
-            self.layout = self.elastic.relayout(hosts, n)
-        except PlanError as exc:
+            self.layout = self.options.layout_on(hosts, n)
+        except TopologyError as exc:
             console.say(f"cannot lay out the next attempt: {exc}")
             return self._end(exit_code or 1)
         self.resets += 1

@@ -1,34 +1,29 @@
-"""An elastic job's options checked into one ``ElasticOptions``: horovodrun's rules for
---min-np/--max-np/-np, the hosts at start (the discovery script's first answer, or -H/--hostfile),
-the backend (never mpirun: its world is fixed) and the elastic mode."""
+"""An elastic job's options, checked into one ``ElasticOptions`` of values: horovodrun's rules for
+--min-np/--max-np/-np and its other elastic options (``check_values``, before any host is read),
+then the job's size from the hosts at start (``settle``). The agents lay each attempt out from
+these values (``JobOptions.layout_on``)."""
 from __future__ import annotations
 
-import os
-from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher.launcher import hosts as hostlib
-from popdist_launcher.launcher.backends.detect import in_slurm_allocation
-from popdist_launcher.launcher.elastic import discovery, kind
 from popdist_launcher.launcher.plan import PlanError
-from popdist_launcher.launcher.topology import Layout, TopologyError
 
 DEFAULT_ELASTIC_TIMEOUT = 600.0  # seconds, horovodrun's default
 COOLDOWN_BOUNDS = (1, 3600)      # seconds, horovodrun's bounds for --blacklist-cooldown-range
 DEFAULT_HOST_FAILURE_LIMIT = 3   # failures of one host in a row without progress
 DISCOVERY_TIMEOUT = 10.0         # seconds one run of the discovery script may take
-
-Choose = Callable[[int, Sequence[hostlib.HostSlots], str], Layout]
+ELASTIC_ONLY = ("slots_per_host", "elastic_timeout", "reset_limit", "blacklist_cooldown_range",
+                "host_failure_limit", "elastic_mode")
 
 
 class ElasticOptions(NamedTuple):
     """An elastic job's settings (horovodrun's elastic options), as the command line checked
-    them; ``relayout(hosts, n)`` lays ``n`` instances out on ``hosts`` ((name, slots) pairs) with
-    the job's backend and host options."""
+    them."""
 
     min_np: int
     max_np: Optional[int]  # None: every slot the hosts offer
     hosts: Tuple[Tuple[str, int], ...]  # the hosts at start (-H/--hostfile, or the script's)
-    relayout: Callable[[Sequence[Tuple[str, int]], int], Layout]
     first_size: int  # instances of the first attempt: every slot at start, up to max_np
     discovery_script: Optional[str] = None
     slots_per_host: int = 1
@@ -39,96 +34,99 @@ class ElasticOptions(NamedTuple):
     host_failure_limit: int = DEFAULT_HOST_FAILURE_LIMIT  # --host-failure-limit: failures in a row without progress
 
 
-def check(num_instances: int, min_np: Optional[int], max_np: Optional[int],
-          script: Optional[str], slots_per_host: Optional[int],
-          elastic_timeout: Optional[float], reset_limit: Optional[int],
-          cooldown_range: Optional[Tuple[int, int]], mode: str,
-          host_failure_limit: Optional[int], argv: Sequence[str], *,
-          host: Optional[str], hostfile: Optional[str], oversubscribe: bool, backend: str,
-          start_timeout: float, choose: Choose) -> ElasticOptions:
-    """Raises PlanError (one sentence) for anything an elastic job cannot run with."""
-    min_np = num_instances if min_np is None else min_np
-    if max_np is not None and max_np < min_np:
+def asked_for(p: Mapping[str, Any]) -> bool:
+    """Whether the command line's values ``p`` ask for an elastic job."""
+    return p["min_np"] is not None or p["max_np"] is not None or bool(p["host_discovery_script"])
+
+
+def check_values(p: Mapping[str, Any]) -> None:
+    """The elastic options' own values and their combinations with the rest (the command line's
+    values ``p``, keyed as click gives them), before any host is read; PlanError says what is
+    wrong in one sentence. Without an elastic job, elastic settings are refused."""
+    for flag, value in (("--min-np", p["min_np"]), ("--max-np", p["max_np"])):
+        if value is not None and value < 1:
+            raise PlanError(f"{flag} must be at least 1 (got {value}).")
+    if not asked_for(p):
+        named = ["--" + name.replace("_", "-") for name in ELASTIC_ONLY
+                 if p[name] is not None and not (name == "elastic_mode" and p[name] == "auto")]
+        if named:
+            one = len(named) == 1
+            raise PlanError(f"{', '.join(named)} only {'applies' if one else 'apply'} to "
+                            f"elastic jobs; add --min-np, --max-np or --host-discovery-script, "
+                            f"or drop {'it' if one else 'them'}.")
+        return
+    min_np, max_np = p["min_np"], p["max_np"]
+    if min_np is not None and max_np is not None and max_np < min_np:
         raise PlanError(f"--min-np {min_np} is above --max-np {max_np}: a job cannot need more "
                         f"instances than it may have; lower --min-np or raise --max-np.")
-    if num_instances < min_np or (max_np is not None and num_instances > max_np):
-        upper = max_np if max_np is not None else "any"
-        raise PlanError(f"-np {num_instances} is outside --min-np {min_np} .. --max-np {upper}; "
-                        f"-np is the number of instances to wait for at start.")
-    slots_per_host = 1 if slots_per_host is None else slots_per_host
-    if slots_per_host < 1:
-        raise PlanError(f"--slots-per-host must be at least 1 (got {slots_per_host}).")
-    if reset_limit is not None and reset_limit < 0:
-        raise PlanError(f"--reset-limit must be 0 or more (got {reset_limit}).")
-    if host_failure_limit is not None and host_failure_limit < 1:
-        raise PlanError(f"--host-failure-limit must be at least 1 (got {host_failure_limit}): "
-                        f"it counts a host's failures in a row without progress before the "
-                        f"host is blacklisted or the job ends.")
-    if cooldown_range is not None:
-        low, high = cooldown_range
+    if p["backend"] == "mpi":
+        raise PlanError(
+            "--min-np/--max-np/--host-discovery-script need Gloo: an MPI world is fixed "
+            "when mpirun starts; use --backend ssh (or local on one host), or drop the "
+            "elastic options.")
+    if p["max_restarts"]:
+        raise PlanError("--max-restarts is for fixed worlds; with --min-np/--max-np/"
+                        "--host-discovery-script use --reset-limit.")
+    if p["evaluator"]:
+        raise PlanError("--evaluator needs a fixed cluster; drop it or the elastic options.")
+    if p["slots_per_host"] is not None and p["slots_per_host"] < 1:
+        raise PlanError(f"--slots-per-host must be at least 1 (got {p['slots_per_host']}).")
+    if p["reset_limit"] is not None and p["reset_limit"] < 0:
+        raise PlanError(f"--reset-limit must be 0 or more (got {p['reset_limit']}).")
+    limit = p["host_failure_limit"]
+    if limit is not None and limit < 1:
+        raise PlanError(f"--host-failure-limit must be at least 1 (got {limit}): it counts a "
+                        f"host's failures in a row without progress before the host is "
+                        f"blacklisted or the job ends.")
+    if p["blacklist_cooldown_range"] is not None:
+        low, high = p["blacklist_cooldown_range"]
         if not COOLDOWN_BOUNDS[0] <= low <= high <= COOLDOWN_BOUNDS[1]:
             raise PlanError(f"--blacklist-cooldown-range {low} {high}: LOW must be at least "
                             f"{COOLDOWN_BOUNDS[0]} s, HIGH at most {COOLDOWN_BOUNDS[1]} s, and "
                             f"LOW at most HIGH; e.g. --blacklist-cooldown-range 10 100.")
-    if script and (host or hostfile):
-        raise PlanError(f"{'-H' if host else '--hostfile'} and --host-discovery-script both name "
-                        f"hosts; give one of them.")
-    in_slurm = in_slurm_allocation(os.environ)
-    allocation = not (script or host or hostfile) and (
-        backend == "slurm" or backend == "auto" and in_slurm)
-    slots = _hosts_at_start(script, slots_per_host, host, hostfile, max_np or num_instances,
-                            min(DISCOVERY_TIMEOUT, start_timeout), allocation)
-    total = sum(s.slots for s in slots)
-    if total < num_instances and not oversubscribe:
+    if p["host_discovery_script"] and (p["host"] or p["hostfile"]):
+        raise PlanError(f"{'-H' if p['host'] else '--hostfile'} and --host-discovery-script "
+                        f"both name hosts; give one of them.")
+
+
+def slots_per_host(p: Mapping[str, Any]) -> int:
+    """The slots of a host named without (--slots-per-host, 1 by default)."""
+    return 1 if p["slots_per_host"] is None else p["slots_per_host"]
+
+
+def settle(p: Mapping[str, Any], num_instances: int,
+           named: Optional[Sequence[hostlib.HostSlots]], argv: Sequence[str]) -> ElasticOptions:
+    """The ElasticOptions of values ``p`` that ``check_values`` passed, for -np
+    ``num_instances`` on the hosts at start ``named`` (None: this host alone); PlanError when -np
+    is outside --min-np .. --max-np or the hosts cannot hold it."""
+    max_np, script = p["max_np"], p["host_discovery_script"]
+    if named is None:  # this host alone, with a slot for every instance it may run
+        hosts = [hostlib.HostSlots("localhost", max_np or num_instances)]
+    elif script:  # its bare lines have --slots-per-host already
+        hosts = list(named)
+    else:
+        hosts = [s if s.explicit else hostlib.HostSlots(s.name, slots_per_host(p))
+                 for s in named]
+    min_np = num_instances if p["min_np"] is None else p["min_np"]
+    if num_instances < min_np or (max_np is not None and num_instances > max_np):
+        upper = max_np if max_np is not None else "any"
+        raise PlanError(f"-np {num_instances} is outside --min-np {min_np} .. --max-np {upper}; "
+                        f"-np is the number of instances to wait for at start.")
+    total = sum(s.slots for s in hosts)
+    if total < num_instances and not p["oversubscribe"]:
         where = "the host discovery script's hosts offer" if script else "the hosts offer"
         raise PlanError(f"{where} {total} slot(s) and -np {num_instances} instances are needed "
                         f"to start; add hosts or slots, or lower -np (and --min-np).")
     first = min(max_np, total) if max_np is not None else total
-    first = max(first, num_instances)
-
-    def relayout(hosts: Sequence[Tuple[str, int]], n: int) -> Layout:
-        chosen = [hostlib.HostSlots(name, count) for name, count in hosts]
-        engine = backend
-        if backend == "auto":
-            engine = "slurm" if allocation else \
-                "local" if all(hostlib.is_local(s.name) for s in chosen) else "ssh"
-        try:
-            return choose(n, chosen, engine)
-        except TopologyError as exc:
-            raise PlanError(str(exc)) from None
-
+    mode = p["elastic_mode"]
     if mode == "auto":
+        from popdist_launcher.launcher.elastic import kind  # reads the program's source
         mode = kind.detect(argv)
+    timeout, limit = p["elastic_timeout"], p["host_failure_limit"]
     return ElasticOptions(
-        min_np=min_np, max_np=max_np, hosts=tuple((s.name, s.slots) for s in slots),
-        relayout=relayout, first_size=first, discovery_script=script,
-        slots_per_host=slots_per_host,
-        elastic_timeout=DEFAULT_ELASTIC_TIMEOUT if elastic_timeout is None else elastic_timeout,
-        reset_limit=reset_limit, cooldown_range=cooldown_range, mode=mode,
-        host_failure_limit=DEFAULT_HOST_FAILURE_LIMIT if host_failure_limit is None
-        else host_failure_limit)
-
-
-def _hosts_at_start(script: Optional[str], slots_per_host: int, host: Optional[str],
-                    hostfile: Optional[str], local_slots: int, timeout: float,
-                    allocation: bool) -> List[hostlib.HostSlots]:
-    """The hosts at start: the script's, -H/--hostfile's, the Slurm allocation's, or this host
-    alone with ``local_slots``."""
-    if script:
-        try:
-            found = discovery.run_discovery(script, slots_per_host, timeout)
-        except discovery.DiscoveryError as exc:
-            raise PlanError(str(exc)) from None
-        return [hostlib.HostSlots(name, count) for name, count in found]
-    try:
-        if host:
-            named = hostlib.parse_host_list(host)
-        elif hostfile:
-            named = hostlib.parse_hostfile(hostlib.read_hostfile(hostfile), hostfile)
-        elif allocation:
-            named = hostlib.slurm_hosts(dict(os.environ))[0]
-        else:
-            return [hostlib.HostSlots("localhost", local_slots)]
-    except hostlib.HostError as exc:
-        raise PlanError(str(exc)) from None
-    return [s if s.explicit else hostlib.HostSlots(s.name, slots_per_host) for s in named]
+        min_np=min_np, max_np=max_np, hosts=tuple((s.name, s.slots) for s in hosts),
+        first_size=max(first, num_instances), discovery_script=script,
+        slots_per_host=slots_per_host(p),
+        elastic_timeout=DEFAULT_ELASTIC_TIMEOUT if timeout is None else timeout,
+        reset_limit=p["reset_limit"], cooldown_range=p["blacklist_cooldown_range"], mode=mode,
+        host_failure_limit=DEFAULT_HOST_FAILURE_LIMIT if limit is None else limit)

@@ -4,7 +4,7 @@
     python -m popdist_launcher.launcher.spawned.discovery SCRIPT SLOTS_PER_HOST INTERVAL TIMEOUT
 
 runs SCRIPT every INTERVAL seconds (each run bounded by TIMEOUT seconds, see
-``discovery.run_discovery``) and writes one JSON line per run to stdout:
+``discovery_script.run_discovery``) and writes one JSON line per run to stdout:
 ``{"hosts": [[host, slots], ...]}`` or ``{"error": sentence, "kind": kind}``. It exits when its
 stdout has no reader any more, when its parent dies (PR_SET_PDEATHSIG, and a check per run) or on
 SIGTERM; each time the script it is running is killed with it (the script has a process group of
@@ -18,7 +18,7 @@ import signal
 import sys
 import time
 
-from popdist_launcher.launcher.elastic import discovery
+from popdist_launcher.launcher import discovery_script
 from popdist_launcher.launcher.processes import signal_group
 
 PR_SET_PDEATHSIG = 1
@@ -47,10 +47,10 @@ class _Runs:
     def run(self, script: str, slots_per_host: int, timeout: float) -> dict:
         self.pgid = STARTING
         try:
-            hosts = discovery.run_discovery(script, slots_per_host, timeout,
+            hosts = discovery_script.run_discovery(script, slots_per_host, timeout,
                                              on_start=self.started)
             return {"hosts": hosts}
-        except discovery.DiscoveryError as err:
+        except discovery_script.DiscoveryError as err:
             return {"error": str(err), "kind": err.kind}
         finally:
             self.pgid = IDLE

@@ -16,10 +16,14 @@ never installs Horovod's signal handlers, and exits at once when CONTROL_FD reac
 What differs from horovodrun's driver: hosts come from the launcher (it runs the discovery
 script and removes lost hosts), hosts take ranks in the order of HOSTS and the workers that go on
 through a reset keep the lowest ranks (rank 0, the source of the state sync, holds the last
-commit), what a failed worker means for its host is the failure policy's (``policy.py``, the
+commit), what a failed worker means for its host is the failure policy's (``failure_policy.py``, the
 same as restart mode's: blacklist, start the slot again in place with RETRY, or FATAL), a round
 that cannot start ends with FATAL instead of a silent stop, and every wait of ours and every
 connection to a worker is bounded.
+
+Here: the driver, the workers it asks the launcher for, and ``main``; the socketpair's frames are
+``launcher_link.py``'s, hosts and blame ``driver_hosts.py``'s, the rendezvous server
+``driver_rendezvous.py``'s.
 """
 from __future__ import annotations
 
@@ -32,20 +36,22 @@ import socket
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import horovod
 from horovod.runner.common.util import network
 from horovod.runner.common.util.timeout import TimeoutException
 from horovod.runner.elastic import driver as horovod_driver
-from horovod.runner.elastic.discovery import HostDiscovery, HostManager
 from horovod.runner.elastic.rendezvous import create_rendezvous_handler
 from horovod.runner.elastic.worker import (HostUpdateResult, WorkerNotificationClient,
                                            WorkerNotificationService)
 
-from popdist_launcher.launcher.elastic import policy
-from popdist_launcher.launcher.spawned.rendezvous import (MIN_SECRET_CHARS, SECRET_ENV,
-                                                          make_server)
+from popdist_launcher.launcher import failure_policy as policy
+from popdist_launcher.launcher.spawned.driver_hosts import (LauncherHostManager, PushedHosts,
+                                                            Slot, Verdict)
+from popdist_launcher.launcher.spawned.driver_rendezvous import AdoptedRendezvous
+from popdist_launcher.launcher.spawned.launcher_link import LauncherLink
+from popdist_launcher.launcher.spawned.rendezvous import MIN_SECRET_CHARS, SECRET_ENV
 
 log = logging.getLogger(__name__)
 
@@ -53,157 +59,8 @@ HOROVOD_SERIES = "0.28."
 LOG_LEVEL_ENV = "POPRUN_ELASTIC_DRIVER_LOG"  # e.g. INFO: Horovod's own driver log on stderr
 CONNECT_TIMEOUT_S = 5.0  # every socket Horovod's notification client opens to a worker
 PROBE_TIMEOUT_S = 3.0  # probing a worker's notification addresses (horovod: 20 s x 3 attempts)
-REQUEST_TIMEOUT_S = 60.0  # reading one rendezvous request from a connected worker
 POLL_S = 0.25  # how often a worker's thread looks at the driver's shutdown and host events
 HEARTBEAT_S = 1.0  # ALIVE to the launcher (horovod_agent.HEARTBEAT_S)
-
-Slot = Tuple[str, int]  # (hostname, local_rank): Horovod's identity of a worker
-
-
-class LauncherLink:
-    """The helper's end of the socketpair: frames out under a lock, frames in on a thread."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self._lock = threading.Lock()
-
-    def send(self, kind: str, **fields) -> None:
-        data = (json.dumps({"kind": kind, **fields}) + "\n").encode()
-        try:
-            with self._lock:
-                self._sock.sendall(data)
-        except OSError:
-            os._exit(0)  # the launcher is gone: nothing left to drive
-
-    def read_forever(self, handle: Callable[[dict], None]) -> None:
-        """Call ``handle`` with every frame; end the process when the launcher closes its end."""
-        pending = b""
-        while True:
-            try:
-                chunk = self._sock.recv(65536)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                os._exit(0)
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                if not line.strip():
-                    continue
-                try:
-                    frame = json.loads(line)
-                    handle(frame)
-                except (ValueError, KeyError, TypeError) as exc:
-                    log.error("ignored a frame from the launcher that is not valid (%s): %r",
-                              exc, line[:200])
-
-
-class PushedHosts(HostDiscovery):
-    """Horovod's host discovery answered by the launcher's last HOSTS frame (it runs the
-    discovery script, checks that hosts answer and removes the lost ones)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._hosts: Dict[str, int] = {}
-        self.received = threading.Event()
-
-    def push(self, hosts: Sequence[Sequence]) -> None:
-        ordered = {str(name): int(slots) for name, slots in hosts}
-        with self._lock:
-            self._hosts = ordered
-        self.received.set()
-
-    def find_available_hosts_and_slots(self) -> Dict[str, int]:
-        with self._lock:
-            return dict(self._hosts)
-
-
-class Verdict(NamedTuple):
-    """The launcher's verdict on the end of one worker, kept for the registry's blacklist call."""
-
-    wid: int
-    on_host: bool  # the host is to blame (lost, could not start, all its workers failed)
-    mark: int  # the job's progress mark when it ended (the commits the launcher has seen)
-    what: str  # how it ended, in words ("exited with 1")
-
-
-class LauncherHostManager(HostManager):
-    """Horovod's HostManager with two changes: rank order follows HOSTS (hosts of the previous
-    assignment first, in their order, then new ones in the order HOSTS lists them; Horovod
-    orders new hosts through a set), and what a failed worker means for its host is the failure
-    policy's (``policy.py``): blacklist (with the cooldown, or for the rest of the job once the
-    host reached --host-failure-limit), start the worker again in place (RETRY), or end the
-    job with one sentence (FATAL)."""
-
-    def __init__(self, discovery: HostDiscovery, cooldown_range=None) -> None:
-        super().__init__(discovery, cooldown_range)
-        self.link: Optional[LauncherLink] = None  # set by the driver before any round
-        # set by the driver before any round:
-        self.min_np = 1
-        self.streaks = policy.FailureStreaks(1)
-        self.give_up: Callable[[str], None] = lambda reason: None
-        self._cooldown_range = cooldown_range
-        self._blame_lock = threading.Lock()
-        self._verdicts: Dict[Slot, Verdict] = {}
-
-    def update_available_hosts(self) -> HostUpdateResult:
-        previous = set(self._current_hosts.host_assignment_order)
-        result = super().update_available_hosts()
-        # Horovod keeps the previous hosts first, in their order, and appends new ones in set
-        # order: put the new ones in the order HOSTS lists them.
-        listed = list(self._current_hosts.host_slots)
-        order = self._current_hosts.host_assignment_order
-        new = sorted((h for h in order if h not in previous), key=listed.index)
-        order[:] = [h for h in order if h in previous] + new
-        return result
-
-    def blame(self, slot: Slot, verdict: Optional[Verdict]) -> None:
-        """Record the launcher's verdict on the last failed exit of ``slot``'s worker (None: it
-        did not fail, or a new worker took the slot)."""
-        with self._blame_lock:
-            if verdict is None:
-                self._verdicts.pop(slot, None)
-            else:
-                self._verdicts[slot] = verdict
-
-    def blacklist(self, host: str) -> None:
-        with self._blame_lock:
-            verdicts = [(slot, v) for slot, v in self._verdicts.items() if slot[0] == host]
-            for slot, _ in verdicts:
-                del self._verdicts[slot]
-        if not verdicts:
-            return  # the registry calls it once per failed slot: the first call decided
-        last = verdicts[-1][1]
-        hosts = self.current_hosts
-        known = [(h, hosts.get_slots(h)) for h in hosts.host_assignment_order]
-        out = [h for h in hosts.host_slots if h != host and self.is_blacklisted(h)]
-        decision = policy.decide(
-            policy.Fault(host, f"instance {last.wid} on {host} {last.what}",
-                         any(v.on_host for _, v in verdicts)),
-            known, self.min_np, self.streaks, max(v.mark for _, v in verdicts), out)
-        if decision.action == policy.BLACKLIST:
-            self._blacklist(host, decision.forever)
-        elif decision.action == policy.RESTART:
-            self.link.send("RETRY", host=host, wid=last.wid, streak=decision.streak,
-                           limit=self.streaks.limit, sentence=decision.sentence)
-        else:
-            self.give_up(decision.sentence)
-
-    def _blacklist(self, host: str, forever: bool) -> None:
-        was_blacklisted = self.is_blacklisted(host)
-        super().blacklist(host)
-        if forever and self._cooldown_range:
-            # Horovod keeps the end of the cooldown only in the host's state (0.28.x): a host
-            # at --host-failure-limit never comes back.
-            self._hosts_state[host]._cooldown_period_end_ts = float("inf")
-        if not was_blacklisted or forever:
-            cooldown = None
-            if self._cooldown_range and not forever:
-                ends = self._hosts_state[host]._cooldown_period_end_ts
-                cooldown = round(max(0.0, ends - time.time()), 3)
-            self.link.send("BLACKLIST", host=host, cooldown=cooldown, forever=forever,
-                           limit=self.streaks.limit)
-
 
 class BoundedNotificationClient(WorkerNotificationClient):
     """Horovod's client of a worker's notification service, probing its addresses once for at
@@ -428,37 +285,6 @@ class LauncherWorkers:
         ended.set()
 
 
-class AdoptedRendezvous:
-    """Horovod's RendezvousServer (start, init, stop) on the listening socket the launcher bound,
-    answering only requests that carry the job's secret."""
-
-    def __init__(self, fd: int, allowed: Set[str], secret: str) -> None:
-        self._fd = fd
-        self._allowed = allowed
-        self._secret = secret
-        self._server = None
-
-    def start(self, handler_cls: type) -> int:
-        class BoundedHandler(handler_cls):
-            timeout = REQUEST_TIMEOUT_S
-
-        self._server = make_server(self._fd, BoundedHandler, self._allowed, self._secret)
-        self._server.handle_error = self._request_failed  # socketserver prints a traceback
-        threading.Thread(target=self._server.serve_forever, name="rendezvous", daemon=True).start()
-        return self._server.server_port
-
-    @staticmethod
-    def _request_failed(request, client_address) -> None:
-        # e.g. a worker stopped while its rank_and_size request waited for the round
-        log.info("a rendezvous request from %s failed: %s", client_address[0], sys.exc_info()[1])
-
-    def init(self, host_alloc_plan) -> None:
-        self._server.init(host_alloc_plan)
-
-    def stop(self) -> None:
-        self._server.shutdown()
-
-
 def _configure_logging() -> None:
     """Our warnings on stderr; Horovod's own log only when $POPRUN_ELASTIC_DRIVER_LOG asks."""
     handler = logging.StreamHandler()
@@ -471,7 +297,7 @@ def _configure_logging() -> None:
         root.setLevel(level)
     else:
         root.setLevel(logging.CRITICAL)
-        log.setLevel(logging.WARNING)
+        logging.getLogger("popdist_launcher").setLevel(logging.WARNING)  # ours, not Horovod's
 
 
 def _settings(text: str) -> dict:
