@@ -101,12 +101,12 @@ SUBSET = Path(__file__).parent / "programs" / "popdist_subset.py"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["", "tf1"])
-def test_synchronize_among_a_subset_of_instances(tmp_path, mode):
+@pytest.mark.parametrize("backend,mode", [("local", ""), ("local", "tf1"), ("mpi", "")])
+def test_synchronize_among_a_subset_of_instances(tmp_path, backend, mode):
     """PopDist's execute_on_instances: synchronize() inside it is a barrier among its instances
     only (PopDist Python API reference); instance 2 never takes part."""
-    result = poprun("-np", "3", str(SUBSET), str(tmp_path), *([mode] if mode else []),
-                    timeout=300)
+    result = poprun("-np", "3", "--backend", backend, str(SUBSET), str(tmp_path),
+                    *([mode] if mode else []), timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     runs = [json.loads((tmp_path / f"subset-{i}.json").read_text()) for i in range(3)]
     assert runs[2]["rounds"] == [None, None] and runs[2]["saw_instance_1_pass"] is True
