@@ -87,17 +87,24 @@ def execute_on_instances(instances: Collection[int], function: Callable[..., Any
     (e.g. ``{0}`` to save a checkpoint once); return its result there, None elsewhere.
 
     As Graphcore's, ``synchronize()`` inside ``function`` is a barrier among those instances
-    only: with one instance (or all of them) it works as everywhere; a barrier among another
-    subset raises ValueError (the host collectives here always span every instance).
+    only. Call it on every instance, as PopDist's documentation does: for 2 or more instances
+    that are not all of them, the first call with a given set registers that group with the
+    host collectives on every instance (PopDist's ``registerCommunicator`` is likewise a
+    collective of all instances); with one instance or all of them nothing is registered.
     """
     members = frozenset(int(i) for i in instances)
-    bad = sorted(i for i in members if not 0 <= i < runtime.num_instances())
+    count = runtime.num_instances()
+    bad = sorted(i for i in members if not 0 <= i < count)
     if bad:
         raise ValueError(f"execute_on_instances: instance(s) {bad} do not exist; this job has "
-                         f"instances 0 .. {runtime.num_instances() - 1}.")
+                         f"instances 0 .. {count - 1}.")
+    outer = getattr(_participants, "members", None)
+    if outer is None and 2 <= len(members) < count:
+        _start_collectives()
+        from popdist_launcher import collectives
+        collectives.register_group(members)
     if runtime.instance_index() not in members:
         return None
-    outer = getattr(_participants, "members", None)
     _participants.members = members
     try:
         return function(*args, **kwargs)
@@ -106,6 +113,12 @@ def execute_on_instances(instances: Collection[int], function: Callable[..., Any
 
 
 _participants = threading.local()  # the instances of the innermost execute_on_instances
+
+
+def _start_collectives() -> None:
+    from popdist_launcher import collectives
+    if not collectives.is_initialized():
+        init()
 
 
 def synchronize() -> None:
@@ -118,20 +131,21 @@ def synchronize() -> None:
     (``init``) when the program has not; a no-op for a single instance.
     """
     members = getattr(_participants, "members", None)
-    every = frozenset(range(runtime.num_instances()))
-    if members is not None and members != every:
-        if len(members) == 1:
-            return  # only this instance takes part
-        raise ValueError(
-            f"popdist.synchronize() inside execute_on_instances({sorted(members)}) would be a "
-            f"barrier among a subset of the {len(every)} instances, which poprun-lite's host "
-            f"collectives do not provide; synchronize on one instance or on all of them.")
-    if runtime.num_instances() <= 1:
-        return
+    count = runtime.num_instances()
+    if count <= 1 or (members is not None and len(members) == 1):
+        return  # only this instance takes part
+    _start_collectives()
     from popdist_launcher import collectives
-    if not collectives.is_initialized():
-        init()
-    collectives.barrier(name="popdist.synchronize")
+    if members is None or len(members) == count:
+        collectives.barrier(name="popdist.synchronize")
+        return
+    if not collectives.has_group(members):
+        raise ValueError(
+            f"popdist.synchronize() among instances {sorted(members)} needs that group "
+            f"registered on every instance, which a nested execute_on_instances does not do; "
+            f"call popdist.execute_on_instances({sorted(members)}, ...) on every instance "
+            f"instead.")
+    collectives.barrier(name="popdist.synchronize", members=members)
 
 
 def checkNumIpusPerReplica(ipus_per_replica: int) -> bool:  # noqa: N802

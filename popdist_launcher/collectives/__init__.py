@@ -19,9 +19,15 @@ from popdist_launcher.collectives._state import (
     STALL_TIMEOUT_ENV,
     init,
     is_initialized,
+    register_group,
     require as _require,
     shutdown,
 )
+
+
+def has_group(members) -> bool:
+    """Whether ``register_group(members)`` has run on this instance."""
+    return tuple(sorted(set(int(m) for m in members))) in _require(collective=False).groups
 
 
 def size() -> int:
@@ -58,11 +64,13 @@ __all__ = [
     "broadcast",
     "broadcast_variables",
     "grouped_allreduce",
+    "has_group",
     "init",
     "is_initialized",
     "local_rank",
     "local_size",
     "rank",
+    "register_group",
     "shutdown",
     "size",
 ]

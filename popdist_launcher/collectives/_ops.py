@@ -540,17 +540,43 @@ def broadcast_variables(variables: Iterable[tf.Variable], root_rank: int = 0
     return tf.group(*assigns, name="broadcast_variables")
 
 
-def barrier(name: str = "barrier") -> None:
+def run_now(build: Callable[[], tf.Tensor]) -> np.ndarray:
+    """The value of the collective ``build()`` makes, computed now: eagerly, or in graph mode
+    (TensorFlow 1 programs) in a private graph and session, so the program's graph is not
+    touched."""
+    if tf.executing_eagerly():
+        return build().numpy()
+    with tf.Graph().as_default():
+        tensor = build()
+        with tf.compat.v1.Session() as session:
+            return session.run(tensor)
+
+
+def barrier(name: str = "barrier", members: Optional[Iterable[int]] = None) -> None:
     """Return once every instance has called ``barrier`` (a Sum allreduce of one integer, under
     the stall watchdog: an instance that never arrives fails the others with the stall error
-    naming ``name``). Runs eagerly, also in a program in TensorFlow 1's graph mode."""
+    naming ``name``). Runs eagerly, also in a program in TensorFlow 1's graph mode.
+
+    ``members``: wait for these instances only (a group made by ``register_group`` on every
+    instance first; the others do not take part); None waits for every instance."""
     st = _state.require()
-    if tf.executing_eagerly():
-        arrived = int(allreduce(tf.constant(1, tf.int32), op=Sum, name=name))
-    else:  # graph mode: a private graph and session, so the program's graph is not touched
-        with tf.Graph().as_default():
-            total = allreduce(tf.constant(1, tf.int32), op=Sum, name=name)
-            with tf.compat.v1.Session() as session:
-                arrived = int(session.run(total))
-    if arrived != st.size:
-        raise RuntimeError(f"{name}: {arrived} of {st.size} instances arrived at the barrier.")
+    process_set = hvd.global_process_set
+    expected = st.size
+    if members is not None:
+        key = tuple(sorted(set(int(m) for m in members)))
+        if st.rank not in key:
+            raise ValueError(f"{name}: instance {st.rank} is not one of the instances "
+                             f"{list(key)} this barrier waits for.")
+        if len(key) < st.size:
+            process_set, expected = _state.group(key), len(key)
+
+    def one(gated: List[tf.Tensor]) -> tf.Tensor:
+        return hvd.allreduce(gated[0], op=Sum, name=_op_name(name), process_set=process_set)
+
+    def count() -> tf.Tensor:
+        value = tf.constant(1, tf.int32)
+        return _tracked(_describe("allreduce", name, value), [value], one)
+
+    arrived = int(run_now(count))
+    if arrived != expected:
+        raise RuntimeError(f"{name}: {arrived} of {expected} instances arrived at the barrier.")

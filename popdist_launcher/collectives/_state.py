@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import threading
-from typing import Optional
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
@@ -40,6 +40,8 @@ class State:
     # Instance 0's Horovod rendezvous when a foreign launcher started the job (see _bootstrap);
     # it ends when this process exits (its stdin, held here, closes).
     rendezvous_server: Optional[subprocess.Popen] = None
+    # Horovod process sets registered by register_group(), by their sorted instance indices.
+    groups: Dict[Tuple[int, ...], Any] = dataclasses.field(default_factory=dict)
 
 
 _state = State()
@@ -148,7 +150,9 @@ def init(stall_timeout: Optional[float] = None) -> None:
         server = _bootstrap.prepare(os.environ)
         if server is not None:
             _state.rendezvous_server = server
-        hvd.init()
+        # Dynamic process sets let register_group() add a barrier among a subset of instances
+        # later (PopDist's execute_on_instances); Horovod's elastic mode keeps its own sets.
+        hvd.init(process_sets=None if os.environ.get("HOROVOD_ELASTIC") == "1" else "dynamic")
         # Registered after hvd.init() registers Horovod's, so it runs first at exit.
         atexit.unregister(wait_for_stall_shutdown)
         atexit.register(wait_for_stall_shutdown)
@@ -170,6 +174,7 @@ def shutdown() -> None:
             _state.watchdog = None
         was_running = _state.initialized and _state.failure is None
         _state.initialized = False
+        _state.groups.clear()
         _state.failure = None
     if was_running:
         hvd.shutdown()
@@ -192,6 +197,41 @@ def require(collective: bool = True) -> State:
     if collective and _state.failure is not None:
         raise tf.errors.UnavailableError(None, None, _after_stall_message())
     return _state
+
+
+def register_group(members: Iterable[int]) -> Tuple[int, ...]:
+    """Make the instances ``members`` (2 or more, not all) a group that ``barrier`` can wait on
+    alone; returns the group's key. Every instance must call it with the same members, in the
+    same order among its collectives (it is a collective of all instances); a group is
+    registered once and kept until shutdown()."""
+    st = require()
+    key = tuple(sorted(set(int(m) for m in members)))
+    with _lock:
+        if key in st.groups:
+            return key
+        if os.environ.get("HOROVOD_DYNAMIC_PROCESS_SETS") != "1":
+            raise RuntimeError(
+                f"a barrier among instances {list(key)} needs Horovod started with dynamic "
+                f"process sets, but the program started Horovod itself (hvd.init()) before "
+                f"popdist_launcher did; call popdist.init() before hvd.init(), or set "
+                f"HOROVOD_DYNAMIC_PROCESS_SETS=1.")
+        # All instances meet first in a collective under the stall watchdog (Horovod's own
+        # registration waits without bound), and agree on the members.
+        from popdist_launcher.collectives import _ops
+        seen = _ops.run_now(lambda: _ops.allgather(
+            tf.constant(key, tf.int32), name=f"register instance group {list(key)}"))
+        if [int(v) for v in seen] != list(key) * st.size:
+            raise ValueError(
+                f"instance {st.rank} registered the instance group {list(key)} while another "
+                f"instance registered a different group at the same point; call "
+                f"execute_on_instances with the same instances on every instance.")
+        st.groups[key] = hvd.add_process_set(list(key))
+    return key
+
+
+def group(key: Tuple[int, ...]) -> Any:
+    """The Horovod process set registered for ``key`` by register_group()."""
+    return require().groups[key]
 
 
 def current_watchdog() -> Optional[StallWatchdog]:

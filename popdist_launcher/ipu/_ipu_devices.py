@@ -150,19 +150,64 @@ def install(ops_module=None) -> None:
     """Map IPU devices in every op TensorFlow places from now on (once per process)."""
     from tensorflow.python.framework import ops
 
-    original = ops.Graph._apply_device_functions  # noqa: SLF001 (no public hook for placement)
+    original = ops.Operation._set_device_from_string  # noqa: SLF001 (where every device is set)
     if getattr(original, "_ipu_devices", False):
         return
+    placed_device = ops.Operation.device.fget
 
     @functools.wraps(original)
-    def apply_device_functions(graph, op):
-        original(graph, op)
-        if "IPU" in op.device or "ipu" in op.device:
-            op._set_device_from_string(local_device(op.device))  # noqa: SLF001
+    def set_device_from_string(op, device_str):
+        """Every device TensorFlow sets on an op passes here (device functions, colocation,
+        gradients, control flow): an IPU is replaced by its local device, and ``op.device``
+        then names the IPU while the op runs on that device."""
+        found = _IPU.search(device_str) if device_str else None
+        if found is None:
+            original(op, device_str)
+            if getattr(op, "_ipu_device", None) is not None:
+                op._ipu_device = None  # noqa: SLF001
+            return
+        original(op, local_device(device_str))
+        placed = placed_device(op)
+        op._ipu_device = (placed, _ipu_name(placed, int(found.group(1))))  # noqa: SLF001
 
-    apply_device_functions._ipu_devices = True
-    ops.Graph._apply_device_functions = apply_device_functions  # noqa: SLF001
+    set_device_from_string._ipu_devices = True
+    ops.Operation._set_device_from_string = set_device_from_string  # noqa: SLF001
+    _report_ipu_names(ops.Operation, placed_device, getattr(ops, "SymbolicTensor", None))
     _map_eager_device_scopes()
+
+
+def _ipu_name(placed: str, ordinal: int) -> str:
+    """``placed`` (the local device TensorFlow holds) with its device part naming IPU ``ordinal``
+    (job, replica and task kept)."""
+    from tensorflow.python.framework import device_spec
+    spec = device_spec.DeviceSpecV2.from_string(placed)
+    return spec.replace(device_type="IPU", device_index=ordinal).to_string()
+
+
+def _report_ipu_names(operation_class, placed_device, tensor_class) -> None:
+    """``op.device`` (and ``tensor.device`` of its outputs) of an op placed on an IPU read as
+    that IPU, as on Graphcore's TensorFlow; TensorFlow's runtime and every GraphDef see the
+    local device. An IPU name read back into TensorFlow (colocation, ``tf.device(op.device)``)
+    is mapped again when it is set on an op, so ops colocated with an IPU op share its device."""
+    def device(op):
+        placed = placed_device(op)
+        reported = getattr(op, "_ipu_device", None)
+        if reported is not None and reported[0] == placed:
+            return reported[1]
+        return placed
+
+    device.__doc__ = operation_class.device.__doc__
+    operation_class.device = property(device)
+    if tensor_class is None:
+        return  # no SymbolicTensor: a graph tensor's device is its op's
+    stock = tensor_class.device  # the C++ tensor's own reading of the placed device
+
+    def tensor_device(tensor):
+        if getattr(tensor.op, "_ipu_device", None) is not None:
+            return tensor.op.device
+        return stock.__get__(tensor, tensor_class)
+
+    tensor_class.device = property(tensor_device, doc=stock.__doc__)
 
 
 def _map_eager_device_scopes() -> None:

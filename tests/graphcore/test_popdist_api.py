@@ -95,3 +95,32 @@ def test_synchronize_with_a_missing_instance_fails_with_the_stall_error(tmp_path
         output[-4000:]
     assert "stall timeout 3 s" in output
     assert not (tmp_path / "popdist-0.json").exists()
+
+
+SUBSET = Path(__file__).parent / "programs" / "popdist_subset.py"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend,mode", [("local", ""), ("local", "tf1"), ("mpi", "")])
+def test_synchronize_among_a_subset_of_instances(tmp_path, backend, mode):
+    """PopDist's execute_on_instances: synchronize() inside it is a barrier among its instances
+    only (PopDist Python API reference); instance 2 never takes part."""
+    result = poprun("-np", "3", "--backend", backend, str(SUBSET), str(tmp_path),
+                    *([mode] if mode else []), timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    runs = [json.loads((tmp_path / f"subset-{i}.json").read_text()) for i in range(3)]
+    assert runs[2]["rounds"] == [None, None] and runs[2]["saw_instance_1_pass"] is True
+    for r in range(2):
+        zero, one = runs[0]["rounds"][r], runs[1]["rounds"][r]
+        assert zero["left"] >= one["arrived"] and one["left"] >= zero["arrived"]
+    assert [run["all"] for run in runs] == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_a_subset_barrier_that_only_its_members_set_up_fails_with_the_stall_error(tmp_path):
+    env = dict(os.environ, POPRUN_COLLECTIVES_STALL_TIMEOUT="3")
+    result = poprun("-np", "3", str(SUBSET), str(tmp_path), "members-only", timeout=300, env=env)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert ("collective stall on instance 0 of 3: allgather 'register instance group [0, 1]'"
+            in output), output[-4000:]
