@@ -192,7 +192,7 @@ IPU_ALIAS_ENV = "POPDIST_LAUNCHER_IPU_ALIAS"
 def switches_from(environ) -> set:
     """The switches ``environ`` turns on at interpreter start."""
     on = {name for name, wanted in ENVIRONMENT_SWITCHES.items()
-          if all(environ.get(var) == value or (value is None and var in environ)
+          if all(var in environ if value is None else environ.get(var) == value
                  for var, value in wanted.items())}
     if environ.get(IPU_ALIAS_ENV, "1") != "0":
         on.add("ipu-alias")
