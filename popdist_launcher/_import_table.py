@@ -85,8 +85,9 @@ _GRAPHCORE = dict(graphcore=True, when=("ipu-alias",))
 ALIASES = (
     # Graphcore's names of the IPU layer.
     Alias(IPU, IPU_TARGET, **_GRAPHCORE),
-    *(Alias(f"{IPU}.{name}", f"{IPU_TARGET}.ops.{name}", **_GRAPHCORE) for name in IPU_OPS),
-    *(Alias(f"{IPU}.{name}", f"{IPU_TARGET}.optimizers.{name}", **_GRAPHCORE)
+    *(Alias(f"{IPU}.{name}", f"{IPU_TARGET}.ops.{name}", children=False, **_GRAPHCORE)
+      for name in IPU_OPS),
+    *(Alias(f"{IPU}.{name}", f"{IPU_TARGET}.optimizers.{name}", children=False, **_GRAPHCORE)
       for name in IPU_OPTIMIZERS),
     # Graphcore's Keras module: ``from tensorflow.keras import ipu``, ``keras.ipu.PipelineStage``;
     # ``tf_keras.ipu`` for ``from keras import ipu`` where ``keras`` is tf-keras by another name.
