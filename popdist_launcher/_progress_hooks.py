@@ -1,8 +1,8 @@
 """Progress reports the library makes by itself under poprun-lite (``report_progress``):
 ``tf.train.CheckpointManager.save`` reports the number of the checkpoint it wrote, Horovod's
 elastic ``state.commit()`` the commits so far (``_horovod_elastic.py``), the IPUEstimator its
-global step (``ipu/ipu_estimator.py``). Registered by ``_startup.py`` for programs that
-poprun-lite's wrapper started."""
+global step (``ipu/ipu_estimator.py``). A hook of the import table (``_import_table.py``,
+switch ``progress-reports``) for programs that poprun-lite's wrapper started."""
 from __future__ import annotations
 
 import functools

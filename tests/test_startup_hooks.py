@@ -1,5 +1,6 @@
-"""The site hook's after-import hooks (popdist_launcher._startup.after_import): a hook runs once,
-right after its module's code has run, also when the module was first only looked up."""
+"""The site hook (popdist_launcher._startup): its after-import hooks (a hook runs once, right
+after its module's code has run, also when the module was first only looked up), the import
+table it applies, and how it tells an IPU program from its source (popdist_launcher._ipu_program)."""
 import subprocess
 import sys
 import textwrap
@@ -52,3 +53,118 @@ def test_hook_on_an_imported_module_runs_at_once(tmp_path):
         print(hook_fns.CALLS, hooked_mod.VALUE)
     """, tmp_path)
     assert out == "['hooked_mod'] 42"
+
+
+# -- the import table (popdist_launcher._import_table) and what the finder makes of it
+
+def test_the_most_specific_entry_answers_first():
+    from popdist_launcher import _import_table as table
+    on = {"ipu-alias", "keras-2", "tf-keras"}
+    nn_ops = table.aliases_for("tensorflow.python.ipu.nn_ops", on)
+    assert [a.target for a in nn_ops] == ["popdist_launcher.ipu.ops.nn_ops", "popdist_launcher.ipu"]
+    keras = [(a.target, a.shadows) for a in table.aliases_for("keras.optimizer_v2.adam", on)]
+    assert keras == [("{keras2}.src.optimizers.legacy", False), ("tf_keras", True),
+                     ("{keras2}.src", False)]
+    assert table.aliases_for("tensorflow.python.ipu.config", set()) == []  # ipu-alias off
+    assert table.aliases_for("numpy.linalg", on) == []
+
+
+def test_every_top_level_ipu_module_is_the_same_both_ways():
+    from popdist_launcher import _import_table as table
+    for name in table.IPU_OPS + table.IPU_OPTIMIZERS:
+        kind, modules = table.ipu_attribute(name)
+        assert kind == "module"
+        entry = table.aliases_for(f"tensorflow.python.ipu.{name}", {"ipu-alias"})[0]
+        assert modules[0] == entry.target_of(f"tensorflow.python.ipu.{name}")
+    assert table.ipu_attribute("outlined_function")[0] == "function"
+
+
+def test_switches_from_the_environment():
+    from popdist_launcher._import_table import switches_from
+    assert switches_from({}) == {"ipu-alias"}
+    assert switches_from({"POPDIST_LAUNCHER_IPU_ALIAS": "0", "POPDIST_TF1": "1"}) == {"tf1"}
+    assert "horovod-elastic" not in switches_from({"HOROVOD_ELASTIC": "1"})  # not poprun-lite's
+    assert "horovod-elastic" in switches_from({"HOROVOD_ELASTIC": "1", "POPRUN_JOB_ID": "j"})
+    assert "progress-reports" in switches_from({"POPRUN_STACK_FD": "3:1:10"})
+
+
+def test_graphcore_names():
+    from popdist_launcher._import_table import graphcore_name
+    for name in ("tensorflow.python.ipu", "tensorflow.python.ipu.ops.nn_ops", "keras.ipu",
+                 "tensorflow.keras.ipu.optimizers", "tensorflow.compiler.plugin.poplar.ops"):
+        assert graphcore_name(name), name
+    for name in ("tensorflow.python", "popdist_launcher.ipu", "popdist", "keras.optimizers",
+                 "tensorflow.python.ipu_like"):
+        assert not graphcore_name(name), name
+
+
+def test_a_switch_turned_on_arms_its_hooks_and_runs_those_of_imported_modules(tmp_path):
+    (tmp_path / "later_mod.py").write_text("VALUE = 1\n")
+    out = _run("""
+        from popdist_launcher import _import_table as table, _startup
+        import hooked_mod, hook_fns
+        table.HOOKS += (table.Hook("hooked_mod", "hook_fns:bump", when=("test-switch",)),
+                        table.Hook("later_mod", "hook_fns:bump", when=("test-switch",)))
+        _startup.switch_on("test-switch")
+        _startup.switch_on("test-switch")  # once
+        import later_mod
+        print(hook_fns.CALLS, hooked_mod.VALUE, later_mod.VALUE)
+    """, tmp_path)
+    assert out == "['hooked_mod', 'later_mod'] 42 2"
+
+
+# -- whether the program is an IPU program (popdist_launcher._ipu_program), read from its source
+
+def _graphcore_import(tmp_path, files, main="main.py", package=""):
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        from popdist_launcher import _ipu_program
+        main = ({main.replace('/', '.')[:-3]!r}, {package!r}, {str(tmp_path / main)!r}, None)
+        print(_ipu_program.graphcore_import(main))
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_an_ipu_import_in_a_module_the_program_imports_is_found(tmp_path):
+    found = _graphcore_import(tmp_path, {
+        "main.py": "import numpy\nfrom tensorflow.keras.optimizers import Adam\nimport setup_ipu\n",
+        "setup_ipu.py": "def configure():\n    from tensorflow.python import ipu\n    return ipu\n",
+    })
+    assert found == "('setup_ipu', 'tensorflow.python.ipu')"  # inside a function, too
+
+
+def test_each_way_of_naming_graphcore_modules_is_found(tmp_path):
+    for i, statement in enumerate(("from tensorflow.keras import ipu",
+                                   "from keras import ipu",
+                                   "import tensorflow.python.ipu.ops.nn_ops as nn_ops",
+                                   "from tensorflow.compiler.plugin.poplar.ops import gen_ipu_ops",
+                                   "import importlib; importlib.import_module('tensorflow.python.ipu')")):
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        assert _graphcore_import(folder, {"main.py": statement + "\n"}).startswith("('main',"), statement
+
+
+def test_relative_imports_of_a_package_are_followed(tmp_path):
+    found = _graphcore_import(tmp_path, {
+        "app/__init__.py": "",
+        "app/__main__.py": "from . import train\n",
+        "app/train.py": "from .model import build\n",
+        "app/model.py": "from tensorflow.python.ipu import keras as ipu_keras\n",
+    }, main="app/__main__.py", package="app")
+    assert found == "('app.model', 'tensorflow.python.ipu')"
+
+
+def test_a_program_without_graphcore_names_is_not_an_ipu_program(tmp_path):
+    found = _graphcore_import(tmp_path, {
+        "main.py": "import helpers\nimport popdist\nfrom popdist_launcher import ipu\n",
+        "helpers.py": "import json\nfrom tensorflow.keras.optimizers import Adam\n# tensorflow.python.ipu\n",
+    })
+    assert found == "None"  # popdist and the project's own names are not Graphcore's IPU names

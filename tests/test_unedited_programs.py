@@ -37,7 +37,7 @@ def outputs(out, prefix, n):
 
 
 def test_the_alias_costs_no_import_at_start_and_can_be_turned_off():
-    code = ("import sys; print(any(type(f).__name__ == 'IPUAliasFinder' for f in sys.meta_path),"
+    code = ("import sys; print(any(type(f).__name__ == 'ImportTableFinder' for f in sys.meta_path),"
             " sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'popdist',"
             " 'horovod') or m.startswith('popdist_launcher.ipu')))")
     on = python("-c", code)

@@ -1,33 +1,20 @@
 """``tf.estimator`` on TensorFlow 2.16+: tensorflow-estimator 2.15 made importable, as README's
-"Estimators on TensorFlow 2.16+" says; nothing on 2.15. Standard library only at import time."""
+"Estimators on TensorFlow 2.16+" says; nothing on 2.15. The module names (``tensorflow.estimator``,
+the removed modules the estimator imports, this project's stand-ins for them) are entries of
+the import table (popdist_launcher._import_table) under its ``estimator-removed`` switch, which
+``install`` turns on. Standard library only at import time."""
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import logging
 import re
 import sys
 import types
-from typing import Optional, Sequence, Tuple
-from popdist_launcher._startup import SameModuleLoader
+from typing import Tuple
 
 log = logging.getLogger(__name__)
 
 FIRST_WITHOUT_ESTIMATOR = (2, 16)
-ESTIMATOR_V2 = "tensorflow_estimator.python.estimator.api._v2.estimator"
-ESTIMATOR_V1 = "tensorflow_estimator.python.estimator.api._v1.estimator"
-# A removed module -> this project's module that stands in for it.
-STAND_INS = {
-    "tensorflow.python.distribute.estimator_training":
-        "popdist_launcher._estimator_compat.estimator_training",
-}
-# Removed modules only TPUEstimator uses, inside its functions: importable, unusable.
-TPU_ONLY = ("tensorflow.python.tpu.session_support", "tensorflow.python.tpu.tpu_embedding",
-            "tensorflow.python.tpu.tpu_embedding_gradient")
-# ``import tensorflow.estimator`` (and the v1/v2 spellings) as TensorFlow 2.15 allowed it.
-PACKAGE_NAMES = (("tensorflow.estimator", ESTIMATOR_V2),
-                 ("tensorflow.compat.v2.estimator", ESTIMATOR_V2),
-                 ("tensorflow.compat.v1.estimator", ESTIMATOR_V1))
 ESTIMATOR_API_NAME = "estimator"
 
 
@@ -47,8 +34,8 @@ def install(tensorflow_module) -> None:
     version = getattr(tensorflow_module, "__version__", "")
     if not needed(version):
         return
-    if not any(isinstance(f, RemovedModuleFinder) for f in sys.meta_path):
-        sys.meta_path.append(RemovedModuleFinder(version))  # last: a real module always wins
+    from popdist_launcher._startup import switch_on
+    switch_on("estimator-removed")  # the table's estimator names (a real module always wins)
     _register_api_name()
     _attach(tensorflow_module)
     log.debug("TensorFlow %s: tf.estimator is tensorflow-estimator's, with this project's "
@@ -74,7 +61,9 @@ def _attach(tensorflow_module) -> None:
     compat = getattr(tensorflow_module, "compat", None)
     v1 = getattr(compat, "v1", None)
     v2 = getattr(compat, "v2", None)
-    for owner, target in ((tensorflow_module, ESTIMATOR_V2), (v2, ESTIMATOR_V2), (v1, ESTIMATOR_V1)):
+    api = "tensorflow_estimator.python.estimator.api._{}.estimator"
+    for owner, target in ((tensorflow_module, api.format("v2")), (v2, api.format("v2")),
+                          (v1, api.format("v1"))):
         if owner is not None and "estimator" not in vars(owner):
             setattr(owner, "estimator", LazyEstimator(target, owner))
 
@@ -131,41 +120,8 @@ class TPUOnlyModule(types.ModuleType):
         return placeholder
 
 
-class _TPUOnlyLoader:
-    def __init__(self, version: str) -> None:
-        self._version = version
-
-    def create_module(self, spec):
-        module = TPUOnlyModule(spec.name)
-        module._tf_version = self._version
-        return module
-
-    def exec_module(self, module) -> None:
-        pass
-
-
-class RemovedModuleFinder:
-    """A meta path finder placed last: finds only the modules above, and only when no finder
-    before it found a real one."""
-
-    def __init__(self, version: str) -> None:
-        self._version = version
-
-    def find_spec(self, fullname: str, path: Optional[Sequence[str]] = None, target=None):
-        if fullname in STAND_INS:
-            return importlib.util.spec_from_loader(fullname, SameModuleLoader(STAND_INS[fullname]))
-        if fullname in TPU_ONLY:
-            return importlib.util.spec_from_loader(fullname, _TPUOnlyLoader(self._version))
-        for name, real in PACKAGE_NAMES:
-            if fullname == name or fullname.startswith(name + "."):
-                real_name = real + fullname[len(name):]
-                try:
-                    real_spec = importlib.util.find_spec(real_name)
-                except ModuleNotFoundError:
-                    return None
-                if real_spec is None:
-                    return None
-                return importlib.util.spec_from_loader(
-                    fullname, SameModuleLoader(real_name),
-                    is_package=real_spec.submodule_search_locations is not None)
-        return None
+def tpu_only_module(name: str) -> TPUOnlyModule:
+    """The import table's ``make`` for the removed TPU modules."""
+    module = TPUOnlyModule(name)
+    module._tf_version = getattr(sys.modules.get("tensorflow"), "__version__", None)
+    return module

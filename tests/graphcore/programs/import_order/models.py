@@ -1,10 +1,27 @@
 """The program's own module, imported before the IPU layer, with its imports sorted as usual:
-Keras optimizer names and Keras 2.6 module paths bound before ``from tensorflow.python import ipu``."""
+every TF 2.6 Keras optimizer name and Keras 2.6 module path bound before ``from
+tensorflow.python import ipu``, also kept in a dict, a default argument and a subclass."""
+import keras
+import tensorflow as tf
 from keras.engine import data_adapter
 from keras.optimizer_v2 import rmsprop as rmsprop_module
-from tensorflow.keras.optimizers import SGD, RMSprop
+from tensorflow.keras.optimizers import SGD, Adadelta, Adagrad, Adam, Adamax, Ftrl, Nadam, Optimizer, RMSprop
 from tensorflow.keras.optimizers import Adam as KerasAdam
 from tensorflow.keras.optimizers.experimental import Adam as NewAdam
+
+from names import bound_names
+
+BY_NAME = {"rmsprop": RMSprop, "sgd": SGD}  # a registry, as programs keep them
+KERAS_RMSPROP = keras.optimizers.RMSprop  # attributes read at import
+TF_RMSPROP = tf.keras.optimizers.RMSprop
+
+
+class ScaledRMSprop(RMSprop):
+    """A subclass defined before the IPU import."""
+
+
+def make(optimizer_class=RMSprop, **kwargs):  # a default argument
+    return optimizer_class(**kwargs)
 
 
 def optimizer():
@@ -13,7 +30,4 @@ def optimizer():
 
 def bound():
     """The names as this module holds them when the program runs."""
-    return {"models.RMSprop": RMSprop, "models.SGD": SGD, "models.KerasAdam": KerasAdam,
-            "models.rmsprop_module.RMSprop": rmsprop_module.RMSprop,
-            "models.data_adapter.DataHandler": data_adapter.DataHandler,
-            "models.NewAdam": NewAdam}
+    return bound_names("models", globals())

@@ -1,0 +1,242 @@
+"""The import table: every module name the site hook answers (Graphcore's IPU names, TensorFlow
+2.6's moved Keras modules, TensorFlow's removed modules) and every hook it runs around an
+import, as data. ``popdist_launcher._startup.ImportTableFinder`` is the one finder that applies
+it; ``popdist_launcher.ipu``'s attributes and docs/ipu-api-coverage.md ("The import table")
+follow it.
+
+An entry applies while all of its switches are on (``when``). Switches:
+
+- ``ipu-alias``: Graphcore's names import (on unless ``POPDIST_LAUNCHER_IPU_ALIAS=0``).
+- ``tf-keras``: ``keras`` is Keras 2 from the tf-keras package (TensorFlow 2.16+ with
+  ``TF_USE_LEGACY_KERAS`` set or chosen; ``popdist_launcher._startup.choose_keras``).
+- ``keras-2``: TensorFlow has imported and tf.keras is Keras 2 (``_keras_compat.install``).
+- ``ipu-program``: the program is written for Graphcore's SDK (it names one of the ``graphcore``
+  entries below: ``popdist_launcher._ipu_program.decide``, at TensorFlow's import, or the first
+  import of such a name): Keras optimizers are TensorFlow 2.6's.
+- ``estimator-removed``: TensorFlow 2.16+ without tf.estimator's support modules
+  (``_estimator_compat.install``).
+- ``tf1``, ``tf-config-auto``, ``horovod-elastic``, ``progress-reports``: from poprun-lite's
+  variables (``ENVIRONMENT_SWITCHES``).
+
+``{keras2}`` in a name is the package that is Keras 2 here: ``keras`` on TensorFlow 2.15,
+``tf_keras`` on 2.16+ (popdist_launcher._keras2); entries that use it wait for ``keras-2``.
+Standard library only, and nothing imported: the site hook reads this at every interpreter start.
+"""
+
+KERAS_2 = "{keras2}"
+IPU = "tensorflow.python.ipu"
+IPU_TARGET = "popdist_launcher.ipu"
+
+
+class Alias:
+    """``name`` imports as the module ``target`` (the same module object under both names; with
+    ``children``, ``name.X`` as ``target.X`` too). ``shadows``: answered even where a real module
+    of that name exists (a package whose children must be the target's); else only where
+    TensorFlow or Keras has no such module. ``graphcore``: importing it makes the program an IPU
+    program. ``make`` ("module:function", called with the name) builds the module instead of a
+    target; ``message`` is the one sentence of the ModuleNotFoundError for a name with neither."""
+
+    __slots__ = ("name", "target", "children", "shadows", "graphcore", "when", "make", "message")
+
+    def __init__(self, name, target=None, *, children=True, shadows=True, graphcore=False,
+                 when=(), make=None, message=None):
+        self.name, self.target, self.children, self.shadows = name, target, children, shadows
+        self.graphcore, self.when, self.make, self.message = graphcore, when, make, message
+
+    def matches(self, fullname: str) -> bool:
+        return fullname == self.name or (self.children and fullname.startswith(self.name + "."))
+
+    def target_of(self, fullname: str):
+        """The module ``fullname`` is under this entry (None for ``make`` and ``message``)."""
+        return None if self.target is None else self.target + fullname[len(self.name):]
+
+    def __repr__(self) -> str:
+        return f"Alias({self.name!r} -> {self.target or self.make or 'gone'!r})"
+
+
+class Hook:
+    """``function`` ("module:function") runs with the module once ``module`` has imported (once
+    its code has run; at once where it already has when the switches turn on), or, with
+    ``before``, with the name each time the module is looked up, before it imports."""
+
+    __slots__ = ("module", "function", "when", "before")
+
+    def __init__(self, module, function, *, when=(), before=False):
+        self.module, self.function, self.when, self.before = module, function, when, before
+
+    def __repr__(self) -> str:
+        return f"Hook({self.module!r} -> {self.function!r})"
+
+
+# Graphcore's ipu package exports its ops and optimizer modules at the top too
+# (``ipu.nn_ops`` is ``ipu.ops.nn_ops``): ``import tensorflow.python.ipu.nn_ops`` and
+# ``from tensorflow.python import ipu; ipu.nn_ops`` both give ours.
+IPU_OPS = ("all_to_all_op", "control_flow_ops", "cross_replica_ops", "embedding_ops",
+           "functional_ops", "image_ops", "math_ops", "nn_ops", "normalization_ops",
+           "pipelining_ops", "rand_ops", "reduce_scatter_op", "replication_ops", "slicing_ops",
+           "statistics_ops", "within_replica_ops")
+IPU_OPTIMIZERS = ("cross_replica_optimizer", "gradient_accumulation_optimizer", "ipu_optimizer",
+                  "map_gradient_optimizer", "sharded_optimizer")
+# Functions Graphcore's ipu package exports at the top: name -> "module:function".
+IPU_FUNCTIONS = {"outlined_function": "popdist_launcher.ipu.ops.functional_ops:outlined_function"}
+
+_GRAPHCORE = dict(graphcore=True, when=("ipu-alias",))
+
+ALIASES = (
+    # Graphcore's names of the IPU layer.
+    Alias(IPU, IPU_TARGET, **_GRAPHCORE),
+    *(Alias(f"{IPU}.{name}", f"{IPU_TARGET}.ops.{name}", children=False, **_GRAPHCORE)
+      for name in IPU_OPS),
+    *(Alias(f"{IPU}.{name}", f"{IPU_TARGET}.optimizers.{name}", children=False, **_GRAPHCORE)
+      for name in IPU_OPTIMIZERS),
+    # Graphcore's Keras module: ``from tensorflow.keras import ipu``, ``keras.ipu.PipelineStage``;
+    # ``tf_keras.ipu`` for ``from keras import ipu`` where ``keras`` is tf-keras by another name.
+    *(Alias(name, "popdist_launcher.ipu.keras", **_GRAPHCORE)
+      for name in ("keras.ipu", "tensorflow.keras.ipu", "keras.api._v2.keras.ipu", "tf_keras.ipu",
+                   "tf_keras.api._v2.keras.ipu")),
+    # The SDK's internal modules (``from tensorflow.compiler.plugin.poplar.ops import gen_ipu_ops``).
+    Alias("tensorflow.compiler.plugin", "popdist_launcher.ipu._sdk", **_GRAPHCORE),
+
+    # ``import keras`` is Keras 2 (tf-keras) where tf.keras is (popdist_launcher._keras2).
+    Alias("keras", "tf_keras", when=("tf-keras",)),
+
+    # TensorFlow 2.6's Keras modules that today's Keras 2 has elsewhere (only where missing).
+    Alias("keras.optimizer_v2.learning_rate_schedule",
+          f"{KERAS_2}.src.optimizers.schedules.learning_rate_schedule", shadows=False,
+          when=("keras-2",)),
+    Alias("keras.optimizer_v2", f"{KERAS_2}.src.optimizers.legacy", shadows=False, when=("keras-2",)),
+    Alias("tensorflow.python.keras", f"{KERAS_2}.src", shadows=False, when=("keras-2",)),
+    Alias("keras", f"{KERAS_2}.src", shadows=False, when=("keras-2",)),
+
+    # TensorFlow 1.15 / 2.6 modules TensorFlow 2.15 removed (docs/tf-removed-apis.md).
+    Alias("tensorflow.python.distribute.distribution_strategy_context",
+          "tensorflow.python.distribute.distribute_lib", children=False, shadows=False),
+    Alias("tensorflow.pywrap_tensorflow", "tensorflow.python.training.py_checkpoint_reader",
+          children=False, shadows=False),
+    Alias("tensorflow.contrib", shadows=False, message=(
+        "tensorflow.contrib was removed in TensorFlow 2 and is not provided here: use its "
+        "TensorFlow 2.15 replacement (tf.compat.v1.layers, tf.keras, tf.train's checkpoint "
+        "functions, tf.xla.experimental.compile for contrib.compiler.xla).")),
+    Alias("tensorflow.tools.graph_transforms", shadows=False, message=(
+        "tensorflow.tools.graph_transforms (TransformGraph) was removed in TensorFlow 2 and is "
+        "not provided here: export the model without the graph transforms (they only optimise "
+        "an inference graph) or use tf.compat.v1.graph_util to freeze it.")),
+
+    # tf.estimator on TensorFlow 2.16+ (popdist_launcher._estimator_compat): the estimator API
+    # as TensorFlow 2.15 had it, and the modules TensorFlow removed that it imports.
+    *(Alias(name, f"tensorflow_estimator.python.estimator.api._{v}.estimator", shadows=False,
+            when=("estimator-removed",))
+      for name, v in (("tensorflow.estimator", "v2"), ("tensorflow.compat.v2.estimator", "v2"),
+                      ("tensorflow.compat.v1.estimator", "v1"))),
+    Alias("tensorflow.python.distribute.estimator_training",
+          "popdist_launcher._estimator_compat.estimator_training", children=False, shadows=False,
+          when=("estimator-removed",)),
+    # Modules only TPUEstimator uses, inside its functions: import, and say so when used.
+    *(Alias(f"tensorflow.python.tpu.{name}", children=False, shadows=False,
+            make="popdist_launcher._estimator_compat:tpu_only_module", when=("estimator-removed",))
+      for name in ("session_support", "tpu_embedding", "tpu_embedding_gradient")),
+)
+
+_TF26_OPTIMIZERS = "popdist_launcher._keras_compat:tf26_optimizer_names"
+
+HOOKS = (
+    # Keras 2 on TensorFlow 2.16+: decide TF_USE_LEGACY_KERAS before TensorFlow reads it.
+    Hook("tensorflow", "popdist_launcher._startup:choose_keras", before=True),
+    Hook("keras", "popdist_launcher._startup:choose_keras", before=True),
+    Hook("horovod.tensorflow.keras", "popdist_launcher._keras2:refuse_keras_3"),
+    Hook("horovod.keras", "popdist_launcher._keras2:refuse_keras_3"),
+    # TensorFlow 2.6's Keras for every program (they only make work what fails in stock Keras):
+    # switches on keras-2, whichever of these imports first.
+    Hook("tensorflow", "popdist_launcher._keras_compat:install"),
+    Hook("keras", "popdist_launcher._keras_compat:install"),
+    Hook("popdist_launcher.ipu.config", "popdist_launcher._keras_compat:install"),
+    Hook(f"{KERAS_2}.src.engine.training", "popdist_launcher._keras_compat:patch_compile",
+         when=("keras-2",)),
+    Hook(f"{KERAS_2}.losses", "popdist_launcher._keras_compat:add_losses_utils", when=("keras-2",)),
+    # Whether the program is an IPU program, decided before it can bind a Keras name.
+    Hook("tensorflow", "popdist_launcher._ipu_program:decide", when=("ipu-alias",)),
+    # TensorFlow 2.6's optimizers under the public names, for IPU programs.
+    Hook(f"{KERAS_2}.src.optimizers", "popdist_launcher._keras_compat:legacy_by_name",
+         when=("keras-2", "ipu-program")),
+    Hook("tensorflow.keras.optimizers", _TF26_OPTIMIZERS, when=("keras-2", "ipu-program")),
+    *(Hook(f"{KERAS_2}.{module}", _TF26_OPTIMIZERS, when=("keras-2", "ipu-program"))
+      for module in ("optimizers", "api._v2.keras.optimizers", "api._v1.keras.optimizers")),
+    # TensorFlow's removed names that are attributes, not modules.
+    Hook("tensorflow", "popdist_launcher._tf_data_compat:install"),
+    Hook("tensorflow", "popdist_launcher._tf_removed:install"),
+    Hook("tensorflow", "popdist_launcher._estimator_compat:install"),  # estimator-removed
+    # IPU devices (``tf.config.list_logical_devices("IPU")``, ``/device:IPU:N``).
+    Hook("popdist_launcher.ipu.config", "popdist_launcher.ipu._ipu_devices:watch"),
+    # poprun-lite's switches.
+    Hook("tensorflow", "popdist_launcher._tf1:disable_v2_behavior", when=("tf1",)),
+    Hook("tensorflow_estimator.python.estimator.run_config", "popdist_launcher._run_config:install",
+         when=("tf-config-auto",)),  # RunConfig sees the cluster only with a strategy
+    Hook("horovod.tensorflow.elastic", "popdist_launcher._horovod_elastic:install",
+         when=("horovod-elastic",)),
+    Hook("tensorflow.python.checkpoint.checkpoint_management",
+         "popdist_launcher._progress_hooks:install_checkpoint_manager",
+         when=("progress-reports",)),
+)
+
+# Switches the environment turns on at interpreter start: switch -> {variable: value} (all must
+# hold; None: set to anything). Names of popdist_launcher._contract, spelled out to import nothing.
+ENVIRONMENT_SWITCHES = {
+    "tf1": {"POPDIST_TF1": "1"},  # poprun-lite --tf1: TensorFlow 1.15's behaviour
+    "tf-config-auto": {"POPRUN_TF_CONFIG_AUTO": "1"},  # --tf-config auto
+    "horovod-elastic": {"HOROVOD_ELASTIC": "1", "POPRUN_JOB_ID": None},  # Horovod elastic mode
+    "progress-reports": {"POPRUN_STACK_FD": None},  # started by poprun-lite's wrapper
+}
+# ... and the switch on unless its variable says "0".
+IPU_ALIAS_ENV = "POPDIST_LAUNCHER_IPU_ALIAS"
+
+
+def switches_from(environ) -> set:
+    """The switches ``environ`` turns on at interpreter start."""
+    on = {name for name, wanted in ENVIRONMENT_SWITCHES.items()
+          if all(var in environ if value is None else environ.get(var) == value
+                 for var, value in wanted.items())}
+    if environ.get(IPU_ALIAS_ENV, "1") != "0":
+        on.add("ipu-alias")
+    return on
+
+
+def _by_name() -> dict:
+    found: dict = {}
+    for alias in ALIASES:
+        found.setdefault(alias.name, []).append(alias)
+    for entries in found.values():
+        entries.sort(key=lambda a: not a.shadows)
+    return found
+
+
+_BY_NAME = _by_name()  # name -> its entries, a shadowing one first
+_FIRST_PARTS = {name.partition(".")[0] for name in _BY_NAME}
+
+
+def aliases_for(fullname: str, on) -> list:
+    """The entries that answer ``fullname`` with the switches ``on``, most specific first (a
+    shadowing entry before one of the same name that does not)."""
+    if fullname.partition(".")[0] not in _FIRST_PARTS:
+        return []  # most names: one set lookup
+    found = []
+    name = fullname
+    while name:
+        for alias in _BY_NAME.get(name, ()):
+            if (alias.children or name == fullname) and all(s in on for s in alias.when):
+                found.append(alias)
+        name = name.rpartition(".")[0]
+    return found
+
+
+def graphcore_name(fullname: str) -> bool:
+    """Whether ``fullname`` is one of Graphcore's names (or a module below one)."""
+    return any(a.graphcore and a.matches(fullname) for a in ALIASES)
+
+
+def ipu_attribute(name: str):
+    """What ``tensorflow.python.ipu.<name>`` is as an attribute: ("module", our module names to
+    try in order) or ("function", "module:function"), the same as the finder imports."""
+    if name in IPU_FUNCTIONS:
+        return "function", IPU_FUNCTIONS[name]
+    fullname = f"{IPU}.{name}"
+    return "module", [a.target_of(fullname) for a in aliases_for(fullname, {"ipu-alias"})]

@@ -1,0 +1,179 @@
+"""Whether the running program is an IPU program, decided when TensorFlow imports, before the
+program can bind any Keras name: its own source names one of Graphcore's modules (the import
+table's ``graphcore`` entries: ``tensorflow.python.ipu``, ``tensorflow.keras.ipu``,
+``keras.ipu``, ``tensorflow.compiler.plugin``), in the main file (or the ``-c`` command) or in a
+module of its own that it imports, followed through their imports, wherever the import
+statement sits (top level, a function, ``importlib.import_module("...")`` with a literal name).
+Then the table's ``ipu-program`` switch is on from the start, so the program gets TensorFlow
+2.6's Keras optimizers under every name it binds, whatever the order of its imports.
+
+A program's own module is one outside the standard library, site-packages and this project;
+nothing is imported to find it. A program whose Graphcore import is not in its own source (a
+name built at run time, a package installed in site-packages, an interactive session) turns the
+switch on at that import instead (popdist_launcher._startup.SameModuleLoader).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from popdist_launcher import _import_table
+
+log = logging.getLogger(__name__)
+
+MAX_MODULES = 1000  # a bound on the modules read, for programs inside very large trees
+NOT_THE_PROGRAM = ("popdist_launcher", "popdist")
+
+
+def decide(_tensorflow=None) -> None:
+    """Hook on TensorFlow's import: turn ``ipu-program`` on where the program names Graphcore's
+    modules."""
+    found = graphcore_import()
+    if found is not None:
+        log.debug("%s imports %s: TensorFlow 2.6's Keras optimizers", *found)
+        from popdist_launcher._startup import switch_on
+        switch_on("ipu-program")
+
+
+def main_source():
+    """(module name, package, file or None, source or None) of the running program's main
+    module, or None where there is none to read (an interactive session)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path:
+        spec = getattr(main, "__spec__", None)
+        name = spec.name if spec is not None else "__main__"
+        return name, getattr(main, "__package__", None) or "", path, None
+    argv = getattr(sys, "orig_argv", [])
+    if "-c" in argv[:-1]:
+        return "__main__", "", None, argv[argv.index("-c") + 1]
+    return None
+
+
+def graphcore_import(main=None):
+    """(module, the Graphcore name it imports) for the first of the program's modules that
+    imports one of Graphcore's modules, or None."""
+    main = main or main_source()
+    if main is None:
+        return None
+    import ast
+    locate = _Locator()
+    queue = [main]
+    seen = {main[0]}
+    while queue and len(seen) <= MAX_MODULES:
+        name, package, path, source = queue.pop(0)
+        try:
+            if source is None:
+                with open(path, "rb") as file:
+                    source = file.read()
+            tree = ast.parse(source)
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for imported in imported_names(tree, package):
+            if _import_table.graphcore_name(imported):
+                return name, imported
+            parts = imported.split(".")
+            for depth in range(1, len(parts) + 1):
+                module = ".".join(parts[:depth])
+                if module in seen:
+                    continue
+                seen.add(module)
+                found = locate(module)
+                if found is not None:
+                    file, is_package = found
+                    queue.append((module, module if is_package else module.rpartition(".")[0],
+                                  file, None))
+    return None
+
+
+def imported_names(tree, package: str):
+    """The absolute module names a module's syntax tree imports (``from a import b`` gives ``a``
+    and ``a.b``); ``package`` resolves relative imports."""
+    import ast
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package
+                for _ in range(node.level - 1):
+                    parent = parent.rpartition(".")[0]
+                if not parent:
+                    continue
+                base = f"{parent}.{base}" if base else parent
+            if base:
+                yield base
+                yield from (f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            function = node.func
+            called = getattr(function, "attr", None) or getattr(function, "id", None)
+            if called in ("import_module", "__import__"):
+                yield node.args[0].value
+
+
+class _Locator:
+    """Finds a module's source file without importing anything; None for a module that is not
+    the program's own."""
+
+    def __init__(self) -> None:
+        import sysconfig
+        paths = sysconfig.get_paths()
+        skip = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
+        try:
+            import site
+            skip.update(site.getsitepackages())
+            skip.add(site.getusersitepackages())
+        except (AttributeError, ImportError):
+            pass
+        for name in NOT_THE_PROGRAM:
+            module = sys.modules.get(name)
+            if getattr(module, "__file__", None):
+                skip.add(os.path.dirname(module.__file__))
+        self._skip = tuple(os.path.realpath(p) + os.sep for p in skip if p)
+        self._foreign = set(sys.builtin_module_names) | set(getattr(sys, "stdlib_module_names", ()))
+        self._foreign.update(NOT_THE_PROGRAM)
+
+    def own(self, path: str) -> bool:
+        return not (os.path.realpath(path) + os.sep).startswith(self._skip)
+
+    def __call__(self, name: str):
+        """(source file, whether it is a package) of the program's own module ``name``."""
+        top = name.partition(".")[0]
+        if top in self._foreign:
+            return None
+        found = self._find(name)
+        if found is None or (found[0] is not None and not self.own(found[0])):
+            if name == top:
+                self._foreign.add(top)  # nothing below a foreign package is the program's
+            return None
+        file, is_package = found
+        if file is None or not file.endswith(".py"):
+            return None
+        return file, is_package
+
+    @staticmethod
+    def _find(name: str):
+        import importlib.machinery
+        parts = name.split(".")
+        search = None
+        for depth in range(1, len(parts) + 1):
+            module_name = ".".join(parts[:depth])
+            module = sys.modules.get(module_name)
+            if module is not None:
+                file = getattr(module, "__file__", None)
+                locations = getattr(module, "__path__", None)
+            else:
+                spec = importlib.machinery.PathFinder.find_spec(module_name, search)
+                if spec is None:
+                    return None
+                file = spec.origin if spec.has_location else None
+                locations = spec.submodule_search_locations
+            if depth == len(parts):
+                return file, locations is not None
+            if locations is None:
+                return None
+            search = list(locations)
+        return None
