@@ -66,12 +66,11 @@ def _system() -> _configured_system.ConfiguredSystem:
 
 
 def watch(config_module=None) -> None:
-    """Install the mapping once TensorFlow's graph module has imported, and the IPU device
-    listing once TensorFlow has (the site hook calls this when the IPU layer imports; standard
-    library only until then)."""
-    from popdist_launcher._startup import after_import
-    after_import("tensorflow.python.framework.ops", "popdist_launcher.ipu._ipu_devices:install")
-    after_import("tensorflow", "popdist_launcher.ipu._ipu_devices:install_listing")
+    """Turn the import table's ``ipu-devices`` switch on when the IPU layer imports: the mapping
+    is installed once TensorFlow's graph module has imported, the IPU device listing once
+    TensorFlow has (standard library only until then)."""
+    from popdist_launcher._startup import switch_on
+    switch_on("ipu-devices")
 
 
 def num_ipus() -> int:
