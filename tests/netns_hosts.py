@@ -110,6 +110,21 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def describe(pids) -> List[str]:
+    """``pid state: command line`` of each process, for an assertion's message."""
+    lines = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                command = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        lines.append(f"{pid} {state}: {command[:300]}")
+    return lines
+
+
 def _kill(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)

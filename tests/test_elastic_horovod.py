@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import LAUNCHER, wait_gone
-from netns_hosts import TestHosts, require_test_hosts
+from netns_hosts import TestHosts, describe, require_test_hosts
 
 sys.path.insert(0, str(Path(__file__).parent / "workers"))
 from elastic_reference import keras_reference, loop_reference  # noqa: E402
@@ -139,8 +139,9 @@ def nothing_left(hosts) -> None:
     while time.monotonic() < deadline and (hosts.pids_in("hostA", include_sshd_sessions=False)
                                            or hosts.pids_in("hostB", include_sshd_sessions=False)):
         time.sleep(0.2)
-    assert hosts.pids_in("hostA", include_sshd_sessions=False) == []
-    assert hosts.pids_in("hostB", include_sshd_sessions=False) == []
+    for name in ("hostA", "hostB"):
+        left = hosts.pids_in(name, include_sshd_sessions=False)
+        assert left == [], f"left running on {name}: {describe(left)}"
 
 
 def kill_host_b_workers(hosts, job: Job, slots: int) -> float:
