@@ -28,9 +28,20 @@ LAUNCHER = [sys.executable, "-m", "popdist_launcher"]
 
 
 def poprun(*args: str, timeout: float = 120, env=None, **kwargs) -> subprocess.CompletedProcess:
-    """Run ``poprun-lite ARGS`` to completion and capture its output."""
-    return subprocess.run([*LAUNCHER, *args], capture_output=True, text=True, timeout=timeout,
-                          env=env, **kwargs)
+    """Run ``poprun-lite ARGS`` to completion and capture its output.
+
+    A job that hangs is ended by the launcher's own ``--timeout`` (POPRUN_TIMEOUT) a little before
+    ``timeout``: it prints every instance's Python stacks, which the failing assertion then shows.
+    """
+    env = dict(os.environ if env is None else env)
+    env.setdefault("POPRUN_TIMEOUT", f"{timeout * 0.85 - 5:g}")
+    try:
+        return subprocess.run([*LAUNCHER, *args], capture_output=True, text=True,
+                              timeout=timeout, env=env, **kwargs)
+    except subprocess.TimeoutExpired as e:
+        stderr = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else e.stderr
+        pytest.fail(f"poprun-lite {' '.join(args)} still ran after {timeout:g} s (its own "
+                    f"--timeout did not end it); its stderr ends:\n{(stderr or '')[-6000:]}")
 
 
 def poprun_background(*args: str, **kwargs) -> subprocess.Popen:
