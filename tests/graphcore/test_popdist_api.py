@@ -122,5 +122,6 @@ def test_a_subset_barrier_that_only_its_members_set_up_fails_with_the_stall_erro
     result = poprun("-np", "3", str(SUBSET), str(tmp_path), "members-only", timeout=300, env=env)
     assert result.returncode != 0
     output = result.stdout + result.stderr
-    assert ("collective stall on instance 0 of 3: allgather 'register instance group [0, 1]'"
-            in output), output[-4000:]
+    # Instances 0 and 1 wait in the same registration: either watchdog may fire first.
+    assert re.search(r"collective stall on instance [01] of 3: allgather "
+                     r"'register instance group \[0, 1\]'", output), output[-4000:]
