@@ -11,6 +11,10 @@ VENV ?= .venv
 endif
 BIN := $(VENV)/bin
 NP ?= 4
+# Test files run this many at a time (pytest-xdist, each file whole in one worker: its module
+# fixtures are built once). Many of the suite's jobs wait more than they compute (elastic
+# timeouts, restarts, hosts cut off), so 2 streams suit a 2-core machine; 0 runs them one by one.
+PYTEST_JOBS ?= 2
 # The TensorFlow 2.15 stack's part of CI (`make test-tf215`): strategies, estimators, IPU
 # conformance, one elastic scenario and the launcher.
 TF215_TESTS ?= tests/test_strategies.py tests/test_estimator.py tests/graphcore/test_gc_conformance.py \
@@ -27,11 +31,11 @@ demo: setup
 test: setup
 	$(BIN)/ruff check popdist_launcher popdist tests benchmarks examples scripts
 	@bash scripts/install-test-hosts.sh || test "$$CI" != true
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests $(PYTEST_ARGS)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 test-tf215:
 	@$(MAKE) --no-print-directory setup TF=2.15
-	PATH="$(abspath .venv-tf2.15/bin):$$PATH" .venv-tf2.15/bin/python -m pytest $(TF215_TESTS) $(PYTEST_ARGS)
+	PATH="$(abspath .venv-tf2.15/bin):$$PATH" .venv-tf2.15/bin/python -m pytest $(TF215_TESTS) -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 bench: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/launch_overhead.py

@@ -1,6 +1,7 @@
 """Bad input through the real CLI: one sentence on stderr naming the value and the fix, exit 2,
 never a traceback or a hang; config values of the wrong type; numbers that are not finite."""
 import os
+import random
 
 import pytest
 
@@ -52,10 +53,10 @@ def test_unbalanced_quote_is_refused_for_the_mpi_backend_too():
 
 
 @pytest.mark.parametrize("content, words", [
-    (os.urandom(64) + b"\xff\xfe", "is not a text file"),
+    (random.Random(7).randbytes(64) + b"\xff\xfe", "is not a text file"),
     (b"localhost slots=2\n\0\0\n", "is not a text file"),
     (b"a" * (1 << 20) + b"\n", "is larger than 1 MiB"),
-])
+], ids=["random-bytes", "nul-bytes", "over-1-MiB"])
 def test_binary_or_huge_hostfile(tmp_path, content, words):
     hostfile = tmp_path / "hosts"
     hostfile.write_bytes(content)
