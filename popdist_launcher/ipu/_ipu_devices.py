@@ -291,7 +291,8 @@ def _report_ipu_names(operation_class, placed_device, tensor_class) -> None:
 # The IPU each thread's innermost eager device scope names (None: a device that is no IPU).
 _scopes = threading.local()
 _eager_placed = None  # EagerTensor's own ``device`` getter, once installed
-_reported = {}  # (placed, local device, IPU ordinal) -> the IPU's name, or None
+_reported = {}  # (placed, IPU ordinal) -> the IPU's name, or None (for _reported_system)
+_reported_system = None
 
 
 def _scope_stack() -> list:
@@ -372,22 +373,30 @@ def _name_eager(tensor, ordinal: int) -> None:
     """``tensor`` (an EagerTensor) reads as IPU ``ordinal`` when it lies on the local device
     standing for that IPU (an op in an IPU scope may run elsewhere: a resource op runs where
     its resource lies)."""
+    global _reported_system
     placed = _eager_placed(tensor)
-    local = local_device(f"/device:IPU:{ordinal}")
-    key = (placed, local, ordinal)
+    system = _configured_system.get_configured_system()
+    if system is not _reported_system:  # the names below hold for one configured system
+        _reported.clear()
+        _reported_system = system
+    key = (placed, ordinal)
     try:
         name = _reported[key]
     except KeyError:
-        from tensorflow.python.framework import device_spec
-        spec = device_spec.DeviceSpecV2.from_string(placed)
-        local_spec = device_spec.DeviceSpecV2.from_string(local)
-        name = None
-        if (spec.device_type or "").upper() == (local_spec.device_type or "").upper() and \
-                spec.device_index == local_spec.device_index:
-            name = spec.replace(device_type="IPU", device_index=ordinal).to_string()
-        _reported[key] = name
+        name = _reported[key] = _ipu_name_if_local(placed, ordinal)
     if name is not None:
         tensor._ipu_name = name  # noqa: SLF001
+
+
+def _ipu_name_if_local(placed: str, ordinal: int) -> Optional[str]:
+    """``placed`` named as IPU ``ordinal`` if it is the local device standing for it."""
+    from tensorflow.python.framework import device_spec
+    spec = device_spec.DeviceSpecV2.from_string(placed)
+    local = device_spec.DeviceSpecV2.from_string(local_device(f"/device:IPU:{ordinal}"))
+    if (spec.device_type or "").upper() != (local.device_type or "").upper() or \
+            spec.device_index != local.device_index:
+        return None
+    return spec.replace(device_type="IPU", device_index=ordinal).to_string()
 
 
 def _name_outputs(result, ordinal: int) -> None:

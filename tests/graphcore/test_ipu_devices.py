@@ -164,3 +164,25 @@ def test_tf2_device_names_under_poprun(tmp_path):
         got = json.loads((tmp_path / f"device-names-tf2-{index}.json").read_text())
         assert got["instances"] == 2 and got["popdist"]["local_replicas"] == 2
         check_names_tf2(got)
+
+
+NAMES_MULTI_WORKER = Path(__file__).parent / "programs" / "ipu_device_names_multi_worker.py"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("instances", [1, 2])
+def test_multi_worker_device_names(tmp_path, instances):
+    result = poprun("-np", str(instances), str(NAMES_MULTI_WORKER), str(tmp_path), timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    for index in range(instances):
+        got = json.loads((tmp_path / f"device-names-mw-{index}.json").read_text())
+        worker = f"/job:worker/replica:0/task:{index}/device:"
+        # Graphcore's _test_variables_on_ipu / _test_variables_on_host / _test_all_reduce
+        on_ipu, on_host = got["ipu"], got["host"]
+        assert on_ipu["variable"] == on_ipu["replica_variable"] == worker + "IPU:0"
+        assert on_host["variable"] == on_host["replica_variable"] == worker + "CPU:0"
+        for run in (on_ipu, on_host):
+            assert run["op"] == run["result"] == worker + "IPU:0"
+            assert run["sum_device"] == worker + "CPU:0"
+            # instance 0's initial value (2.0) on every worker's replica, summed over the workers
+            assert run["sum"] == 2.0 * instances
