@@ -1,6 +1,9 @@
 """IPU devices as Graphcore's TensorFlow lists and names them (type ``IPU``), before and after
 configure_ipu_system, with the numbers computed on the local devices standing for the IPUs and
-checked against NumPy; as one process and under poprun-lite -np 2 (2 replicas per instance)."""
+checked against NumPy; as one process and under poprun-lite -np 2 (2 replicas per instance).
+The names of what runs there: TF1 graphs, eager code, and the variables, slots and results of
+IPUStrategy, PopDistStrategy, IPUHorovodStrategy and IPUMultiWorkerStrategy, as Graphcore's
+strategy tests assert them."""
 import json
 import subprocess
 import sys
