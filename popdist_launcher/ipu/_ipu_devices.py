@@ -6,11 +6,21 @@ Graphcore's programs may name the IPU directly (``with ops.device("/device:IPU:0
 ipu_compiler.compile(...)``). ``watch`` (the site hook calls it when the IPU layer imports)
 installs the mapping once TensorFlow has imported too; programs that never import the IPU layer
 keep stock placement.
+
+What runs on IPU N reads as ``/device:IPU:N``, as on Graphcore's TensorFlow: graph ops and
+tensors placed there (``op.device``), eager tensors an op computed under
+``tf.device("/device:IPU:N")``, and the variables, ops and results a strategy of the IPU layer
+places on its replica devices (``replica_scope``). TensorFlow's runtime, GraphDefs and
+``tf.debugging.set_log_device_placement``'s lines see the local device. Every such name maps
+back to the same local device when a program places something with it.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
+import threading
+from typing import Optional
 
 from popdist_launcher.ipu import _configured_system, config
 
@@ -53,6 +63,75 @@ def replica_device(ordinal: int) -> str:
                      f"{len(system.devices)} IPU device(s), /device:IPU:0 .. "
                      f"/device:IPU:{len(system.devices) - 1}; select more with "
                      f"IPUConfig.auto_select_ipus.")
+
+
+def ordinal_of(device) -> Optional[int]:
+    """The IPU that ``device`` is or stands for (one of this instance's replica devices, in any
+    job or task form), or None for any other device."""
+    if not device:
+        return None
+    found = _IPU.search(device)
+    if found is not None:
+        return int(found.group(1))
+    system = _configured_system.get_configured_system()
+    if system is None:
+        return None
+    from tensorflow.python.framework import device_spec
+    spec = device_spec.DeviceSpecV2.from_string(device)
+    kind = (spec.device_type or "").upper()
+    for ordinal, local in enumerate(system.devices):
+        local_spec = device_spec.DeviceSpecV2.from_string(local)
+        if kind == local_spec.device_type.upper() and spec.device_index == local_spec.device_index:
+            return ordinal
+    return None
+
+
+def replica_scope():
+    """A device scope naming the IPU that the current device (a strategy's replica device)
+    stands for, so that what is placed in it reads as that IPU; a null scope on any other
+    device. Entering it changes no placement: the IPU maps back to the same local device."""
+    from tensorflow.python.distribute import device_util
+    from tensorflow.python.framework import ops
+    ordinal = ordinal_of(device_util.current())
+    if ordinal is None:
+        return contextlib.nullcontext()
+    return ops.device(f"/device:IPU:{ordinal}")
+
+
+def on_replica_ipu(fn, mirrored: bool = False):
+    """``fn`` run in ``replica_scope`` (a strategy's replica function or variable creator).
+    ``mirrored``: TensorFlow's mirrored strategies call a tf.function in a function of their
+    own (so ``fn`` stays as it is; ``name_replica_outputs`` names what it computed)."""
+    if mirrored and is_tf_function(fn):
+        return fn
+
+    def on_ipu(*args, **kwargs):
+        with replica_scope():
+            return fn(*args, **kwargs)
+    return on_ipu
+
+
+def is_tf_function(fn) -> bool:
+    from tensorflow.python.eager.polymorphic_function import polymorphic_function
+    return isinstance(fn, polymorphic_function.Function)
+
+
+def name_replica_outputs(result):
+    """Eager tensors a strategy computed on its replica devices (in ``result``, per replica or
+    not) read as the IPUs those devices stand for; ``result`` is returned."""
+    from tensorflow.python.distribute import values as values_lib
+    from tensorflow.python.framework import ops
+    from tensorflow.python.util import nest
+    if not ops.executing_eagerly_outside_functions() or not _eager_names_installed():
+        return result
+    for item in nest.flatten(result, expand_composites=False):
+        replicas = item.values if isinstance(item, values_lib.DistributedValues) else (item,)
+        for value in replicas:
+            if isinstance(value, ops.EagerTensor) and value._ipu_name is None:  # noqa: SLF001
+                ordinal = ordinal_of(_eager_placed(value))
+                if ordinal is not None:
+                    _name_eager(value, ordinal)
+    return result
 
 
 def _system() -> _configured_system.ConfiguredSystem:
@@ -209,9 +288,62 @@ def _report_ipu_names(operation_class, placed_device, tensor_class) -> None:
     tensor_class.device = property(tensor_device, doc=stock.__doc__)
 
 
+# The IPU each thread's innermost eager device scope names (None: a device that is no IPU).
+_scopes = threading.local()
+_eager_placed = None  # EagerTensor's own ``device`` getter, once installed
+_reported = {}  # (placed, IPU ordinal) -> the IPU's name, or None (for _reported_system)
+_reported_system = None
+
+
+def _scope_stack() -> list:
+    stack = getattr(_scopes, "stack", None)
+    if stack is None:
+        stack = _scopes.stack = []
+    return stack
+
+
+def _scope_ordinal(name, enclosing: Optional[int]) -> Optional[int]:
+    """The IPU an eager ``device(name)`` scope runs on, inside one that runs on ``enclosing``."""
+    if name is None or not isinstance(name, str):
+        return None
+    found = _IPU.search(name)
+    if found is not None:
+        return int(found.group(1))
+    from tensorflow.python.framework import device_spec
+    try:
+        spec = device_spec.DeviceSpecV2.from_string(name)
+    except ValueError:
+        return None
+    # a job, replica or task alone keeps the enclosing device
+    return enclosing if spec.device_type is None else None
+
+
+class _EagerDeviceScope:
+    """TensorFlow's eager device scope, with the IPU it names kept for the ops run in it."""
+
+    __slots__ = ("_scope", "_name")
+
+    def __init__(self, scope, name) -> None:
+        self._scope = scope
+        self._name = name
+
+    def __enter__(self):
+        entered = self._scope.__enter__()
+        stack = _scope_stack()
+        stack.append(_scope_ordinal(self._name, stack[-1] if stack else None))
+        return entered
+
+    def __exit__(self, *exc_info):
+        stack = _scope_stack()
+        if stack:
+            stack.pop()
+        return self._scope.__exit__(*exc_info)
+
+
 def _map_eager_device_scopes() -> None:
     """``with tf.device("/device:IPU:N")`` in eager code runs its ops on the local device
-    standing for IPU N (TensorFlow would otherwise place them on its default device)."""
+    standing for IPU N (TensorFlow would otherwise place them on its default device), and the
+    tensors they compute there read as IPU N."""
     from tensorflow.python.eager import context
 
     original = context.Context.device
@@ -220,11 +352,103 @@ def _map_eager_device_scopes() -> None:
 
     @functools.wraps(original)
     def device(ctx, name):
-        if isinstance(name, str) and ("IPU" in name or "ipu" in name):
-            name = local_device(name)
-        return original(ctx, name)
+        if isinstance(name, context.LogicalDevice):
+            name = name.name
+        elif hasattr(name, "to_string") and hasattr(name, "device_type"):  # a DeviceSpec
+            name = name.to_string()
+        ipu_named = isinstance(name, str) and ("IPU" in name or "ipu" in name)
+        scope = original(ctx, local_device(name) if ipu_named else name)
+        return _EagerDeviceScope(scope, name)
 
     device._ipu_devices = True
     context.Context.device = device
+    _report_eager_ipu_names()
+
+
+def _eager_names_installed() -> bool:
+    return _eager_placed is not None
+
+
+def _name_eager(tensor, ordinal: int) -> None:
+    """``tensor`` (an EagerTensor) reads as IPU ``ordinal`` when it lies on the local device
+    standing for that IPU (an op in an IPU scope may run elsewhere: a resource op runs where
+    its resource lies)."""
+    global _reported_system
+    placed = _eager_placed(tensor)
+    system = _configured_system.get_configured_system()
+    if system is not _reported_system:  # the names below hold for one configured system
+        _reported.clear()
+        _reported_system = system
+    key = (placed, ordinal)
+    try:
+        name = _reported[key]
+    except KeyError:
+        name = _reported[key] = _ipu_name_if_local(placed, ordinal)
+    if name is not None:
+        tensor._ipu_name = name  # noqa: SLF001
+
+
+def _ipu_name_if_local(placed: str, ordinal: int) -> Optional[str]:
+    """``placed`` named as IPU ``ordinal`` if it is the local device standing for it."""
+    from tensorflow.python.framework import device_spec
+    spec = device_spec.DeviceSpecV2.from_string(placed)
+    local = device_spec.DeviceSpecV2.from_string(local_device(f"/device:IPU:{ordinal}"))
+    if (spec.device_type or "").upper() != (local.device_type or "").upper() or \
+            spec.device_index != local.device_index:
+        return None
+    return spec.replace(device_type="IPU", device_index=ordinal).to_string()
+
+
+def _name_outputs(result, ordinal: int) -> None:
+    from tensorflow.python.framework import ops
+    if isinstance(result, ops.EagerTensor):
+        _name_eager(result, ordinal)
+    elif isinstance(result, (list, tuple)):
+        for item in result:
+            if isinstance(item, ops.EagerTensor):
+                _name_eager(item, ordinal)
+
+
+def _naming(execute):
+    """``execute`` (one of TensorFlow's eager entry points: every op and tf.function call of
+    eager code passes through one), with the tensors it returns in an IPU scope named."""
+    @functools.wraps(execute)
+    def named(*args, **kwargs):
+        result = execute(*args, **kwargs)
+        stack = getattr(_scopes, "stack", None)
+        if stack and stack[-1] is not None:
+            _name_outputs(result, stack[-1])
+        return result
+
+    named._ipu_devices = True
+    return named
+
+
+def _report_eager_ipu_names() -> None:
+    """``EagerTensor.device`` reads as the IPU that computed the tensor (see ``_name_eager``);
+    every other eager tensor reads as TensorFlow places it."""
+    global _eager_placed
+    from tensorflow.python import pywrap_tfe
+    from tensorflow.python.framework import constant_op, ops
+
+    if _eager_placed is not None:
+        return
+    stock = ops.EagerTensor.device  # the C type's getter of the device the tensor lies on
+    _eager_placed = stock.__get__
+
+    def device(tensor):
+        name = tensor._ipu_name  # noqa: SLF001
+        return name if name is not None else stock.__get__(tensor)
+
+    ops.EagerTensor._ipu_name = None  # noqa: SLF001 (set on the tensors computed on an IPU)
+    ops.EagerTensor.device = property(device, doc=stock.__doc__)
+    for name in ("TFE_Py_FastPathExecute", "TFE_Py_Execute", "TFE_Py_ExecuteCancelable"):
+        original = getattr(pywrap_tfe, name, None)
+        if original is not None and not getattr(original, "_ipu_devices", False):
+            setattr(pywrap_tfe, name, _naming(original))
+    # tf.constant and convert_to_tensor of Python values in eager code make their tensor here
+    original = getattr(constant_op, "_constant_eager_impl", None)
+    if original is not None and not getattr(original, "_ipu_devices", False):
+        constant_op._constant_eager_impl = _naming(original)  # noqa: SLF001
 
 

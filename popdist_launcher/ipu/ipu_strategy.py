@@ -21,9 +21,20 @@ import logging
 import tensorflow as tf
 
 from popdist_launcher.ipu import _configured_system, _ipu_devices, _jit_functions
-from popdist_launcher.strategies._tf_internal import distribute_lib
+from popdist_launcher.strategies._tf_internal import distribute_lib, one_device_strategy
 
 log = logging.getLogger(__name__)
+
+
+class _OneIPUExtended(one_device_strategy.OneDeviceExtended):
+    """One replica on the local device standing for an IPU: its variables, ops and results
+    read as that IPU, as Graphcore's IPUStrategy places them (see ``ipu._ipu_devices``)."""
+
+    def _create_variable(self, next_creator, **kwargs):
+        return super()._create_variable(_ipu_devices.on_replica_ipu(next_creator), **kwargs)
+
+    def _call_for_each_replica(self, fn, args, kwargs):
+        return super()._call_for_each_replica(_ipu_devices.on_replica_ipu(fn), args, kwargs)
 
 
 def _device_ordinal(ipu_device: str) -> int:
@@ -64,7 +75,7 @@ class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
                 log.info("IPUStrategy: IPUConfig selects %d IPUs; one replica on %s%s.",
                          system.num_ipus, device,
                          f" ({system.missing_devices})" if system.missing_devices else "")
-            super().__init__(device)
+            distribute_lib.Strategy.__init__(self, _OneIPUExtended(self, device))
         self._ipu_device = ipu_device
         self._cpu_device = cpu_device
         self._device_ordinal = ordinal

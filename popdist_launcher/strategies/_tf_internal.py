@@ -11,6 +11,7 @@ from tensorflow.python.distribute import distribute_utils  # noqa: F401
 from tensorflow.python.distribute.v1 import input_lib as input_lib_v1  # noqa: F401
 from tensorflow.python.distribute import input_util  # noqa: F401
 from tensorflow.python.distribute import mirrored_strategy  # noqa: F401
+from tensorflow.python.distribute import one_device_strategy  # noqa: F401
 from tensorflow.python.distribute import reduce_util  # noqa: F401
 from tensorflow.python.distribute import values as values_lib  # noqa: F401
 from tensorflow.python.distribute.cluster_resolver import TFConfigClusterResolver  # noqa: F401

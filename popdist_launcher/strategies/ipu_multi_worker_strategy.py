@@ -44,9 +44,13 @@ class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceE
         return local, kinds.pop()
 
     def _call_for_each_replica(self, fn, args, kwargs):
+        # what a replica computes reads as the IPU its device stands for (ipu._ipu_devices)
         if len(self.worker_devices) > 1:
-            return super()._call_for_each_replica(fn, args, kwargs)
-        return call_for_the_only_replica(self, fn, args, kwargs)
+            result = super()._call_for_each_replica(
+                _ipu_devices.on_replica_ipu(fn, mirrored=True), args, kwargs)
+            return _ipu_devices.name_replica_outputs(result) \
+                if _ipu_devices.is_tf_function(fn) else result
+        return call_for_the_only_replica(self, _ipu_devices.on_replica_ipu(fn), args, kwargs)
 
     def _experimental_distribute_dataset(self, dataset, options):
         self._warn_if_sharded_twice(dataset)
@@ -95,8 +99,8 @@ class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceE
         return f"grpc://{address}"
 
     def _create_variable(self, next_creator, **kwargs):
-        if not self._variables_on_host:
-            return super()._create_variable(next_creator, **kwargs)
+        if not self._variables_on_host:  # on a replica device: it reads as that device's IPU
+            return super()._create_variable(_ipu_devices.on_replica_ipu(next_creator), **kwargs)
         host = f"{self._worker_device}/device:CPU:0"
 
         def on_host(**kw):

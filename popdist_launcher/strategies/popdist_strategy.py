@@ -95,9 +95,13 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
         return True  # every cross-replica reduction goes through _batch_reduce_to
 
     def _call_for_each_replica(self, fn, args, kwargs):
+        # what a replica computes reads as the IPU its device stands for (ipu._ipu_devices)
         if self._num_local > 1:
-            return super()._call_for_each_replica(fn, args, kwargs)
-        return call_for_the_only_replica(self, fn, args, kwargs)
+            result = super()._call_for_each_replica(
+                _ipu_devices.on_replica_ipu(fn, mirrored=True), args, kwargs)
+            return _ipu_devices.name_replica_outputs(result) \
+                if _ipu_devices.is_tf_function(fn) else result
+        return call_for_the_only_replica(self, _ipu_devices.on_replica_ipu(fn), args, kwargs)
 
     # ---- variables -----------------------------------------------------------------------
     def _get_variable_creator_initial_value(self, replica_id, device, primary_var, **kwargs):
@@ -125,8 +129,8 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
         return broadcast_initial_value
 
     def _create_variable(self, next_creator, **kwargs):
-        if not self._variables_on_host:
-            return super()._create_variable(next_creator, **kwargs)
+        if not self._variables_on_host:  # on a replica device: it reads as that device's IPU
+            return super()._create_variable(_ipu_devices.on_replica_ipu(next_creator), **kwargs)
 
         def on_host(**kw):
             with tf.device(self._host_device):

@@ -1,6 +1,9 @@
 """IPU devices as Graphcore's TensorFlow lists and names them (type ``IPU``), before and after
 configure_ipu_system, with the numbers computed on the local devices standing for the IPUs and
-checked against NumPy; as one process and under poprun-lite -np 2 (2 replicas per instance)."""
+checked against NumPy; as one process and under poprun-lite -np 2 (2 replicas per instance).
+The names of what runs there: TF1 graphs, eager code, and the variables, slots and results of
+IPUStrategy, PopDistStrategy, IPUHorovodStrategy and IPUMultiWorkerStrategy, as Graphcore's
+strategy tests assert them."""
 import json
 import subprocess
 import sys
@@ -27,10 +30,10 @@ def check(got, before, after):
     assert got["cpu_logical"] == after and got["gpu"] == []
     last = after - 1
     # ops placed on an IPU name it (as on Graphcore's TensorFlow) and run on the local device
-    # standing for it; an eager tensor names the device it ran on
+    # standing for it; so does an eager tensor computed there
     assert got["op_device"] == got["tensor_device"] == f"/device:IPU:{last}"
     assert got["op_device_type"] == "IPU"
-    assert got["eager_device"] == f"/job:localhost/replica:0/task:0/device:CPU:{last}"
+    assert got["eager_device"] == LOGICAL.format(last)
     reference = got["numpy"]
     np.testing.assert_allclose(got["eager"], reference["matmul"], rtol=1e-6)
     np.testing.assert_allclose(got["function"], reference["relu"], rtol=1e-6)
@@ -91,3 +94,98 @@ def test_tf1_device_names_under_poprun(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     for index in range(2):
         check_names_tf1(json.loads((tmp_path / f"device-names-{index}.json").read_text()))
+
+
+NAMES_TF2 = Path(__file__).parent / "programs" / "ipu_device_names_tf2.py"
+IPU, CPU = LOGICAL, "/job:localhost/replica:0/task:0/device:CPU:{}"
+
+
+def check_names_tf2(got):
+    rng = np.random.default_rng(0)
+    x, w, y = (rng.normal(size=shape).astype("float32") for shape in ((4, 3), (3, 2), (4, 2)))
+    instances, instance = got["instances"], got["instance"]
+    # eager code under tf.device("/device:IPU:1"), as Graphcore's TensorFlow names it; a host
+    # scope inside it and code outside it keep the CPU
+    eager = got["eager"]
+    for made_on_ipu in ("product", "constant", "variable", "handle", "function"):
+        assert eager[made_on_ipu] == IPU.format(1), made_on_ipu
+    assert eager["host"] == eager["outside"] == CPU.format(0)
+    # the names placed again, numbers as NumPy's
+    assert got["again_device"] == IPU.format(1)
+    np.testing.assert_allclose(got["product"], x @ w, rtol=1e-5)
+    np.testing.assert_allclose(got["again"], 2 * (x @ w), rtol=1e-5)
+    np.testing.assert_allclose(got["doubled"], 2 * x, rtol=1e-6)
+    np.testing.assert_allclose(got["variable"], w + 1, rtol=1e-6)
+    # IPUStrategy over 2 local IPUs (ipu_strategy_test: the variable on .../device:IPU:0)
+    replicated = got["ipu_strategy"]
+    assert replicated["variable"] == IPU.format(0)
+    assert replicated["components"] == replicated["results"] == [IPU.format(0), IPU.format(1)]
+    # a tf.function run by the mirrored replicas returns its results on the first device
+    # (TensorFlow's placement), read as its IPU
+    assert replicated["function_results"] == [IPU.format(0)] * 2
+    # the optimizer's mirrored variables (iterations, momentum) read as their first replica's
+    assert replicated["optimizer"] == [IPU.format(0)] * 2
+    assert replicated["keras_kernel"] == IPU.format(0)
+    np.testing.assert_allclose(replicated["predict"], x @ w, rtol=1e-5)
+    for value in replicated["values"]:
+        np.testing.assert_allclose(value, x @ w, rtol=1e-5)
+    # one SGD step, gradients summed over the 2 replicas; restored from its checkpoint
+    gradient = 2 / y.size * x.T @ (x @ w - y)
+    np.testing.assert_allclose(replicated["trained"], w - 0.1 * 2 * gradient, rtol=1e-5)
+    for restored in replicated["restored"]:
+        np.testing.assert_allclose(restored, replicated["trained"], rtol=1e-6)
+    one = got["ipu1_strategy"]  # IPUStrategyV1("/device:IPU:1")
+    assert one["variable"] == one["result"] == IPU.format(1) and one["value"] == 6.0
+    # PopDistStrategy (popdist_strategy_test: v.device ends with /device:IPU:0, instance 0's
+    # initial value everywhere); the sum of v * (instance + 1) over every replica
+    popdist = got["popdist"]
+    local = popdist["local_replicas"]
+    assert popdist["variable"] == IPU.format(0) and popdist["value"] == 1.0
+    assert popdist["results"] == [IPU.format(r) for r in range(local)]
+    assert popdist["sum"] == local * sum(i + 1 for i in range(instances)), instance
+    # IPUHorovodStrategy(variables_on_host=True): the variable stays on the host
+    on_host = got["horovod_on_host"]
+    assert on_host["variable"] == CPU.format(0)
+    assert on_host["results"] == [IPU.format(r) for r in range(local)]
+
+
+@pytest.mark.slow
+def test_tf2_device_names_one_process(tmp_path):
+    result = subprocess.run([sys.executable, str(NAMES_TF2), str(tmp_path)], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    got = json.loads((tmp_path / "device-names-tf2-0.json").read_text())
+    assert got["instances"] == 1 and got["popdist"]["local_replicas"] == 2
+    check_names_tf2(got)
+
+
+@pytest.mark.slow
+def test_tf2_device_names_under_poprun(tmp_path):
+    result = poprun("-np", "2", "--num-replicas", "4", str(NAMES_TF2), str(tmp_path), timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    for index in range(2):  # 2 instances of 2 replicas each
+        got = json.loads((tmp_path / f"device-names-tf2-{index}.json").read_text())
+        assert got["instances"] == 2 and got["popdist"]["local_replicas"] == 2
+        check_names_tf2(got)
+
+
+NAMES_MULTI_WORKER = Path(__file__).parent / "programs" / "ipu_device_names_multi_worker.py"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("instances", [1, 2])
+def test_multi_worker_device_names(tmp_path, instances):
+    result = poprun("-np", str(instances), str(NAMES_MULTI_WORKER), str(tmp_path), timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    for index in range(instances):
+        got = json.loads((tmp_path / f"device-names-mw-{index}.json").read_text())
+        worker = f"/job:worker/replica:0/task:{index}/device:"
+        # Graphcore's _test_variables_on_ipu / _test_variables_on_host / _test_all_reduce
+        on_ipu, on_host = got["ipu"], got["host"]
+        assert on_ipu["variable"] == on_ipu["replica_variable"] == worker + "IPU:0"
+        assert on_host["variable"] == on_host["replica_variable"] == worker + "CPU:0"
+        for run in (on_ipu, on_host):
+            assert run["op"] == run["result"] == worker + "IPU:0"
+            assert run["sum_device"] == worker + "CPU:0"
+            # instance 0's initial value (2.0) on every worker's replica, summed over the workers
+            assert run["sum"] == 2.0 * instances
