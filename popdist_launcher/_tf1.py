@@ -2,10 +2,12 @@
 
 That is what Graphcore's TF1 SDKs had and what their programs expect (``import
 tensorflow.compat.v1 as tf`` with no ``disable_v2_behavior()``): graph mode, v1 control flow,
-reference variables by default, v1 shapes and datasets. The site hook calls
+reference variables by default, v1 shapes and datasets, and TF 1.15's names on ``import tensorflow
+as tf`` (``tf.Session``, ``tf.placeholder``, ``tf.train.Saver``). The site hook calls
 ``disable_v2_behavior`` below once TensorFlow has imported.
 """
 import logging
+import types
 
 log = logging.getLogger(__name__)
 
@@ -17,5 +19,39 @@ def disable_v2_behavior(tensorflow_module) -> None:
 
     with deprecation.silence():  # TF 1.15 said nothing about its own defaults
         v2_compat.disable_v2_behavior()
-    log.debug("POPDIST_TF1=1: TensorFlow %s runs with TensorFlow 1.x behaviour",
-              getattr(tensorflow_module, "__version__", "?"))
+        added = add_v1_names(tensorflow_module, tensorflow_module.compat.v1)
+    log.debug("POPDIST_TF1=1: TensorFlow %s runs with TensorFlow 1.x behaviour (%d v1 names "
+              "added)", getattr(tensorflow_module, "__version__", "?"), added)
+
+
+# Namespaces that are not TensorFlow 1's API (the other API versions, lazily loaded packages).
+_NOT_MERGED = frozenset({"compat", "keras", "estimator", "raw_ops", "lite", "mlir"})
+
+
+def add_v1_names(namespace, v1_namespace, _seen=None) -> int:
+    """Give ``namespace`` (``tensorflow`` or one of its modules) every public name of TF 1.15's
+    API (``v1_namespace``, its ``tf.compat.v1`` counterpart) that it lacks, and do the same for
+    the modules both have (``tf.train.Saver``, ``tf.summary.FileWriter``). A name both have keeps
+    TensorFlow 2's meaning: packages that ``import tensorflow as tf`` keep working. Returns how
+    many names were added."""
+    seen = set() if _seen is None else _seen
+    if id(v1_namespace) in seen:
+        return 0
+    seen.add(id(v1_namespace))
+    present = set(dir(namespace))
+    added = 0
+    for name in dir(v1_namespace):
+        if name.startswith("_") or name in _NOT_MERGED:
+            continue
+        if name not in present:
+            try:
+                setattr(namespace, name, getattr(v1_namespace, name))
+            except (AttributeError, ImportError):  # a lazily loaded name whose package is absent
+                continue
+            added += 1
+            continue
+        ours, theirs = getattr(namespace, name, None), getattr(v1_namespace, name, None)
+        if (isinstance(ours, types.ModuleType) and isinstance(theirs, types.ModuleType)
+                and ours is not theirs):
+            added += add_v1_names(ours, theirs, seen)
+    return added
