@@ -26,14 +26,22 @@ def disable_v2_behavior(tensorflow_module) -> None:
 
 # Namespaces that are not TensorFlow 1's API (the other API versions, lazily loaded packages).
 _NOT_MERGED = frozenset({"compat", "keras", "estimator", "raw_ops", "lite", "mlir"})
+# TensorFlow 2's top-level namespaces that are Keras's (tf.keras.initializers ...); TF 1.15's are
+# TensorFlow's own (tf.initializers.random_uniform(dtype=...), tf.losses.softmax_cross_entropy),
+# and a TF1 program reaches Keras's through tf.keras.
+_V1_REPLACES = frozenset({"initializers", "losses", "metrics"})
 
 
 def add_v1_names(namespace, v1_namespace, _seen=None) -> int:
     """Give ``namespace`` (``tensorflow`` or one of its modules) every public name of TF 1.15's
     API (``v1_namespace``, its ``tf.compat.v1`` counterpart) that it lacks, and do the same for
     the modules both have (``tf.train.Saver``, ``tf.summary.FileWriter``). A name both have keeps
-    TensorFlow 2's meaning: packages that ``import tensorflow as tf`` keep working. Returns how
-    many names were added."""
+    TensorFlow 2's meaning (packages that ``import tensorflow as tf`` keep working), except the
+    top-level namespaces that TensorFlow 2 took from Keras (``tf.initializers``, ``tf.losses``,
+    ``tf.metrics``), which are TF 1.15's. Returns how many names were added."""
+    if _seen is None:
+        for name in _V1_REPLACES:
+            setattr(namespace, name, getattr(v1_namespace, name))
     seen = set() if _seen is None else _seen
     if id(v1_namespace) in seen:
         return 0

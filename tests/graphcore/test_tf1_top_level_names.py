@@ -1,6 +1,7 @@
 """With --tf1 (POPDIST_TF1=1) ``import tensorflow as tf`` also has TensorFlow 1.15's top-level
-names that TensorFlow 2 dropped (``tf.Session``, ``tf.placeholder``, ``tf.train.Saver``...), as
-Graphcore's TF1 SDKs had them; a name both versions have keeps TensorFlow 2's meaning. A TF1
+names that TensorFlow 2 dropped (``tf.Session``, ``tf.placeholder``, ``tf.train.Saver``...), and
+its own ``tf.initializers``, ``tf.losses``, ``tf.metrics`` where TensorFlow 2 has Keras's, as
+Graphcore's TF1 SDKs had them; any other name both versions have keeps TensorFlow 2's meaning. A TF1
 program checked against NumPy as one process and under poprun-lite -np 2 --tf1; without --tf1
 TensorFlow's names are untouched."""
 import json
@@ -34,6 +35,8 @@ def check(got, index, count):
     np.testing.assert_allclose(got["w"], w, rtol=1e-5)
     np.testing.assert_allclose(got["restored"], w, rtol=1e-6)
     np.testing.assert_allclose(got["losses"], losses, rtol=1e-5)
+    dtype, low, high = got["u"]
+    assert dtype == "float64" and 2.0 <= low < 2.01 and 2.99 < high < 3.0
 
 
 def test_one_process(tmp_path):
@@ -52,9 +55,10 @@ def test_two_instances(tmp_path):
 
 def test_without_tf1_tensorflow_2_names_are_untouched():
     code = ("import tensorflow as tf; print(hasattr(tf, 'Session'), hasattr(tf, 'placeholder'), "
-            "hasattr(tf.train, 'Saver'), tf.executing_eagerly())")
+            "hasattr(tf.train, 'Saver'), tf.executing_eagerly(), "
+            "tf.losses.__name__.endswith('keras.losses'))")
     env = {k: v for k, v in os.environ.items() if k != "POPDIST_TF1"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["False", "False", "False", "True"]
+    assert done.stdout.split() == ["False", "False", "False", "True", "True"]
