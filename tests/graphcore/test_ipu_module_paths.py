@@ -1,8 +1,10 @@
 """Graphcore's ``ipu.optimizers`` package imports its classes from its modules, so after
 ``from tensorflow.python import ipu`` alone a program reaches
 ``ipu.optimizers.cross_replica_optimizer.CrossReplicaOptimizer`` (and the other four module paths)
-as attributes. Checked in a fresh process and under poprun-lite -np 2 --tf1, where the
-cross-replica optimizer's updates are those of the gradient averaged over the instances (NumPy)."""
+as attributes; ``ipu.config.StochasticRoundingBehaviour.from_bool`` turns the SDK's boolean
+option into the enum (ON / OFF). Checked in a fresh process and under poprun-lite -np 2, where
+the cross-replica optimizer's updates are those of the gradient averaged over the instances
+(NumPy)."""
 import json
 import subprocess
 import sys
@@ -27,8 +29,9 @@ def reference(count: int, steps: int = 3, lr: float = 0.1) -> np.ndarray:
     return w.ravel()
 
 
-def check(got, count):
+def check(got, count, index=0):
     assert all(got["modules"].values()), got["modules"]
+    assert got["esr"] == ["ON", "OFF", "ON" if index == 0 else "OFF"]
     assert got["same_classes"] == [True] * 5
     np.testing.assert_allclose(got["w"], reference(count), rtol=1e-5)
     if count > 1:  # the instances' own gradients alone would give other weights
@@ -47,6 +50,6 @@ def test_two_instances(tmp_path, tf1):
     done = poprun("-np", "2", *tf1, PROGRAM, str(tmp_path), timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     results = [json.loads((tmp_path / f"module-paths-{i}.json").read_text()) for i in range(2)]
-    for got in results:
-        check(got, 2)
+    for index, got in enumerate(results):
+        check(got, 2, index)
     assert results[0]["w"] == results[1]["w"]

@@ -1,6 +1,6 @@
 """Graphcore's module paths reached as attributes after ``from tensorflow.python import ipu`` alone
 (a package whose ``__init__`` imports from its modules binds them), used as a TF1 program uses
-them: a linear model trained with
+them: ``ipu.config.StochasticRoundingBehaviour.from_bool``, a linear model trained with
 ``ipu.optimizers.cross_replica_optimizer.CrossReplicaOptimizer`` in a plain Session, each
 instance on its own data. Writes OUT/module-paths-<instance>.json (OUT: argv[1])."""
 import json
@@ -23,6 +23,13 @@ out["same_classes"] = [
     optimizers.ipu_optimizer.IpuOptimizer is optimizers.IpuOptimizer,
     (optimizers.gradient_accumulation_optimizer.GradientAccumulationOptimizerV2
      is optimizers.GradientAccumulationOptimizerV2)]
+
+# IPUConfig's enum helper (the SDK's boolean stochastic-rounding option, as programs convert it)
+from_bool = ipu.config.StochasticRoundingBehaviour.from_bool
+config = ipu.config.IPUConfig()
+config.floating_point_behaviour.esr = from_bool(popdist.getInstanceIndex() == 0)
+config.configure_ipu_system()
+out["esr"] = [from_bool(True).name, from_bool(0).name, config.floating_point_behaviour.esr.name]
 
 index = popdist.getInstanceIndex()
 x = np.arange(8, dtype=np.float32).reshape(4, 2) / 8 + index  # each instance its own data
