@@ -30,6 +30,9 @@ _NOT_MERGED = frozenset({"compat", "keras", "estimator", "raw_ops", "lite", "mli
 # TensorFlow's own (tf.initializers.random_uniform(dtype=...), tf.losses.softmax_cross_entropy),
 # and a TF1 program reaches Keras's through tf.keras.
 _V1_REPLACES = frozenset({"initializers", "losses", "metrics"})
+# ... and TensorFlow 2's initializer classes, whose constructors lost TF 1.15's ``dtype``
+# (tf.random_uniform_initializer(minval, maxval, dtype=...)); TF 1.15's also serve v2-style calls.
+_V1_REPLACES_SUFFIX = "_initializer"
 
 
 def add_v1_names(namespace, v1_namespace, _seen=None) -> int:
@@ -38,10 +41,13 @@ def add_v1_names(namespace, v1_namespace, _seen=None) -> int:
     the modules both have (``tf.train.Saver``, ``tf.summary.FileWriter``). A name both have keeps
     TensorFlow 2's meaning (packages that ``import tensorflow as tf`` keep working), except the
     top-level namespaces that TensorFlow 2 took from Keras (``tf.initializers``, ``tf.losses``,
-    ``tf.metrics``), which are TF 1.15's. Returns how many names were added."""
+    ``tf.metrics``) and the top-level initializer classes (``tf.zeros_initializer``), which are
+    TF 1.15's. Returns how many names were added."""
     if _seen is None:
-        for name in _V1_REPLACES:
-            setattr(namespace, name, getattr(v1_namespace, name))
+        for name in dir(v1_namespace):
+            if name in _V1_REPLACES or (name.endswith(_V1_REPLACES_SUFFIX)
+                                        and not name.startswith("_")):
+                setattr(namespace, name, getattr(v1_namespace, name))
     seen = set() if _seen is None else _seen
     if id(v1_namespace) in seen:
         return 0

@@ -1,6 +1,7 @@
 """With --tf1 (POPDIST_TF1=1) ``import tensorflow as tf`` also has TensorFlow 1.15's top-level
 names that TensorFlow 2 dropped (``tf.Session``, ``tf.placeholder``, ``tf.train.Saver``...), and
-its own ``tf.initializers``, ``tf.losses``, ``tf.metrics`` where TensorFlow 2 has Keras's, as
+its own ``tf.initializers``, ``tf.losses``, ``tf.metrics`` where TensorFlow 2 has Keras's, and
+its initializer classes (``tf.random_uniform_initializer(..., dtype=...)``), as
 Graphcore's TF1 SDKs had them; any other name both versions have keeps TensorFlow 2's meaning. A TF1
 program checked against NumPy as one process and under poprun-lite -np 2 --tf1; without --tf1
 TensorFlow's names are untouched."""
@@ -37,6 +38,7 @@ def check(got, index, count):
     np.testing.assert_allclose(got["losses"], losses, rtol=1e-5)
     dtype, low, high = got["u"]
     assert dtype == "float64" and 2.0 <= low < 2.01 and 2.99 < high < 3.0
+    assert got["k"] == [7, 7, 7]
 
 
 def test_one_process(tmp_path):

@@ -1,6 +1,6 @@
 """A TF 1.15 program written against ``import tensorflow as tf`` (TF 1.15's top-level API, as
 Graphcore's TF1 SDKs had it): placeholders, ``tf.get_variable``, ``tf.train``'s v1 optimizer and
-Saver, ``tf.Session``, ``tf.logging``, TF 1.15's ``tf.initializers`` and ``tf.losses``, and a barrier of Graphcore's Horovod in its own Graph and
+Saver, ``tf.Session``, ``tf.logging``, TF 1.15's ``tf.initializers``, initializer classes (``dtype=``) and ``tf.losses``, and a barrier of Graphcore's Horovod in its own Graph and
 Session. Writes OUT/tf1-names-<instance>.json (OUT: argv[1])."""
 import json
 import sys
@@ -26,6 +26,8 @@ with tf.variable_scope("model", reuse=tf.AUTO_REUSE):
     # TF 1.15's own initializers and losses, not Keras's: dtype= and (labels, predictions)
     u = tf.get_variable("u", [1000], initializer=tf.initializers.random_uniform(
         minval=2.0, maxval=3.0, dtype=tf.float64, seed=1), dtype=tf.float64)
+    k = tf.get_variable("k", [3], initializer=tf.constant_initializer(7, dtype=tf.int32),
+                        dtype=tf.int32)
 loss = tf.losses.mean_squared_error(y, tf.matmul(x, w))
 train = tf.train.GradientDescentOptimizer(0.1).minimize(loss)
 xs = np.arange(8, dtype=np.float32).reshape(4, 2) / 8 + index
@@ -41,6 +43,7 @@ with tf.Session() as session:
     out["w"] = session.run(w).ravel().tolist()
     u_value = session.run(u)
     out["u"] = [str(u.dtype.base_dtype.name), float(u_value.min()), float(u_value.max())]
+    out["k"] = session.run(k).tolist()
     session.run(w.assign(tf.zeros([2, 1])))
     saver.restore(session, path)
     out["restored"] = session.run(w).ravel().tolist()
