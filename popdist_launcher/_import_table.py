@@ -115,10 +115,12 @@ ALIASES = (
           "tensorflow.python.distribute.distribute_lib", children=False, shadows=False),
     Alias("tensorflow.pywrap_tensorflow", "tensorflow.python.training.py_checkpoint_reader",
           children=False, shadows=False),
-    Alias("tensorflow.contrib", shadows=False, message=(
-        "tensorflow.contrib was removed in TensorFlow 2 and is not provided here: use its "
-        "TensorFlow 2.15 replacement (tf.compat.v1.layers, tf.keras, tf.train's checkpoint "
-        "functions, tf.xla.experimental.compile for contrib.compiler.xla).")),
+    # The parts of contrib Graphcore's TF1 applications use (popdist_launcher._tf_contrib).
+    Alias("tensorflow.contrib", "popdist_launcher._tf_contrib", shadows=False, message=(
+        "tensorflow.contrib, beyond its layers initializers, compiler.xla, data.AUTOTUNE, "
+        "framework checkpoint functions and rnn cells, was removed in TensorFlow 2 and is not "
+        "provided here: use its TensorFlow 2 replacement (tf.compat.v1.layers, tf.keras, "
+        "tf.train).")),
     Alias("tensorflow.tools.graph_transforms", shadows=False, message=(
         "tensorflow.tools.graph_transforms (TransformGraph) was removed in TensorFlow 2 and is "
         "not provided here: export the model without the graph transforms (they only optimise "
@@ -174,6 +176,7 @@ HOOKS = (
     Hook("tensorflow", "popdist_launcher.ipu._ipu_devices:install_listing", when=("ipu-devices",)),
     # poprun-lite's switches.
     Hook("tensorflow", "popdist_launcher._tf1:disable_v2_behavior", when=("tf1",)),
+    Hook("tensorflow", "popdist_launcher._tf_contrib:install", when=("tf1",)),
     Hook("tensorflow_estimator.python.estimator.run_config", "popdist_launcher._run_config:install",
          when=("tf-config-auto",)),  # RunConfig sees the cluster only with a strategy
     Hook("horovod.tensorflow.elastic", "popdist_launcher._horovod_elastic:install",

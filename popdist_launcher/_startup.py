@@ -140,8 +140,13 @@ class ImportTableFinder:
         if inside:
             first.append(f"{sys.modules[parent].__name__}.{child}")
         spec = self._alias_spec(fullname, first)
-        if spec is not None or inside:
+        if spec is not None:
             return spec
+        if inside:  # a child the answer lacks: the entry's sentence where it has one
+            message = next((e.message for e in entries if e.message), None)
+            if message is not None:
+                raise ModuleNotFoundError(message, name=fullname)
+            return None
         rest = [e for e in entries if not e.shadows]
         if not rest:
             return None

@@ -5,8 +5,9 @@ module this TensorFlow has:
 - ``tensorflow.python.distribute.distribution_strategy_context`` (get_strategy, has_strategy,
   get_replica_context, in_cross_replica_context ...) is ``distribute_lib``, which holds them now.
 - ``tensorflow.pywrap_tensorflow`` (``NewCheckpointReader``) is ``py_checkpoint_reader``.
-- ``tensorflow.contrib`` and ``tensorflow.tools.graph_transforms`` have no TensorFlow 2 module:
-  they fail with one sentence that says what to use instead.
+- ``tensorflow.contrib`` is ``popdist_launcher._tf_contrib`` (the parts Graphcore's TF1
+  applications use); ``tensorflow.tools.graph_transforms`` has no TensorFlow 2 module: it fails
+  with one sentence that says what to use instead.
 
 ``install`` (a table hook, once TensorFlow has imported) adds the removed attributes:
 ``tf.compat.v1.NewCheckpointReader``.

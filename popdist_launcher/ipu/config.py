@@ -71,6 +71,11 @@ class StochasticRoundingBehaviour(enum.Enum):
     ON = 1
     REPLICA_IDENTICAL_ONLY = 2
 
+    @staticmethod
+    def from_bool(value) -> "StochasticRoundingBehaviour":
+        """``ON`` for a true value, ``OFF`` for a false one (the SDK's older boolean option)."""
+        return StochasticRoundingBehaviour.ON if value else StochasticRoundingBehaviour.OFF
+
 
 # Options that change what happens here; every other option only steers IPU hardware or Poplar.
 _EFFECTIVE = {"auto_select_ipus", "select_ipus", "experimental.multi_replica_distribution.process_index",

@@ -33,7 +33,7 @@ def test_keras_loss_function_wrapper_is_public_again():
 
 
 @pytest.mark.parametrize("statement,module", [
-    ("import tensorflow.contrib.compiler.xla", "tensorflow.contrib"),
+    ("import tensorflow.contrib.slim", "tensorflow.contrib"),
     ("from tensorflow.tools.graph_transforms import TransformGraph",
      "tensorflow.tools.graph_transforms")])
 def test_removed_modules_say_what_to_use(statement, module):

@@ -182,3 +182,11 @@ class ShardedOptimizer(IpuOptimizer):
 
     def __init__(self, optimizer, name: str = "ShardedOptimizer") -> None:
         super().__init__(optimizer, name=name)
+
+
+# Graphcore's package imports its classes from these modules, so after `from tensorflow.python
+# import ipu` each is an attribute (ipu.optimizers.cross_replica_optimizer.CrossReplicaOptimizer)
+# without its own import; here they re-export the classes above, so they are bound last.
+from popdist_launcher.ipu.optimizers import (  # noqa: E402,F401
+    cross_replica_optimizer, gradient_accumulation_optimizer, ipu_optimizer,
+    map_gradient_optimizer, sharded_optimizer)

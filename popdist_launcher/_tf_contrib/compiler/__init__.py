@@ -1,0 +1,1 @@
+"""``tensorflow.contrib.compiler``: ``xla``."""

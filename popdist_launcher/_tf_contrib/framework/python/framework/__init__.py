@@ -1,0 +1,1 @@
+"""``tensorflow.contrib.framework.python.framework``: ``checkpoint_utils``."""
