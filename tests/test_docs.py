@@ -27,7 +27,7 @@ OTHER_TOOLS_OPTIONS = {
     "--host-call": "the tests' estimator program", "--model-type": "Graphcore's Keras example",
     "--repeats": "benchmarks", "--baseline": "benchmarks", "--np": "benchmarks",
     "-learning_rate": "arithmetic: minus the learning rate",
-    "--use-synthetic-data": "Graphcore's applications",
+    "--use-synthetic-data": "Graphcore's applications", "--dist": "pytest-xdist",
 }
 
 
