@@ -215,6 +215,26 @@ def test_a_discovery_script_that_flaps(tmp_path):
     assert "blacklisted" not in text and "job succeeded" in text
 
 
+def test_a_host_that_joins_at_the_last_commit_and_fails_does_not_fail_the_finished_job(tmp_path):
+    """127.0.0.1 is added as the last epoch ends: localhost's workers reset into a round with it
+    at their last commit and, with nothing left to train, exit 0 while 127.0.0.1's workers fail
+    as they begin. localhost carries --min-np, so in any other round 127.0.0.1 would only have
+    been blacklisted: the job succeeds (horovodrun fails it on any non-zero exit in the last
+    round), and the verdict names the failures."""
+    job = Scenario(tmp_path, elastic(2, 2, 4),
+                   hosts=[[0, ["localhost:2"]], [1, ["localhost:2"]], [None, TWO_HOSTS]],
+                   worker_args=["--fail-at-start", "127.0.0.1", "--epochs", "2"])
+    text = job.finish()
+    assert job.proc.returncode == 0, text[-5000:]
+    check_epochs_once(job.records(), 2)
+    verdict = text[text.index("===== elastic job: "):]
+    assert re.search(r"round 2 \(.*\): 4 instance\(s\) on localhost:2, 127\.0\.0\.1:2", verdict), \
+        verdict
+    assert re.search(r"job succeeded: round 2's workers on localhost:2 exited 0; its failures "
+                     r"\(127\.0\.0\.1\[\d\] exited with code 1; 127\.0\.0\.1\[\d\] exited with "
+                     r"code 1\) do not fail the job", verdict), verdict
+
+
 def test_a_host_whose_workers_all_fail_at_start_is_blacklisted_with_its_cooldown(tmp_path):
     """127.0.0.1 joins after the first epoch and its workers fail as they begin to train, every
     time: it is blacklisted, and started again only after each cooldown, while localhost trains

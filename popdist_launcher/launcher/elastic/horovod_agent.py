@@ -132,7 +132,8 @@ class HorovodAgent(Agent):
     def _decide(self, result: JobResult) -> int:
         """The job's exit code, after the summary of every round."""
         code, text = summary(self.rounds, self.workers,
-                             Ending(result, self.fatal, self.done, self.probes.lost),
+                             Ending(result, self.fatal, self.done, self.probes.lost,
+                                    self.elastic.min_np),
                              self.router)
         console.write(text)
         return code

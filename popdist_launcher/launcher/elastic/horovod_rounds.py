@@ -59,6 +59,7 @@ class Ending(NamedTuple):
     fatal: Optional[str]  # why the launcher gave up, if it did
     done: Optional[dict]  # the driver's DONE: its results per slot and its error, if any
     lost: Dict[str, str]  # hosts lost, and why
+    min_np: int = 1  # --min-np: what the hosts without a failure must carry to outlive it
 
 
 def summary(rounds: List[Round], workers: Dict[int, Worker], ending: Ending,
@@ -101,6 +102,9 @@ def _verdict(rounds: List[Round], workers: Dict[int, Worker], ending: Ending,
         if failed:
             text += _tail(failed[-1], router)
         return code or 1, text
+    outlived = _outlived(failing, results, rounds, workers, ending.min_np)
+    if outlived:
+        return 0, outlived
     if failing:
         _, name, code = failing[0]
         # the last worker of the slot, named as Horovod names it: host[local_rank]
@@ -113,6 +117,35 @@ def _verdict(rounds: List[Round], workers: Dict[int, Worker], ending: Ending,
     return 0, (f"job succeeded: every worker of round {last_round.number} exited 0 "
                f"({last_round.size} on {last_round.layout})." if last_round else
                "job succeeded.")
+
+
+def _outlived(failing: List[Tuple[float, str, int]], results: dict, rounds: List[Round],
+              workers: Dict[int, Worker], min_np: int) -> Optional[str]:
+    """The verdict of a job whose last round both succeeded (a worker exited 0: Horovod's driver
+    ends the job on the first success) and had failures, when those failures are ones any other
+    round outlives: the hosts without a failure carry --min-np, so the failure policy would only
+    have blacklisted the failed hosts and the job gone on. A worker the launcher stopped, or
+    whose host the discovery script removed, is no failure of its host. None: the failures
+    decide, as horovodrun's do (its job fails on any non-zero exit in the last round, so its
+    outcome would depend on whether a tolerated failure falls just before the end)."""
+    if not failing or not rounds or not any(code == 0 for code, _ in results.values()):
+        return None
+    last = rounds[-1]
+    latest = {f"{w.hostname}[{w.local_rank}]": w for w in sorted(workers.values(),
+                                                                  key=lambda w: w.wid)}
+    blamed = {name.rsplit("[", 1)[0] for _, name, _ in failing
+              if name not in latest or latest[name].blame != "none"}
+    carried = sum(slots for host, slots in last.hosts if host not in blamed)
+    if blamed and carried < min_np:
+        return None
+    said = "; ".join(f"{name} {latest[name].describe() if name in latest else f'exited with {code}'}"
+                     for _, name, code in failing)
+    kept = ", ".join(f"{host}:{slots}" for host, slots in last.hosts if host not in blamed)
+    why = (f"the hosts without a failure ({kept}) carry --min-np {min_np}, so the job outlives "
+           f"them as it does in any round" if blamed else
+           "the launcher stopped those workers, or their host left the job")
+    return (f"job succeeded: round {last.number}'s workers on {kept or last.layout} exited 0; "
+            f"its failures ({said}) do not fail the job: {why}.")
 
 
 def _tail(worker: Worker, router: Router) -> str:
