@@ -238,7 +238,7 @@ def test_a_host_that_joins_at_the_last_commit_and_fails_does_not_fail_the_finish
 def test_a_host_whose_workers_all_fail_at_start_is_blacklisted_with_its_cooldown(tmp_path):
     """127.0.0.1 joins after the first epoch and its workers fail as they begin to train, every
     time: it is blacklisted, and started again only after each cooldown, while localhost trains
-    on. (Workers that die before their Gloo initialisation: see docs/known-limits.md, Elastic jobs.)"""
+    on. (Workers that die before hvd.init(): the test after this one.)"""
     job = Scenario(tmp_path, elastic(2, 2, 4, "--blacklist-cooldown-range", "1", "2"),
                    hosts=[[0, ["localhost:2"]], [None, TWO_HOSTS]],
                    worker_args=["--fail-at-start", "127.0.0.1", "--epochs", "4",
