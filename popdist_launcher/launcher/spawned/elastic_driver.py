@@ -174,6 +174,12 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
                     gate.arrived.add(slot)
                     self._gate_cond.notify_all()
 
+    def joining(self, slot: Slot) -> bool:
+        """Whether ``slot``'s worker is a new one of a round whose survivors are held."""
+        with self._gate_cond:
+            gate = self._gate
+            return gate is not None and not gate.released and slot in gate.joining
+
     def absorb_end(self, slot: Slot) -> bool:
         """The latest worker of ``slot`` ended (called from its thread): when it is a new
         worker of a round whose survivors are still held, the gate takes its end (Horovod's
@@ -434,10 +440,13 @@ class LauncherWorkers:
         with self._lock:
             code, blame, what, mark = self._exits.pop(wid)
             del self._ended[wid]
+            stopped = wid in self._stopped
             self._stopped.discard(wid)
             late = self._late.pop(wid, None)
             latest = self._current.get(slot) == wid
         if latest:
+            if late is None and code == 0 and not stopped and self._driver.joining(slot):
+                late = "exited 0 before its round formed"  # no success: the round never ran
             failed = late is not None or (code != 0 and blame != "none")
             self._host_manager.blame(slot, Verdict(wid, blame == "host", mark, late or what)
                                      if failed else None)
