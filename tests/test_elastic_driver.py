@@ -1,7 +1,8 @@
 """The elastic driver helper (Horovod's ElasticDriver as a library) driven over its socketpair by a
 stand-in for the launcher that starts real ``hvd.elastic`` workers on START and reports their
 real exit codes: rank order, restarting a failed slot, blacklisting a blamed host until its
-cooldown ends, a host leaving and rejoining HOSTS, the reset limit, FATAL below -np/--min-np,
+cooldown ends, a host leaving and rejoining HOSTS, a new worker that never reaches hvd.init()
+(--start-timeout), the reset limit, FATAL below -np/--min-np,
 exit when the launcher goes away, the rendezvous secret and ALLOW.
 
 Two "hosts" (hA, hB) are names on this machine (HOROVOD_GLOO_IFACE=lo), as Horovod allows."""
