@@ -297,6 +297,32 @@ def test_a_new_host_whose_workers_die_before_hvd_init_is_blacklisted_and_survivo
     assert "job succeeded" in text
 
 
+def test_a_broken_new_host_beside_a_good_new_worker_the_round_forms_again_with_the_good_one(
+        tmp_path):
+    """localhost:1 trains; after the first epoch localhost gets a second slot and 127.0.0.1:2
+    is added, whose workers exit before hvd.init(). The round of 4 forms again without
+    127.0.0.1: localhost's new worker (stopped: its rank was about to change) is started again
+    in it, gets the state from the survivor and the two train the last epochs."""
+    job = Scenario(tmp_path, elastic(1, 1, 4, "--blacklist-cooldown-range", "600", "900"),
+                   hosts=[[0, ["localhost:1"]], [None, ["localhost:2", "127.0.0.1:2"]]],
+                   worker_args=["--fail-before-init", "127.0.0.1"])
+    text = job.finish()
+    assert job.proc.returncode == 0, text[-5000:]
+    records = job.records()
+    check_epochs_once(records, 3)
+    assert len({r["pid"] for r in records}) == 1, records  # rank 0 was never started again
+    assert fields(records, "host", "start_rank", "size", "rendezvous") == [
+        ("localhost", 0, 1, 1), ("localhost", 0, 2, 2), ("localhost", 0, 2, 2)]
+    assert re.search(r"\] round 2: 4 instance\(s\) on localhost:2, 127\.0\.0\.1:2", text), \
+        text[-5000:]
+    assert re.search(r"\] 127\.0\.0\.1 blacklisted for [0-9.]+ s", text), text[-5000:]
+    assert re.search(r"\] round 3: 2 instance\(s\) on localhost:2 \(was 4", text), text[-5000:]
+    verdict = text[text.index("===== elastic job: "):]
+    assert re.search(r"round 3 \(.*\): 2 instance\(s\) on localhost:2; instances started: \d+",
+                     verdict), verdict
+    assert "SIGABRT" not in text and "job succeeded" in text, text[-5000:]
+
+
 def _seconds(stamp: str) -> float:
     h, m, s = stamp.split(":")
     return int(h) * 3600 + int(m) * 60 + float(s)
