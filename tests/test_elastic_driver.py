@@ -1,7 +1,8 @@
 """The elastic driver helper (Horovod's ElasticDriver as a library) driven over its socketpair by a
 stand-in for the launcher that starts real ``hvd.elastic`` workers on START and reports their
 real exit codes: rank order, restarting a failed slot, blacklisting a blamed host until its
-cooldown ends, a host leaving and rejoining HOSTS, the reset limit, FATAL below -np/--min-np,
+cooldown ends, a host leaving and rejoining HOSTS, a new worker that never reaches hvd.init()
+(--start-timeout), the reset limit, FATAL below -np/--min-np,
 exit when the launcher goes away, the rendezvous secret and ALLOW.
 
 Two "hosts" (hA, hB) are names on this machine (HOROVOD_GLOO_IFACE=lo), as Horovod allows."""
@@ -282,6 +283,43 @@ def test_a_host_the_launcher_stops_listing_leaves_and_rejoins_when_listed_again(
     sizes = finals[0]["sizes"]
     assert finals[1]["sizes"] == sizes and phases(sizes) in ([2, 1], [2, 1, 2])
     assert finals[0]["total"] == float(sum(sizes))
+
+
+@pytest.mark.slow
+def test_a_new_worker_that_does_not_reach_hvd_init_within_the_start_timeout_fails_its_host(
+        launcher, tmp_path):
+    """hB joins a running job and its worker never reaches hvd.init(): hA, held in its
+    rank_and_size request, is not sent into Gloo's rendezvous; after --start-timeout the
+    worker is stopped and counts as hB's failure (hA carries --min-np 1: blacklisted), and the
+    round forms again with hA alone, which goes on from its state."""
+    hold = tmp_path / "hold"
+    hold.write_text("")
+    fake = launcher({"np": 1, "start_timeout": 3},
+                    {"PROBE_HOLD": str(hold), "PROBE_FULL": "1", "PROBE_STALL": "hB"})
+
+    def membership(frame: dict) -> None:
+        if frame["kind"] == "START" and frame["wid"] == 1:
+            fake.send("HOSTS", hosts=TWO_HOSTS)
+        elif frame["kind"] == "ROUND" and frame["round"] == 3:
+            hold.unlink()
+
+    fake.send("HOSTS", hosts=[["hA", 1]])
+    done = fake.run(lambda start, code: "slot", on_frame=membership)
+    assert fake.kinds("ROUND") == [round_frame(1, [["hA", 1]]), round_frame(2, TWO_HOSTS),
+                                   round_frame(3, [["hA", 1]])]
+    assert fake.kinds("START") == [start(1, 1, "hA", 0, 1), start(2, 2, "hB", 1)]
+    assert fake.kinds("STOP") == [{"kind": "STOP", "wid": 2}]
+    assert fake.kinds("BLACKLIST") == [{"kind": "BLACKLIST", "host": "hB", "cooldown": None,
+                                        "forever": False, "limit": 3}]
+    assert fake.kinds("FATAL", "RETRY") == []
+    assert done["error"] is None
+    assert {name: code for name, (code, _) in done["results"].items()} == {"hA[0]": 0}
+    finals = done_files(tmp_path)  # the one hA worker, never restarted
+    assert [(d["host"], d["rank"], d["size"]) for d in finals] == [("hA", 0, 1)]
+    assert set(finals[0]["sizes"]) == {1} and finals[0]["total"] == len(finals[0]["sizes"])
+    stopped = next(f["t"] for f in fake.frames if f["kind"] == "STOP")
+    round2 = next(f["t"] for f in fake.frames if f["kind"] == "ROUND" and f["round"] == 2)
+    print(f"STOP {stopped - round2:.2f} s after round 2 (--start-timeout 3)")
 
 
 @pytest.mark.slow

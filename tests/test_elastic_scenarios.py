@@ -238,7 +238,7 @@ def test_a_host_that_joins_at_the_last_commit_and_fails_does_not_fail_the_finish
 def test_a_host_whose_workers_all_fail_at_start_is_blacklisted_with_its_cooldown(tmp_path):
     """127.0.0.1 joins after the first epoch and its workers fail as they begin to train, every
     time: it is blacklisted, and started again only after each cooldown, while localhost trains
-    on. (Workers that die before their Gloo initialisation: see docs/known-limits.md, Elastic jobs.)"""
+    on. (Workers that die before hvd.init(): the test after this one.)"""
     job = Scenario(tmp_path, elastic(2, 2, 4, "--blacklist-cooldown-range", "1", "2"),
                    hosts=[[0, ["localhost:2"]], [None, TWO_HOSTS]],
                    worker_args=["--fail-at-start", "127.0.0.1", "--epochs", "4",
@@ -259,6 +259,68 @@ def test_a_host_whose_workers_all_fail_at_start_is_blacklisted_with_its_cooldown
         t_out, cooldown = max(o for o in out if o[0] < t_back)
         assert t_back >= t_out + cooldown - 0.05, (t_out, cooldown, t_back)
     assert job.started_on("127.0.0.1") == 2 * len(back)
+
+
+@pytest.mark.parametrize("how", ["--fail-before-init", "--fail-at-import"])
+def test_a_new_host_whose_workers_die_before_hvd_init_is_blacklisted_and_survivors_go_on(
+        tmp_path, how):
+    """127.0.0.1 is added after the first epoch and its workers end before hvd.init() (after
+    importing Horovod, or at once with an ImportError while localhost's workers are in their
+    reset): localhost's workers were held in their rank_and_size request until the new workers
+    reached Gloo's rendezvous, so they never wait there for a rank that cannot come (Horovod
+    would abort them at HOROVOD_GLOO_TIMEOUT_SECONDS with the committed state); 127.0.0.1 is
+    blacklisted and the round forms again without it. The same two workers train every epoch
+    once, from the state they committed."""
+    job = Scenario(tmp_path, elastic(2, 2, 4, "--blacklist-cooldown-range", "600", "900"),
+                   hosts=[[0, ["localhost:2"]], [None, TWO_HOSTS]],
+                   worker_args=[how, "127.0.0.1"])
+    text = job.finish()
+    assert job.proc.returncode == 0, text[-5000:]
+    records = job.records()
+    check_epochs_once(records, 3)
+    # localhost's workers were never started again: one pid for rank 0 throughout, two
+    # workers in all, and one reset (the round that added 127.0.0.1) in the state they synced
+    assert job.started_on("localhost") == 2, text[-5000:]
+    assert len({r["pid"] for r in records}) == 1, records
+    assert fields(records, "host", "start_rank", "size", "rendezvous") == [
+        ("localhost", 0, 2, 1), ("localhost", 0, 2, 2), ("localhost", 0, 2, 2)]
+    # (a worker stopped as its peer failed may not have written its pid yet)
+    assert 1 <= job.started_on("127.0.0.1") <= 2, text[-5000:]
+    assert re.search(r"\] 127\.0\.0\.1 blacklisted for [0-9.]+ s", text), text[-5000:]
+    assert re.search(r"\] round 2: 4 instance\(s\) on localhost:2, 127\.0\.0\.1:2", text), \
+        text[-5000:]
+    assert re.search(r"\] round 3: 2 instance\(s\) on localhost:2 \(was 4", text), text[-5000:]
+    code = 3 if how == "--fail-before-init" else 1
+    assert len(re.findall(rf"\] instance \d+ \(rank [23] of 4\) on 127\.0\.0\.1 exited with "
+                          rf"code {code}", text)) >= 1, text[-5000:]
+    assert "SIGABRT" not in text and "Gloo" not in text, text[-5000:]
+    assert "job succeeded" in text
+
+
+def test_a_broken_new_host_beside_a_good_new_worker_the_round_forms_again_with_the_good_one(
+        tmp_path):
+    """localhost:1 trains; after the first epoch localhost gets a second slot and 127.0.0.1:2
+    is added, whose workers exit before hvd.init(). The round of 4 forms again without
+    127.0.0.1: localhost's new worker (stopped: its rank was about to change) is started again
+    in it, gets the state from the survivor and the two train the last epochs."""
+    job = Scenario(tmp_path, elastic(1, 1, 4, "--blacklist-cooldown-range", "600", "900"),
+                   hosts=[[0, ["localhost:1"]], [None, ["localhost:2", "127.0.0.1:2"]]],
+                   worker_args=["--fail-before-init", "127.0.0.1"])
+    text = job.finish()
+    assert job.proc.returncode == 0, text[-5000:]
+    records = job.records()
+    check_epochs_once(records, 3)
+    assert len({r["pid"] for r in records}) == 1, records  # rank 0 was never started again
+    assert fields(records, "host", "start_rank", "size", "rendezvous") == [
+        ("localhost", 0, 1, 1), ("localhost", 0, 2, 2), ("localhost", 0, 2, 2)]
+    assert re.search(r"\] round 2: 4 instance\(s\) on localhost:2, 127\.0\.0\.1:2", text), \
+        text[-5000:]
+    assert re.search(r"\] 127\.0\.0\.1 blacklisted for [0-9.]+ s", text), text[-5000:]
+    assert re.search(r"\] round 3: 2 instance\(s\) on localhost:2 \(was 4", text), text[-5000:]
+    verdict = text[text.index("===== elastic job: "):]
+    assert re.search(r"round 3 \(.*\): 2 instance\(s\) on localhost:2; instances started: \d+",
+                     verdict), verdict
+    assert "SIGABRT" not in text and "job succeeded" in text, text[-5000:]
 
 
 def _seconds(stamp: str) -> float:

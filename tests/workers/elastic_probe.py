@@ -8,6 +8,7 @@ environment: PROBE_DIR     where the worker writes done-<host>-<pid>.json at the
              PROBE_FAIL    HOST:STEP:CODE: the worker on HOST exits with CODE after STEP, once
                            per job (a marker file in PROBE_DIR)
              PROBE_HOLD    a file: while it exists the workers keep stepping
+             PROBE_STALL   HOST: the worker on HOST sleeps before hvd.init() until stopped
 
 The state's ``sizes`` holds the world size of every step of its lineage (rolled back with the
 state), ``total`` the sum of the per-step allreduce of 1.0: at the end total == sum(sizes).
@@ -29,6 +30,8 @@ fail_host, fail_step, fail_code = (os.environ.get("PROBE_FAIL") or "::").split("
 marker = os.path.join(out_dir, "failed-once")
 hold = os.environ.get("PROBE_HOLD") or os.path.join(out_dir, "no-hold")
 
+if os.environ.get("PROBE_STALL") == host:
+    time.sleep(3600)  # e.g. a hung import: it never reaches Gloo's rendezvous
 hvd.init()
 state = hvd.elastic.ObjectState(hvd.broadcast_object, hvd.rank, step=0, total=0.0, sizes=[])
 state.register_reset_callbacks([lambda: print(f"{host} reset rank {hvd.rank()} size {hvd.size()}",

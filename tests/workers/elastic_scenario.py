@@ -5,6 +5,7 @@ rank 0 logs one JSON line per finished epoch and waits for the host change the s
 usage: elastic_scenario.py LOG [--epochs N] [--batches N] [--epoch-wait S] [--hosts JSON]
                                [--failures JSON] [--fail-by exception|kill] [--notice-wait S]
                                [--sync-failures JSON] [--fail-at-start HOST] [--pid-dir DIR]
+                               [--fail-before-init HOST] [--fail-at-import HOST]
   LOG         rank 0 appends {"epoch", "commits", "host", "start_rank", "rank", "size",
               "rendezvous", "pid"} after each epoch (a discovery script may count its lines)
   --hosts     [[epoch, [host:slots, ...]], ...]: the hosts the discovery script lists while
@@ -16,6 +17,9 @@ usage: elastic_scenario.py LOG [--epochs N] [--batches N] [--epoch-wait S] [--ho
               state sync begins, while the others are in its broadcast
   --fail-at-start  every worker on HOST raises as it begins to train (after hvd.init() and its
               first state sync)
+  --fail-before-init  every worker on HOST exits with 3 after importing Horovod, before
+              hvd.init() (a new host's workers never reach Gloo's rendezvous)
+  --fail-at-import  every worker on HOST raises ImportError at once, as it starts
   --pid-dir   each worker writes its pid to DIR/<pid>
 
 The state holds epoch, batch, commits and rendezvous (how many times training was entered, i.e.
@@ -25,6 +29,7 @@ import argparse
 import json
 import os
 import signal
+import sys
 import time
 
 parser = argparse.ArgumentParser()
@@ -38,6 +43,8 @@ parser.add_argument("--fail-by", choices=("exception", "kill"), default="excepti
 parser.add_argument("--notice-wait", type=float, default=5.0)
 parser.add_argument("--sync-failures", default="{}")
 parser.add_argument("--fail-at-start", default=None)
+parser.add_argument("--fail-before-init", default=None)
+parser.add_argument("--fail-at-import", default=None)
 parser.add_argument("--pid-dir", default=None)
 args = parser.parse_args()
 
@@ -52,10 +59,15 @@ sync_failures = {int(n): ranks for n, ranks in json.loads(args.sync_failures).it
 if args.pid_dir:
     with open(os.path.join(args.pid_dir, str(os.getpid())), "w") as f:
         f.write(host)
+if host == args.fail_at_import:
+    raise ImportError(f"{host}: this host's environment is broken (a scheduled ImportError)")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf  # noqa: E402
 import horovod.tensorflow as hvd  # noqa: E402
 
+if host == args.fail_before_init:
+    print(f"{host}: this host's workers exit before hvd.init()", flush=True)
+    sys.exit(3)
 hvd.init()
 features = tf.reshape(tf.range(16, dtype=tf.float32), (8, 2)) / 16.0
 labels = tf.reduce_sum(features, axis=1, keepdims=True)

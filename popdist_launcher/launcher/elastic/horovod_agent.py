@@ -178,7 +178,8 @@ class HorovodAgent(Agent):
                 "max_np": elastic.max_np, "elastic_timeout": elastic.elastic_timeout,
                 "reset_limit": elastic.reset_limit, "failure_limit": elastic.host_failure_limit,
                 "cooldown_range": list(elastic.cooldown_range) if elastic.cooldown_range
-                else None, "allowed": sorted(allowed)}
+                else None, "allowed": sorted(allowed),
+                "start_timeout": self.options.start_timeout}
 
     def _close(self) -> None:
         self._close_driver_socket()

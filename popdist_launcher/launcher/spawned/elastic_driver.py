@@ -9,6 +9,8 @@ from the launcher HOSTS (usable hosts in rank order), ALLOW (more rendezvous cli
 EXITED (one per START: exit code, blame, how in words, the job's progress mark); to the launcher
 ROUND, START, STOP, BLACKLIST, RETRY, FATAL (one sentence, always followed by DONE), DONE, and
 ALIVE every HEARTBEAT_S (the launcher ends the job when the helper falls silent).
+SETTINGS_JSON: np, min_np, max_np, elastic_timeout, reset_limit, cooldown_range, failure_limit,
+allowed, and start_timeout (how long the survivors of a reset are held for a new worker).
 RENDEZVOUS_FD is a listening TCP socket the launcher bound: Horovod's elastic rendezvous handler
 is served on it, behind the secret, for the whole job. The helper ignores SIGINT (the launcher forwards signals to the workers it started),
 never installs Horovod's signal handlers, and exits at once when CONTROL_FD reaches end of file.
@@ -18,7 +20,10 @@ script and removes lost hosts), hosts take ranks in the order of HOSTS and the w
 through a reset keep the lowest ranks (rank 0, the source of the state sync, holds the last
 commit), what a failed worker means for its host is the failure policy's (``failure_policy.py``, the
 same as restart mode's: blacklist, start the slot again in place with RETRY, or FATAL), a round
-that cannot start ends with FATAL instead of a silent stop, and every wait of ours and every
+that cannot start ends with FATAL instead of a silent stop, the survivors of a reset are held
+until the round's new workers reached Gloo's rendezvous (``JoinGate``: a new worker that ends
+before then is a failure of its host, and the round forms again without it, so that the
+survivors never enter a rendezvous that cannot complete), and every wait of ours and every
 connection to a worker is bounded.
 
 Here: the driver, the workers it asks the launcher for, and ``main``; the socketpair's frames are
@@ -61,6 +66,28 @@ CONNECT_TIMEOUT_S = 5.0  # every socket Horovod's notification client opens to a
 PROBE_TIMEOUT_S = 3.0  # probing a worker's notification addresses (horovod: 20 s x 3 attempts)
 POLL_S = 0.25  # how often a worker's thread looks at the driver's shutdown and host events
 HEARTBEAT_S = 1.0  # ALIVE to the launcher (horovod_agent.HEARTBEAT_S)
+GLOO_GLOBAL_SCOPE = "global"  # the HTTP store scope of Gloo's global context (gloo_context.h)
+STOPPED_WAIT_S = 60.0  # a stopped new worker's end (the launcher's grace period, then SIGKILL)
+
+
+class JoinGate:
+    """The new workers of the round that runs, while its survivors are held in their
+    rank_and_size request: which have reached Gloo's rendezvous (their first PUT under the
+    global scope, ``key`` = their rank) and which have ended. Guarded by the driver's lock."""
+
+    def __init__(self, joining: Dict[Slot, int], started: float) -> None:
+        self.joining = joining  # slot -> rank in the round
+        self.started = started  # monotonic time of the round's start
+        self.arrived: Set[Slot] = set()
+        self.ended: Set[Slot] = set()
+        self.released = False  # the survivors went on into the round
+        self.reforming = False  # one survivor's thread forms the round again
+
+    def complete(self) -> bool:
+        return not self.ended and self.arrived >= set(self.joining)
+
+    def waiting(self) -> List[Slot]:
+        return [slot for slot in self.joining if slot not in self.arrived | self.ended]
 
 class BoundedNotificationClient(WorkerNotificationClient):
     """Horovod's client of a worker's notification service, probing its addresses once for at
@@ -78,8 +105,14 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
 
     def __init__(self, link: LauncherLink, rendezvous, discovery: PushedHosts, min_np: int,
                  max_np: Optional[int], elastic_timeout: float, reset_limit: Optional[int],
-                 cooldown_range: Optional[Tuple[int, int]], failure_limit: int) -> None:
+                 cooldown_range: Optional[Tuple[int, int]], failure_limit: int,
+                 start_timeout: float = 120.0) -> None:
         self._link = link
+        self._start_timeout = start_timeout
+        self._gate_cond = threading.Condition()
+        self._gate: Optional[JoinGate] = None
+        self._workers: Optional["LauncherWorkers"] = None
+        self._absorbed = threading.local()  # a worker thread whose end the gate took
         self._fatal: Optional[str] = None
         self._ended_lock = threading.Lock()
         self._ended_slots: Set[Slot] = set()
@@ -113,9 +146,124 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
         current_hosts = self.wait_for_available_slots(min_num_proc)
         pending_slots = self._update_host_assignments(current_hosts)
         self._worker_registry.reset(self.world_size())
+        # Survivors of a reset (the workers not started now) wait for the new ones in
+        # rank_and_size: see hold_survivors.
+        joining = {(s.hostname, s.local_rank): s.rank for s in pending_slots}
+        with self._gate_cond:
+            self._gate = JoinGate(joining, time.monotonic()) \
+                if joining and len(joining) < self.world_size() else None
+            self._gate_cond.notify_all()
         self._link.send("ROUND", round=self.round(), size=self.world_size(),
                         hosts=[[host, len(slots)] for host, slots in self.host_assignments.items()])
         self._start_worker_processes(pending_slots)
+
+    # ---- the survivors of a reset wait for the new workers ------------------------------------
+    def arrived(self, key: str) -> None:
+        """A PUT under Gloo's global scope: the worker of rank ``key`` is in Gloo's rendezvous
+        (gloo writes its address under its rank, "N" or "rank_N")."""
+        try:
+            rank = int(key[len("rank_"):] if key.startswith("rank_") else key)
+        except ValueError:
+            return
+        with self._gate_cond:
+            gate = self._gate
+            if gate is None or gate.released:
+                return
+            for slot, slot_rank in gate.joining.items():
+                if slot_rank == rank and slot not in gate.ended:
+                    gate.arrived.add(slot)
+                    self._gate_cond.notify_all()
+
+    def joining(self, slot: Slot) -> bool:
+        """Whether ``slot``'s worker is a new one of a round whose survivors are held."""
+        with self._gate_cond:
+            gate = self._gate
+            return gate is not None and not gate.released and slot in gate.joining
+
+    def absorb_end(self, slot: Slot) -> bool:
+        """The latest worker of ``slot`` ended (called from its thread): when it is a new
+        worker of a round whose survivors are still held, the gate takes its end (Horovod's
+        registry never sees it: the round forms again) and this returns True."""
+        with self._gate_cond:
+            gate = self._gate
+            if gate is None or gate.released or slot not in gate.joining:
+                return False
+            gate.ended.add(slot)
+            self._gate_cond.notify_all()
+        self._absorbed.flag = True
+        return True
+
+    def _handle_worker_exit(self, slot_info, exit_code, timestamp) -> None:
+        if getattr(self._absorbed, "flag", False):
+            self._absorbed.flag = False
+            return
+        super()._handle_worker_exit(slot_info, exit_code, timestamp)
+
+    def _holding(self) -> bool:
+        with self._gate_cond:
+            return self._gate is not None and not self._gate.released
+
+    def hold_survivors(self) -> None:
+        """Called in a survivor's rank_and_size request once its round has formed: return once
+        every new worker of the round has reached Gloo's rendezvous. A new worker that ends
+        first (its host's environment is broken: an ImportError, a crash before hvd.init) is a
+        failure of its host for the failure policy; the round's other new workers are stopped
+        (they wait in a rendezvous with ranks that are about to change) and the round forms
+        again without what the policy took out. A new worker that has not arrived within
+        --start-timeout is stopped and counts as failed. Without this, the survivors would
+        wait for the missing rank in Gloo's rendezvous until HOROVOD_GLOO_TIMEOUT_SECONDS, and
+        Horovod would abort them with the committed state they hold."""
+        while True:
+            with self._gate_cond:
+                while True:
+                    gate = self._gate
+                    if gate is None or gate.released or self.finished():
+                        return
+                    if gate.complete():
+                        gate.released = True
+                        self._gate_cond.notify_all()
+                        return
+                    if not gate.reforming and (
+                            gate.ended or time.monotonic() - gate.started > self._start_timeout):
+                        gate.reforming = True
+                        break
+                    self._gate_cond.wait(POLL_S)
+            try:
+                self._form_again(gate)
+            finally:
+                with self._gate_cond:
+                    gate.reforming = False
+                    self._gate_cond.notify_all()
+
+    def _form_again(self, gate: JoinGate) -> None:
+        """Stop the held round's new workers that are still running, wait for their ends, let
+        the failure policy judge the hosts of those that failed, and form the round again."""
+        late = []
+        with self._gate_cond:
+            failed = set(gate.ended)
+            if not failed:  # --start-timeout: the new workers still on their way failed
+                late = gate.waiting()
+        for slot in late:
+            self._workers.mark_late(slot, self._start_timeout)
+        for slot in gate.joining:
+            if slot not in failed:
+                self._workers.stop_slot(slot)
+        deadline = time.monotonic() + STOPPED_WAIT_S
+        with self._gate_cond:
+            while len(gate.ended) < len(gate.joining) and not self.finished() and \
+                    time.monotonic() < deadline:
+                self._gate_cond.wait(POLL_S)
+        for host in dict.fromkeys(host for host, _ in sorted(failed | set(late))):
+            self._host_manager.blacklist(host)  # the policy: blacklist, RETRY or FATAL
+        if self.finished():
+            return
+        try:
+            self._activate_workers(self._min_num_proc)
+        except Exception as exc:
+            if not self.finished():
+                self._fatal = self._why_no_round(exc, self._min_num_proc, "--min-np")
+                self._link.send("FATAL", reason=self._fatal)
+                self.stop(self._fatal)
 
     def _get_host_assignments(self, current_hosts):
         """Horovod's assignment with the ranks renumbered: the workers that go on keep their
@@ -220,8 +368,8 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
                 coordinator = self.get_coordinator_info()
                 client = coordinator and self.get_worker_client(coordinator)
                 notice = self._notice
-            if not (client and notice):
-                continue
+            if not (client and notice) or self._holding():
+                continue  # while held, the round may form again: rank 0 hears after
             try:
                 client.notify_hosts_updated(*notice)
             except Exception as exc:  # rank 0 died or is unreachable: its peers reset
@@ -241,11 +389,34 @@ class LauncherWorkers:
         self._ended: Dict[int, threading.Event] = {}
         self._exits: Dict[int, Tuple[int, str]] = {}
         self._current: Dict[Slot, int] = {}  # the latest worker id of each slot
+        self._stopped: Set[int] = set()  # STOP sent
+        self._late: Dict[int, str] = {}  # stopped as failed: how, in words
 
     def bind(self, driver: LauncherElasticDriver) -> None:
         """The driver whose rounds the workers belong to (built once the first HOSTS came)."""
         self._driver = driver
         self._host_manager = driver._host_manager
+        driver._workers = self
+
+    def stop_slot(self, slot: Slot) -> None:
+        """Stop the latest worker of ``slot`` if it runs (its end is not a failure)."""
+        with self._lock:
+            wid = self._current.get(slot)
+            if wid is None or wid not in self._ended or wid in self._stopped:
+                return
+            self._stopped.add(wid)
+        self._link.send("STOP", wid=wid)
+
+    def mark_late(self, slot: Slot, start_timeout: float) -> None:
+        """Stop the latest worker of ``slot``, which did not reach hvd.init() in time: its end
+        counts as its failure."""
+        with self._lock:
+            wid = self._current.get(slot)
+            if wid is None or wid not in self._ended:
+                return
+            self._late[wid] = (f"did not reach hvd.init() within --start-timeout "
+                               f"{start_timeout:g} s")
+        self.stop_slot(slot)
 
     def create_worker(self, slot_info, events: List[threading.Event]) -> Tuple[int, float]:
         slot = (slot_info.hostname, slot_info.local_rank)
@@ -259,20 +430,28 @@ class LauncherWorkers:
                         hostname=slot_info.hostname, rank=slot_info.rank, size=slot_info.size,
                         local_rank=slot_info.local_rank, local_size=slot_info.local_size,
                         cross_rank=slot_info.cross_rank, cross_size=slot_info.cross_size)
-        stop_sent = False
         while not ended.wait(POLL_S):
-            if not stop_sent and any(event.is_set() for event in events):
-                self._link.send("STOP", wid=wid)  # the job ends or the host is blacklisted
-                stop_sent = True
+            if any(event.is_set() for event in events):
+                with self._lock:  # the job ends or the host is blacklisted
+                    stop = wid not in self._stopped
+                    self._stopped.add(wid)
+                if stop:
+                    self._link.send("STOP", wid=wid)
         with self._lock:
             code, blame, what, mark = self._exits.pop(wid)
             del self._ended[wid]
+            stopped = wid in self._stopped
+            self._stopped.discard(wid)
+            late = self._late.pop(wid, None)
             latest = self._current.get(slot) == wid
         if latest:
-            failed = code != 0 and blame != "none"
-            self._host_manager.blame(slot, Verdict(wid, blame == "host", mark, what)
+            if late is None and code == 0 and not stopped and self._driver.joining(slot):
+                late = "exited 0 before its round formed"  # no success: the round never ran
+            failed = late is not None or (code != 0 and blame != "none")
+            self._host_manager.blame(slot, Verdict(wid, blame == "host", mark, late or what)
                                      if failed else None)
             self._driver.slot_ended(slot)
+            self._driver.absorb_end(slot)  # a new worker whose survivors are held
         return code, time.time()
 
     def exited(self, wid: int, code: int, blame: str, what: str, mark: int) -> None:
@@ -283,6 +462,26 @@ class LauncherWorkers:
                 return
             self._exits[wid] = (code, blame, what, mark)
         ended.set()
+
+
+def rendezvous_handler(driver: LauncherElasticDriver) -> type:
+    """Horovod's elastic rendezvous handler, with a survivor's rank_and_size answer held until
+    the round's new workers have reached Gloo's rendezvous (their PUTs under its global
+    scope, which this handler serves too)."""
+    base = create_rendezvous_handler(driver)
+
+    class HoldingRendezvousHandler(base):
+        def _get_rank_and_size(self, host, local_rank):
+            driver.record_ready(host, local_rank)
+            driver.hold_survivors()
+            return driver.get_slot_info(host, local_rank).to_response_string().encode("ascii")
+
+        def _put_value(self, scope, key, value):
+            super()._put_value(scope, key, value)
+            if scope == GLOO_GLOBAL_SCOPE:
+                driver.arrived(key)
+
+    return HoldingRendezvousHandler
 
 
 def _configure_logging() -> None:
@@ -310,6 +509,7 @@ def _settings(text: str) -> dict:
             else int(settings["reset_limit"]),
             "cooldown_range": None if cooldown is None else (int(cooldown[0]), int(cooldown[1])),
             "failure_limit": int(settings["failure_limit"]),
+            "start_timeout": float(settings.get("start_timeout", 120)),
             "allowed": [str(a) for a in settings.get("allowed", [])]}
 
 
@@ -380,9 +580,9 @@ def main(argv: Sequence[str]) -> None:
     driver = LauncherElasticDriver(link, rendezvous, discovery, settings["min_np"],
                                    settings["max_np"], settings["elastic_timeout"],
                                    settings["reset_limit"], settings["cooldown_range"],
-                                   settings["failure_limit"])
+                                   settings["failure_limit"], settings["start_timeout"])
     workers.bind(driver)
-    rendezvous.start(create_rendezvous_handler(driver))  # requests so far wait in the backlog
+    rendezvous.start(rendezvous_handler(driver))  # requests so far wait in the backlog
     try:
         driver.start(settings["np"], workers.create_worker)
     except Exception as exc:
