@@ -1,6 +1,7 @@
 """Shared helpers: run the real launcher as a user would, and watch the processes it started."""
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -105,6 +106,13 @@ def pid_dir(tmp_path):
 SLURM_LOCAL = Path(__file__).resolve().parent.parent / "scripts" / "slurm-local.sh"
 
 
+def _free_port() -> int:
+    """A TCP port free on this host now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     """A one-node Slurm cluster for the module's tests: the environment that reaches it."""
@@ -112,13 +120,16 @@ def slurm(tmp_path_factory):
         pytest.fail("the Slurm tests need root to run a one-node cluster (scripts/slurm-local.sh); "
                     "run `make test` as root", pytrace=False)
     folder = Path("/tmp") / f"poprun-slurm-{os.getpid()}"  # munged needs a world-enterable path
+    # Ports of its own, so that clusters of concurrent test runs never meet.
+    ports = dict(os.environ, SLURM_LOCAL_CTLD_PORT=str(_free_port()),
+                 SLURM_LOCAL_SLURMD_PORT=str(_free_port()))
     started = subprocess.run(["bash", str(SLURM_LOCAL), "start", str(folder)],
-                             capture_output=True, text=True, timeout=900)
+                             capture_output=True, text=True, timeout=900, env=ports)
     assert started.returncode == 0, started.stderr[-3000:]
     env = dict(os.environ, SLURM_CONF=str(folder / "slurm.conf"))
     try:
         yield env
     finally:
         subprocess.run(["bash", str(SLURM_LOCAL), "stop", str(folder)],
-                       capture_output=True, timeout=120)
+                       capture_output=True, timeout=120, env=ports)
         shutil.rmtree(folder, ignore_errors=True)

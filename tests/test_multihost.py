@@ -62,66 +62,6 @@ def test_topology_shows_hosts_and_ssh_commands(hosts):
     assert out.count("command of instance") == 4
 
 
-def test_sigkill_of_an_instance_on_host_b_ends_the_job_on_both_hosts(hosts, pid_dir):
-    job = poprun_background("-np", "4", *over_ssh(hosts), program("behave.py"), str(pid_dir),
-                            "sleep:120")
-    try:
-        wait_for_files([pid_dir / f"pid-{i}" for i in range(4)], timeout=60)
-        pids = read_pids(pid_dir, "pid")
-        os.kill(pids[3], signal.SIGKILL)  # instance 3 runs on hostB
-        out, err = job.communicate(timeout=60)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    assert job.returncode == 128 + signal.SIGKILL, err
-    assert "instance 3 was killed by SIGKILL (host hostB)" in err
-    assert "job failed: root cause" in err
-    assert wait_gone(pids, timeout=15) == []
-    assert hosts.pids_in("hostA", include_sshd_sessions=False) == []
-    assert hosts.pids_in("hostB", include_sshd_sessions=False) == []
-
-
-def kill_launcher_and_check_hosts_empty(hosts, pid_dir, *args):
-    """Start a job that leaves grandchildren, SIGKILL the launcher, expect nothing left anywhere."""
-    job = poprun_background(*args, program("behave.py"), str(pid_dir), "child", "sleep:120")
-    try:
-        wait_for_files([pid_dir / f"child-{i}" for i in range(4)], timeout=60)
-        pids = read_pids(pid_dir, "pid") + read_pids(pid_dir, "child")
-        job.send_signal(signal.SIGKILL)
-        job.wait(timeout=10)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    assert wait_gone(pids, timeout=30) == []
-    left = lambda: hosts.pids_in("hostA", include_sshd_sessions=False) + \
-        hosts.pids_in("hostB", include_sshd_sessions=False)  # noqa: E731
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and left():
-        time.sleep(0.2)
-    assert left() == []
-
-
-def test_launcher_sigkill_leaves_nothing_on_either_host(hosts, pid_dir):
-    kill_launcher_and_check_hosts_empty(hosts, pid_dir, "-np", "4", *over_ssh(hosts))
-
-
-def test_signal_forwarded_to_remote_instances(hosts, pid_dir):
-    job = poprun_background("-np", "4", *over_ssh(hosts), program("behave.py"), str(pid_dir),
-                            "usr1", "sleep:120")
-    try:
-        wait_for_files([pid_dir / f"pid-{i}" for i in range(4)], timeout=60)
-        time.sleep(0.5)
-        job.send_signal(signal.SIGUSR1)
-        wait_for_files([pid_dir / f"usr1-{i}" for i in range(4)], timeout=20)
-        job.send_signal(signal.SIGTERM)
-        out, err = job.communicate(timeout=60)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    assert job.returncode == 128 + signal.SIGTERM, err
-    assert wait_gone(read_pids(pid_dir, "pid"), timeout=15) == []
-
-
 @pytest.mark.parametrize("backend", ["ssh", "mpi"])
 def test_a_host_that_stops_answering_mid_job_ends_the_job(hosts, pid_dir, backend):
     # Cut from the network, hostB sends no FIN or RST: only the wrapper connections' keepalive
@@ -188,26 +128,6 @@ def test_max_restarts_gives_up_with_the_failure_exit_code(tmp_path, pid_dir):
                     "exit:5@1", timeout=120)
     assert result.returncode == 5
     assert result.stderr.count("restarting the job") == 2
-
-
-def test_mpi_backend_sigkill_on_host_b_and_launcher_sigkill_leave_nothing(hosts, pid_dir):
-    args = ("-np", "4", *over_ssh(hosts, "--backend", "mpi"), program("behave.py"), str(pid_dir))
-    job = poprun_background(*args, "sleep:120")
-    try:
-        wait_for_files([pid_dir / f"pid-{i}" for i in range(4)], timeout=60)
-        pids = read_pids(pid_dir, "pid")
-        os.kill(pids[3], signal.SIGKILL)
-        out, err = job.communicate(timeout=60)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    assert job.returncode == 128 + signal.SIGKILL, err
-    assert "instance 3 was killed by SIGKILL (host hostB)" in err
-    assert wait_gone(pids, timeout=15) == []
-
-    for p in pid_dir.iterdir():
-        p.unlink()
-    kill_launcher_and_check_hosts_empty(hosts, pid_dir, *args[:-2])
 
 
 def test_restart_across_hosts_resumes_with_the_same_final_weights(hosts, tmp_path):
@@ -287,34 +207,6 @@ def test_across_hosts_the_launcher_supervises_every_instance(hosts, pid_dir, tmp
     assert [(pid_dir / f"stdin-{i}").read_text() for i in (1, 2, 3)] == ["", "", ""]
     assert wait_gone(read_pids(pid_dir, "daemon") + read_pids(pid_dir, "pid"), timeout=15) == []
     assert "gives up with code 7" in (logs / "attempt-0" / "instance-3.stderr.log").read_text()
-
-
-@pytest.mark.parametrize("backend", ["ssh", "mpi"])
-def test_across_hosts_sigint_reaches_programs_as_sigint(hosts, pid_dir, backend):
-    job = poprun_background("-np", "4", *over_ssh(hosts, "--backend", backend, "--grace-period",
-                                                  "20"),
-                            program("behave.py"), str(pid_dir), "onstop:2", "sleep:120")
-    try:
-        wait_for_files([pid_dir / f"ready-{i}" for i in range(4)], timeout=60)
-        job.send_signal(signal.SIGINT)
-        out, err = job.communicate(timeout=120)
-    finally:
-        if job.poll() is None:
-            job.kill()
-    assert job.returncode == 128 + signal.SIGINT, err
-    for i in range(4):
-        assert (pid_dir / f"signal-{i}").read_text() == "SIGINT"
-        assert (pid_dir / f"saved-{i}").read_text() == "saved"
-
-
-def test_across_hosts_timeout_collects_every_stack(hosts, pid_dir):
-    result = poprun("-np", "4", *over_ssh(hosts, "--timeout", "8", "--grace-period", "2"),
-                    program("behave.py"), str(pid_dir), "hang", timeout=300)
-    assert result.returncode == 124, result.stderr[-3000:]
-    stacks = result.stderr.split("Python stacks of every instance (all threads) =====", 1)[1]
-    for i, host in enumerate(["hostA", "hostA", "hostB", "hostB"]):
-        own = stacks.split(f"instance {i} (host {host}):", 1)[1].split("poprun-lite:")[0]
-        assert "in hang_here" in own and "in side_thread" in own
 
 
 def test_kubernetes_mpijob_agent_and_hostfile(hosts, tmp_path):

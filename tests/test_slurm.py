@@ -38,18 +38,6 @@ def test_inside_salloc_poprun_lite_starts_instances_with_srun(slurm, tmp_path):
     assert "backend srun" in topo.stdout and "--kill-on-bad-exit=1" in topo.stdout, topo.stderr
 
 
-def test_a_failing_srun_task_ends_the_job_with_its_code(slurm, tmp_path):
-    pids = tmp_path / "pids"
-    pids.mkdir()
-    result = subprocess.run(
-        ["salloc", "-N1", "-n2", *LAUNCHER, "-np", "2", program("behave.py"), str(pids),
-         "exit:7@1", "sleep:60"],
-        capture_output=True, text=True, timeout=300, env=slurm)
-    assert result.returncode == 7, result.stderr[-3000:]
-    assert "instance 1 exited with code 7" in result.stderr
-    assert "[1]<stderr>:instance 1 gives up with code 7" in result.stderr
-
-
 def test_plain_srun_task_reads_its_place_from_slurm_variables():
     task3 = json.loads((RECORDED / "srun-task3.json").read_text())
     ctx = runtime.context_from_environ(task3)

@@ -14,6 +14,8 @@ Actions for the instance whose index matches (or every instance without @INDEX):
   closeout      close stdout and stderr (they go to /dev/null)
   onstop:S      on SIGINT/SIGTERM/SIGHUP: write PID_DIR/signal-<i> (its name), take S seconds to
                 "save", write PID_DIR/saved-<i>, exit 0
+  stubborn:S    on SIGINT/SIGTERM/SIGHUP: write PID_DIR/signal-<i> (its name), wait S seconds,
+                write PID_DIR/still-<i>, and carry on as if nothing happened (only SIGKILL ends it)
   daemon        start a setsid() daemon (sleep 300, holding stdout); pid in PID_DIR/daemon-<i>
   progress:N    N progress-bar updates separated by \r, then \n
   bigline:M     one line of M MiB (the instance's digit) without a newline
@@ -85,6 +87,14 @@ for spec in sys.argv[2:]:
             time.sleep(seconds)
             record(f"saved-{index}", "saved")
             os._exit(0)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, on_stop)
+        record(f"ready-{index}", "ready")
+    elif name == "stubborn":
+        def on_stop(signum, frame, index=index, seconds=float(arg)):
+            record(f"signal-{index}", signal.Signals(signum).name)
+            time.sleep(seconds)
+            record(f"still-{index}", "still here")
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, on_stop)
         record(f"ready-{index}", "ready")
