@@ -53,11 +53,14 @@ def test_a_killed_host_of_two_workers_fails_the_survivors_collectives_at_once(tm
     assert re.search(r"\[[12]\]<stderr>:.*Horovod background loop uncaught exception: .*gloo.*"
                      r"(Connection reset by peer|Connection closed by peer)", text), text[-5000:]
     # from the first kill to the round without 127.0.0.1: instances 1 and 2 run on localhost; at
-    # least one of them had its pairs shut down (the other may have failed by then on its own,
-    # its pairs closed), and no survivor waited for Gloo's timeout: every failure there was a
-    # broken connection
+    # least one of them had its pairs shut down, or (when the kernel's resets of the killed
+    # workers' connections reached both first, as under load) failed on its own at once on a
+    # broken connection; and no survivor waited for Gloo's timeout
     window = text[text.index("on 127.0.0.1 was killed by SIGKILL"):
                   text.index("round 2: 2 instance(s) on localhost:2")]
     cuts = [(int(tag), int(n)) for tag, n in CUT.findall(window)]
-    assert any(tag in (1, 2) and n > 0 for tag, n in cuts), window
+    broken = re.findall(r"^\[([12])\]<stderr>:.*Horovod background loop uncaught exception: .*gloo.*"
+                        r"(?:Connection reset by peer|Connection closed by peer)", window,
+                        re.MULTILINE)
+    assert any(tag in (1, 2) and n > 0 for tag, n in cuts) or broken, window
     assert "Timed out waiting" not in window, window
