@@ -1,12 +1,18 @@
-"""The launcher's shape, read from its source (no process started): the console script is
-launch.py's ``main``; no module imports or reads another module's private name; ``spawned/``
-(what runs in other processes) imports nothing from ``elastic/``; every module says what it
-does."""
+"""The package's shape, read from its source (no process started). The launcher: the console
+script is launch.py's ``main``; no module imports or reads another module's private name;
+``spawned/`` (what runs in other processes) imports nothing from ``elastic/``. The whole package:
+every module says what it does; no import circle between units (a subpackage, or a module
+directly in ``popdist_launcher/`` or ``launcher/``) beyond the known ones listed below; no unit
+imports another subpackage's private modules beyond those listed; files at most 500 lines and
+classes at most 450, except the listed ones, which may not grow. The lists are the debt the
+layering work pays off: an entry leaves when its reason goes, and none is added."""
 from __future__ import annotations
 
 import ast
 import configparser
+import functools
 import pathlib
+from typing import Dict, FrozenSet, Iterable, List, Set
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "popdist_launcher"
@@ -22,10 +28,16 @@ def module_name(path: pathlib.Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.lru_cache(maxsize=None)
+def tree_of(path: pathlib.Path) -> ast.Module:
+    """The parsed module, once per test session."""
+    return ast.parse(path.read_text(), str(path))
+
+
 def imports(path: pathlib.Path):
     """(imported module, names) for every ``import`` / ``from ... import`` in ``path``,
     function-level ones included; relative imports resolved."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = tree_of(path)
     package = module_name(path) if path.name == "__init__.py" else \
         module_name(path).rpartition(".")[0]
     for node in ast.walk(tree):
@@ -75,7 +87,7 @@ def test_no_module_reads_another_modules_private_name():
     """``module._name`` through an imported module of ours, e.g. ``wrapper._prctl()``."""
     found = []
     for path in launcher_files():
-        tree = ast.parse(path.read_text(), str(path))
+        tree = tree_of(path)
         ours = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -103,7 +115,175 @@ def test_spawned_imports_nothing_from_elastic():
     assert found == []
 
 
-def test_every_launcher_module_says_what_it_does():
-    missing = [str(p.relative_to(ROOT)) for p in launcher_files()
-               if p.name != "__init__.py" and not ast.get_docstring(ast.parse(p.read_text()))]
+# --- the whole package ------------------------------------------------------------------------
+
+MAX_FILE_LINES = 500
+MAX_CLASS_LINES = 450
+
+# Files over the bar, each with the most lines it may have: growth past that fails.
+FILES_OVER_THE_BAR: Dict[str, int] = {
+    # The click CLI with its start-up tricks at module level; to be split (issue 40).
+    "popdist_launcher/launch.py": 581,
+    # Horovod's driver in its helper: Horovod's private seams beside the helper's threads.
+    "popdist_launcher/launcher/spawned/elastic_driver.py": 599,
+    # One attempt's state machine; its class is over the bar as well (below).
+    "popdist_launcher/launcher/supervisor.py": 514,
+    # Every collective's TensorFlow ops, eager and graph, in one module.
+    "popdist_launcher/collectives/_ops.py": 582,
+    # Graphcore's IPUEstimator: model_fn wrapping, loops, host_call and input_fn in one module.
+    "popdist_launcher/ipu/ipu_estimator.py": 619,
+}
+CLASSES_OVER_THE_BAR: Dict[str, int] = {
+    "popdist_launcher/launcher/supervisor.py:Supervisor": 465,
+}
+
+# Import circles between units that exist today, each the largest set of units it may join.
+# The library's: the package root (popdist_launcher/__init__ and its private start-up,
+# Keras and run-config modules) is imported by the subpackages and imports them back, and
+# ipu/ and strategies/ import each other. The launcher's: backends and the plan; the agent, the
+# elastic package and the options.
+KNOWN_CIRCLES: List[FrozenSet[str]] = [
+    frozenset({"popdist_launcher", "_keras2", "_run_config", "_startup", "collectives", "ipu",
+               "runtime", "strategies", "tf_config"}),
+    frozenset({"launcher.backends", "launcher.plan"}),
+    frozenset({"launcher.agent", "launcher.elastic", "launcher.options"}),
+]
+
+# Private modules of one subpackage that another imports: the IPU runtime internals that ipu/
+# and strategies/ take from each other (TensorFlow's internals behind strategies/_tf_internal,
+# the sharding check in strategies/_common; the IPU devices' names and the jit-compiled
+# functions in ipu/), until they move below both.
+KNOWN_PRIVATE_IMPORTS: Set[str] = {
+    "ipu -> popdist_launcher.strategies._tf_internal",
+    "ipu -> popdist_launcher.strategies._common",
+    "strategies -> popdist_launcher.ipu._ipu_devices",
+    "strategies -> popdist_launcher.ipu._jit_functions",
+}
+
+
+def package_files() -> List[pathlib.Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def unit_of(dotted: str) -> str:
+    """The unit a module belongs to: a subpackage of ``popdist_launcher`` or of ``launcher``, or
+    a module directly in either (``popdist_launcher`` itself for the package's __init__)."""
+    parts = dotted.split(".")
+    if len(parts) == 1:
+        return "popdist_launcher"
+    if parts[1] == "launcher":
+        return "launcher" if len(parts) == 2 else f"launcher.{parts[2]}"
+    return parts[1]
+
+
+def imported_modules(path: pathlib.Path) -> Iterable[str]:
+    """Every module of ours that ``path`` imports (``from m import n`` gives m.n when n is one)."""
+    for module, names in imports(path):
+        if not module.startswith("popdist_launcher"):
+            continue
+        yield module
+        for name in names:
+            if is_module(f"{module}.{name}"):
+                yield f"{module}.{name}"
+
+
+@functools.lru_cache(maxsize=None)
+def unit_graph() -> Dict[str, Set[str]]:
+    edges: Dict[str, Set[str]] = {}
+    for path in package_files():
+        source = unit_of(module_name(path))
+        for target in imported_modules(path):
+            if unit_of(target) != source:
+                edges.setdefault(source, set()).add(unit_of(target))
+    return edges
+
+
+def circles(edges: Dict[str, Set[str]]) -> List[FrozenSet[str]]:
+    """The graph's strongly connected components of two or more units (Tarjan's algorithm)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    found: List[FrozenSet[str]] = []
+
+    def visit(unit: str) -> None:
+        index[unit] = low[unit] = len(index)
+        stack.append(unit)
+        for other in edges.get(unit, ()):
+            if other not in index:
+                visit(other)
+                low[unit] = min(low[unit], low[other])
+            elif other in stack:
+                low[unit] = min(low[unit], index[other])
+        if low[unit] == index[unit]:
+            component = set()
+            while True:
+                member = stack.pop()
+                component.add(member)
+                if member == unit:
+                    break
+            if len(component) > 1:
+                found.append(frozenset(component))
+
+    for unit in sorted(edges):
+        if unit not in index:
+            visit(unit)
+    return found
+
+
+def test_circles_finds_a_circle_and_nothing_else():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset("abc")]
+    assert circles({"a": {"b"}, "b": {"c"}}) == []
+
+
+def test_every_package_module_says_what_it_does():
+    missing = [str(p.relative_to(ROOT)) for p in package_files()
+               if p.name != "__init__.py" and not ast.get_docstring(tree_of(p))]
     assert missing == []
+
+
+def test_no_import_circle_between_units_beyond_the_known_ones():
+    new = [sorted(circle) for circle in circles(unit_graph())
+           if not any(circle <= known for known in KNOWN_CIRCLES)]
+    assert new == [], "units that import each other (break the circle: move what both need " \
+        "into a unit below them)"
+
+
+def test_no_unit_imports_another_subpackages_private_module_beyond_the_known_ones():
+    found = set()
+    for path in package_files():
+        source = unit_of(module_name(path))
+        for target in imported_modules(path):
+            parts = target.split(".")
+            private = [i for i, part in enumerate(parts) if i >= 2 and part.startswith("_")
+                       and not part.startswith("__")]
+            if private and unit_of(target) != source and len(parts) > 2 \
+                    and unit_of(target) not in ("popdist_launcher",) \
+                    and not unit_of(target).startswith("_"):
+                found.add(f"{source} -> {'.'.join(parts[:private[0] + 1])}")
+    assert found - KNOWN_PRIVATE_IMPORTS == set()
+
+
+def test_files_and_classes_stay_under_the_bar():
+    too_big = []
+    for path in package_files():
+        name = str(path.relative_to(ROOT))
+        source = path.read_text()
+        limit = FILES_OVER_THE_BAR.get(name, MAX_FILE_LINES)
+        if len(source.splitlines()) > limit:
+            too_big.append(f"{name}: {len(source.splitlines())} lines (at most {limit})")
+        for node in ast.walk(tree_of(path)):
+            if isinstance(node, ast.ClassDef):
+                lines = node.end_lineno - node.lineno + 1
+                limit = CLASSES_OVER_THE_BAR.get(f"{name}:{node.name}", MAX_CLASS_LINES)
+                if lines > limit:
+                    too_big.append(f"{name}: class {node.name} {lines} lines (at most {limit})")
+    assert too_big == [], "split what grew past the bar in the same change"
+
+
+def test_the_lists_of_known_debt_name_only_what_is_still_there():
+    """An entry whose file shrank under the bar, or whose circle is gone, leaves the list."""
+    for name, limit in FILES_OVER_THE_BAR.items():
+        assert len((ROOT / name).read_text().splitlines()) > MAX_FILE_LINES, name
+    current = circles(unit_graph())
+    for known in KNOWN_CIRCLES:
+        assert any(circle <= known and len(circle) > 1 for circle in current), sorted(known)
