@@ -3,9 +3,9 @@ that each is shown once with the instances that wrote it; no I/O, no clock (the 
 the time).
 
 Only recognised start-up lines are held (``startup_lines.twin_key``), and only for
-``WINDOW_SECONDS``, or until every instance still writing that stream has written the line.
-Every other line passes at once, after the held lines of its own instance and stream (an
-instance's lines keep their order), and a line that began in one chunk is finished by the
+``WINDOW_SECONDS`` (``NOTICE_WINDOW_SECONDS`` for a notice), or until every instance still writing that stream has written the line.
+Every other line passes at once, after the held log lines of its own instance and stream (an
+instance's lines keep their order, but for the notices, which tell nothing of the program), and a line that began in one chunk is finished by the
 next chunk unheld. TensorFlow's start-up notices are shown at most once per job (``shown``
 outlives the attempt's router).
 """
@@ -15,7 +15,11 @@ from typing import Iterable, List, NamedTuple, Optional, Set, Tuple, Union
 
 from popdist_launcher.launcher import startup_lines
 
-WINDOW_SECONDS = 0.5  # how long a recognised start-up line waits for its twins
+WINDOW_SECONDS = 0.5  # how long a C++ log line waits for its twins
+# ... and one of TensorFlow's start-up notices: longer, as instances import TensorFlow up to a
+# second or two apart on a loaded machine, and a notice delays nothing but itself (the
+# instance's next line on that stream shows it)
+NOTICE_WINDOW_SECONDS = 2.0
 
 
 class Group(NamedTuple):
@@ -67,8 +71,9 @@ class Twins:
         passed: List[bytes] = []
 
         def pass_on(piece: bytes) -> None:
-            if not passed:
-                out.extend(self._release(lambda p: index in p.indices and p.stream == stream))
+            if not passed:  # the instance's held log lines come first (notices need not)
+                out.extend(self._release(lambda p: index in p.indices and p.stream == stream
+                                         and not p.notice))
             passed.append(piece)
 
         def end_passed() -> None:
@@ -112,7 +117,8 @@ class Twins:
                 if index not in pending.indices:  # (a notice an instance repeats: once)
                     pending.indices.append(index)
                 return self._release(lambda p: p is pending and self._complete(p))
-        self._pending.append(_Pending(stream, key, index, line, now + WINDOW_SECONDS, notice))
+        window = NOTICE_WINDOW_SECONDS if notice else WINDOW_SECONDS
+        self._pending.append(_Pending(stream, key, index, line, now + window, notice))
         return self._release(lambda p: p is self._pending[-1] and self._complete(p))
 
     def _complete(self, pending: _Pending) -> bool:
