@@ -177,3 +177,23 @@ def test_the_report_quotes_what_the_instance_wrote_besides_the_notices(backend, 
     quoted = cause.split("stderr:\n", 1)[1].split("poprun-lite:", 1)[0].splitlines()
     assert [line.strip() for line in quoted] == [
         "instance 1 says its own thing", (RENDEZVOUS % 101).decode().strip()]
+
+
+KILL_WRAPPER = ("import os, time\n"
+                "if os.environ['POPDIST_INSTANCE_INDEX'] == '1':\n"
+                "    os.kill(os.getppid(), 9)\n"  # its wrapper: mpirun tells of a rank killed
+                "time.sleep(30)\n")
+
+
+def test_mpiruns_own_lines_about_an_end_the_launcher_explained_are_kept_in_the_log(tmp_path):
+    result = poprun("-np", "2", "--backend", "mpi", "--output-dir", str(tmp_path), "python",
+                    "-c", KILL_WRAPPER)
+    assert result.returncode != 0
+    assert "instance 1 (host localhost) lost its wrapper" in result.stderr
+    assert "[mpirun]:" not in result.stderr
+    log = tmp_path / "attempt-0" / "mpirun.log"
+    assert f"mpirun's own lines about the job's end are not shown (-v shows them); they are in " \
+           f"{log}." in result.stderr
+    assert "exited on\nsignal 9 (Killed)." in log.read_text()
+    shown = poprun("-np", "2", "--backend", "mpi", "-v", "python", "-c", KILL_WRAPPER)
+    assert "[mpirun]: signal 9 (Killed)." in shown.stderr

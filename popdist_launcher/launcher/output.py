@@ -189,6 +189,7 @@ class Router:
         # start-up notices, quoted only when an instance wrote nothing else
         self._notice_tails: Dict[Tuple[int, str], Deque[str]] = {}
         self._closed: Set[Tuple[int, str]] = set()
+        self._engines_quiet: Set[str] = set()  # engines whose lines are no longer shown
         self._twins = None if launcher_console.verbose else Twins(self._writers, shown)
         # Python's first exception line on each stderr ("RuntimeError: ..."), for the report: a
         # later traceback (a thread's, Python 3.13's longer ones) can push it out of the tail.
@@ -440,6 +441,21 @@ class Router:
         if logs is not None:
             logs.write(f"{self.log_name(index)}.stacks.log",
                        f"# {reason}\n{text or '(no Python stack)'}\n".encode())
+
+    def engine_line(self, label: str, text: str, shown: bool = True) -> None:
+        """A line of an engine's own output (mpirun's, srun's): logged as ``<label>.log``, and
+        on the console while ``shown`` (before the launcher decided how the job ends: its own
+        lines explain the end then) or with -v; the first line left out says where they are."""
+        if self.logs is not None:
+            self.logs.write(f"{label}.log", (text + "\n").encode())
+        if shown or launcher_console.verbose:
+            self.say(f"[{label}]: {text}")
+        elif label not in self._engines_quiet:
+            self._engines_quiet.add(label)
+            where = f"; they are in {os.path.join(self.logs.folder, label + '.log')}" \
+                if self.logs is not None else ""
+            self.say(launcher_console.line(
+                f"{label}'s own lines about the job's end are not shown (-v shows them){where}."))
 
     def say(self, message: str) -> None:
         """The launcher's own message, on stderr, never inside an instance's unfinished line."""

@@ -66,7 +66,9 @@ class Supervisor:
         self.hang = HangWatch(hang_timeout)
         self._events = EventLoop()
         self._secret = os.urandom(16).hex()
-        self._spawner = Spawner(self._events.sel, rendezvous_socket)
+        self._spawner = Spawner(self._events.sel, rendezvous_socket,
+                                lambda label, text: router.engine_line(
+                                    label, text, shown=not self._outcome.decided))
         self._hub = Hub(self._events.sel, plan.num_instances)
         self._stacks = StackCollector(router, self._hub, self._ends, self._timed_out)
         self.world = world if world is not None else FixedWorld()
