@@ -431,9 +431,12 @@ class Router:
 
     def tail(self, index: int, stream: str = STDERR) -> List[str]:
         """The last lines of ``index``'s ``stream``, less TensorFlow's start-up notices (those
-        when it wrote nothing else)."""
+        when it wrote nothing else to either stream)."""
         key = (index, stream)
-        return list(self._tails[key] or self._notice_tails.get(key, ()))
+        other = (index, STDOUT if stream == STDERR else STDERR)
+        if self._tails[key] or self._tails.get(other):
+            return list(self._tails[key])
+        return list(self._notice_tails.get(key, ()))
 
     def add_stacks(self, index: int, text: str, reason: str) -> None:
         self.stacks[index] = text
