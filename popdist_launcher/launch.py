@@ -32,6 +32,7 @@ from popdist_launcher.launcher import ports
 from popdist_launcher.launcher import topology
 from popdist_launcher.launcher.run_job import run_job
 from popdist_launcher.launcher import options as options_lib
+from popdist_launcher.launcher import peer_options
 from popdist_launcher.launcher.output import OutputDirError
 from popdist_launcher.launcher.backends.detect import BACKENDS
 from popdist_launcher.launcher.plan import PlanError
@@ -499,6 +500,14 @@ def cli(ctx: click.Context, verbose: int, export_config: Optional[str], overwrit
         except config_file.ConfigFileError as exc:
             raise click.UsageError(str(exc), ctx) from None
 
+    misplaced = peer_options.ours_after_program(
+        ctx.params["args"], (name for p in cli.params for name in p.opts + p.secondary_opts))
+    if misplaced:
+        program, one = ctx.params["program"], len(misplaced) == 1
+        console.say(f"note: {', '.join(misplaced)} after {program} go{'es' if one else ''} to "
+                    f"the program, as with mpirun, not to {PROG}; for {PROG}, put "
+                    f"{'it' if one else 'them'} before the program "
+                    f"({PROG} {misplaced[0]} ... {program}).")
     ipu_only = {name: value for name, value in ctx.params.items() if name in IPU_ONLY}
     for line in _inert_notes(ipu_only, instance_mpi_local_args and
                              options.layout.controller != "mpi"):
@@ -549,6 +558,10 @@ def run(argv: Sequence[str]) -> int:
         words = _boolean_values(argv)
         code = cli.main(args=words, prog_name=PROG,
                         standalone_mode=False, auto_envvar_prefix=ENV_PREFIX)
+    except click.NoSuchOption as exc:
+        peer = peer_options.answer(exc.option_name, argv)
+        console.say(f"error: {peer or exc.format_message()} (see {PROG} --help)")
+        return exc.exit_code
     except click.UsageError as exc:
         console.say(f"error: {exc.format_message()} (see {PROG} --help)")
         return exc.exit_code

@@ -315,3 +315,24 @@ def test_no_absolute_paths_of_a_machine():
              for number, line in enumerate(page.read_text(encoding="utf-8").split("\n"), 1)
              if re.search(r"(?<![\w.])/(work|root|home/\w+)/", line)]
     assert not found, f"absolute paths of a machine in the docs: {found}"
+
+
+TIMING_CLAIM = re.compile(r"\b(?:in|about|takes?|took|within)\s+(?:about\s+)?\d+(?:\.\d+)?\s?"
+                          r"(?:s|ms|seconds)\b")
+TIMING_SOURCE = re.compile(r"benchmarks?/|benchmark|measured|seen|\.py\b", re.I)
+
+
+def test_timing_claims_name_their_source():
+    """A paragraph that says how long something takes ("in about 0.1 s") names where the number
+    comes from: a benchmark run (benchmarks/...), a test, or how it was measured."""
+    unsourced = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        if path.name == "cli-reference.md":
+            continue
+        for paragraph in re.split(r"\n\s*\n", path.read_text()):
+            if paragraph.lstrip().startswith(("```", "|")):
+                continue
+            claim = TIMING_CLAIM.search(paragraph)
+            if claim and not TIMING_SOURCE.search(paragraph):
+                unsourced.append(f"{path.name}: {claim.group(0)!r} in {paragraph[:80]!r}...")
+    assert unsourced == []

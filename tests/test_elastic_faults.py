@@ -42,8 +42,8 @@ def test_restart_mode_a_stopped_instance_is_found_hung_and_the_job_restarts(tmp_
     err = result.stderr
     assert "instance 1 (host localhost) made no progress for 3 s while its peers waited (its " \
            "process was stopped; --hang-timeout); killed it with SIGKILL" in err
-    assert "restarting in place (failure 1 in a row without progress; --host-failure-limit " \
-           "3) -> 2 instance(s) on localhost (2) (attempt 1" in err
+    assert "restarting in place (failure 1 of --host-failure-limit " \
+           "3, counted again from 1 after progress) -> 2 instance(s) on localhost (2) (attempt 1" in err
     assert [d["first"] for d in done(tmp_path, 1)] == [6, 6], err[-3000:]  # checkpoint 5
     pids = [int((tmp_path / f"a0-s4-i{i}").read_text()) for i in (0, 1)]
     assert wait_gone(pids) == []
@@ -74,7 +74,7 @@ def test_horovod_mode_a_stopped_worker_is_killed_and_its_slot_started_again(tmp_
     assert re.search(r"instance \d \(rank 1 of 2\) on localhost made no progress for 5 s while "
                      r"its peers waited \(its process was stopped; --hang-timeout\); killed "
                      r"with SIGKILL", text), text[-5000:]
-    assert "restarting in place (failure 1 in a row without progress" in text
+    assert "restarting in place (failure 1 of --host-failure-limit" in text
     assert [size for _, size, _ in rounds(text)] == [2, 2]
     check_membership_log(job, text)
     print(f"\nhung worker (--hang-timeout 5): next step at size 2 after "
@@ -136,7 +136,7 @@ def test_restart_mode_a_failure_after_progress_each_time_goes_on(tmp_path):
     result = poprun("-np", "1", "--min-np", "1", "--backend", "local", "--host-failure-limit",
                     "2", MEMBER, str(tmp_path), "9", "fail:*:0:+3", timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stderr.count("restarting in place (failure 1 in a row without progress") == 4
+    assert result.stderr.count("restarting in place (failure 1 of --host-failure-limit") == 4
     assert "===== elastic job: 5 attempt(s) =====" in result.stderr
     assert done(tmp_path, 4)[0]["first"] == 9
 
@@ -152,7 +152,7 @@ def test_horovod_mode_a_failure_that_repeats_before_a_commit_ends(tmp_path):
     text = job.finish()
     assert job.proc.returncode == 1, text[-5000:]
     assert re.search(r"instance \d on localhost exited with code 3; restarting in place "
-                     r"\(failure 1 in a row without progress; --host-failure-limit 2\)", text)
+                     r"\(failure 1 of --host-failure-limit 2, counted again from 1 after progress\)", text)
     assert re.search(r"job failed: instance \d on localhost exited with code 3, the 2nd "
                      r"failure of localhost in a row without progress \(--host-failure-limit "
                      r"2\), and the other hosts cannot carry --min-np 2", text), text[-5000:]
@@ -168,8 +168,8 @@ def test_restart_mode_the_only_host_left_failing_again_ends_with_a_sentence(tmp_
     assert result.returncode == 3, result.stderr[-3000:]
     err = result.stderr
     assert "127.0.0.1 removed (instance 1 exited with code 3 (host 127.0.0.1)" in err
-    assert "restarting in place (failure 1 in a row without progress; --host-failure-limit " \
-           "2) -> 1 instance(s) on localhost (1) (attempt 2" in err
+    assert "restarting in place (failure 1 of --host-failure-limit " \
+           "2, counted again from 1 after progress) -> 1 instance(s) on localhost (1) (attempt 2" in err
     assert re.search(r"the job ends: instance 0 exited with code 3 \(host localhost\), pid \d+, "
                      r"the 2nd failure of localhost in a row without progress "
                      r"\(--host-failure-limit 2\), and the other hosts cannot carry --min-np 1 "
@@ -185,8 +185,8 @@ def test_restart_mode_two_hosts_min_np_2_restarts_the_failed_host_in_place(tmp_p
     assert result.returncode == 0, result.stderr[-3000:]
     err = result.stderr
     assert "instance 1 exited with code 3 (host 127.0.0.1)" in err
-    assert "restarting in place (failure 1 in a row without progress; --host-failure-limit " \
-           "3) -> 2 instance(s) on localhost (1), 127.0.0.1 (1) (attempt 1" in err
+    assert "restarting in place (failure 1 of --host-failure-limit " \
+           "3, counted again from 1 after progress) -> 2 instance(s) on localhost (1), 127.0.0.1 (1) (attempt 1" in err
     assert "blacklisted" not in err and "waiting up to" not in err
     assert [d["host"] for d in done(tmp_path, 1)] == ["127.0.0.1", "localhost"]
 
@@ -201,7 +201,7 @@ def test_horovod_mode_two_hosts_min_np_2_restarts_the_failed_host_in_place(tmp_p
     assert job.proc.returncode == 0, text[-5000:]
     check_weights(job, loop_reference)
     assert re.search(r"instance \d on 127\.0\.0\.1 was killed by SIGKILL; restarting in place "
-                     r"\(failure 1 in a row without progress; --host-failure-limit 3\)", text)
+                     r"\(failure 1 of --host-failure-limit 3, counted again from 1 after progress\)", text)
     assert "blacklisted" not in text
     assert [size for _, size, _ in rounds(text)] == [2, 2]
     assert wait_gone(job.worker_pids(), timeout=10) == []

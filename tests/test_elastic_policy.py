@@ -36,8 +36,8 @@ def test_two_hosts_min_np_2_restarts_in_place_then_ends_at_the_limit():
     decisions = play([("A", 0), ("A", 0), ("A", 0)], [("A", 1), ("B", 1)], 2, 3)
     assert actions(decisions) == [(RESTART, 1), (RESTART, 2), (END, 3)]
     assert decisions[0].sentence == ("instance on A exited with 1; restarting in place "
-                                     "(failure 1 in a row without progress; "
-                                     "--host-failure-limit 3)")
+                                     "(failure 1 of "
+                                     "--host-failure-limit 3, counted again from 1 after progress)")
     assert decisions[2].sentence == (
         "instance on A exited with 1, the 3rd failure of A in a row without progress "
         "(--host-failure-limit 3), and the other hosts cannot carry --min-np 2 (1 usable slot(s) "
@@ -84,7 +84,8 @@ def test_a_host_at_the_limit_is_blacklisted_for_the_rest_of_the_job():
     first = policy.decide(policy.Fault("A", "lost", True), hosts, 1, streaks, 3)
     second = policy.decide(policy.Fault("A", "lost", True), hosts, 1, streaks, 3)
     assert (first.forever, second.forever) == (False, True)
-    assert "A blacklisted for the rest of the job (failure 2 in a row" in second.sentence
+    assert "A blacklisted for the rest of the job (failure 2 of --host-failure-limit 2 with no " \
+        "progress between them" in second.sentence
 
 
 def test_a_failure_no_host_is_blamed_for_restarts_the_job_and_ends_at_the_limit():

@@ -220,8 +220,8 @@ def test_on_one_host_a_killed_instance_is_started_again(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert [r["index"] for r in records(runs, 1)] == [0, 1, 2]
     assert {r["num_instances"] for r in records(runs, 1)} == {3}
-    assert "restarting in place (failure 1 in a row without progress; " \
-           "--host-failure-limit 3) -> 3 instance(s) on localhost (3)" in result.stderr
+    assert "restarting in place (failure 1 of " \
+           "--host-failure-limit 3, counted again from 1 after progress) -> 3 instance(s) on localhost (3)" in result.stderr
 
 
 def test_on_one_host_a_failure_that_repeats_ends_the_job_at_the_host_failure_limit(tmp_path):
@@ -232,8 +232,8 @@ def test_on_one_host_a_failure_that_repeats_ends_the_job_at_the_host_failure_lim
                     "2", program("elastic_member.py"), str(runs), "1+", "done", timeout=120)
     assert result.returncode == 128 + 9, result.stderr[-3000:]
     err = result.stderr
-    assert "restarting in place (failure 1 in a row without progress; " \
-           "--host-failure-limit 2) -> 2 instance(s) on localhost (2) (attempt 1" in err
+    assert "restarting in place (failure 1 of " \
+           "--host-failure-limit 2, counted again from 1 after progress) -> 2 instance(s) on localhost (2) (attempt 1" in err
     assert re.search(r"poprun-lite: the job ends: instance 1 was killed by SIGKILL \(host "
                      r"localhost\), pid \d+, the 2nd failure of localhost in a row without "
                      r"progress \(--host-failure-limit 2\), and the other hosts cannot carry "

@@ -5,7 +5,7 @@ elastic agents (``elastic/``) take the same shape and decide by their own rules.
 from __future__ import annotations
 
 import os
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Set, Tuple
 
 from popdist_launcher.launcher import console
 from popdist_launcher.launcher.backends.base import Wiring
@@ -30,6 +30,7 @@ class Agent:
         self.num_instances = options.num_instances  # this attempt's (elastic jobs re-plan them)
         self.replicas_per_instance = options.replicas_per_instance
         self.supervisor: Optional[Supervisor] = None  # the running attempt's
+        self.notices_shown: Set[bytes] = set()  # TensorFlow's start-up notices: once a job
 
     def run(self, print_topology: Optional[Callable[[str], None]] = None) -> int:
         """Run every attempt; the exit code is the job's. With ``print_topology``, print the
@@ -83,7 +84,8 @@ class Agent:
                 if root_fd is not None else None
             output = options.output._replace(instance_hosts=self.layout.instance_hosts())
             router = Router(plan.num_instances, output, logs,
-                            extra=("evaluator",) if plan.evaluator else ())
+                            extra=("evaluator",) if plan.evaluator else (),
+                            shown=self.notices_shown)
             supervisor = self.supervisor = Supervisor(
                 plan, self.layout.backend, router,
                 rendezvous_socket=prepared.take_rendezvous_socket(), timeout=options.timeout,

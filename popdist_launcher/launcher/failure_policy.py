@@ -85,7 +85,7 @@ def decide(fault: Fault, hosts: Sequence[Tuple[str, int]], min_np: int,
     streak = streaks.record(host, mark)
     reached = streak >= limit
     others = sum(slots for name, slots in hosts if name != host and name not in blacklisted)
-    in_a_row = f"failure {streak} in a row without progress; --host-failure-limit {limit}"
+    in_a_row = streak_words(streak, limit)
     if host != JOB and (fault.host_failed or others >= min_np):
         if reached:
             why = (f"{fault.what}; {host} blacklisted for the rest of the job ({in_a_row})")
@@ -101,6 +101,15 @@ def decide(fault: Fault, hosts: Sequence[Tuple[str, int]], min_np: int,
                         f"without progress (--host-failure-limit {limit}), and {carry}.")
     return Decision(RESTART, host, streak, False,
                     f"{fault.what}; restarting in place ({in_a_row})")
+
+
+def streak_words(streak: int, limit: int) -> str:
+    """Where a failure stands against --host-failure-limit, in words. (The first failure after
+    progress starts the count again: "1 in a row without progress" there read as "no progress
+    was seen".)"""
+    if streak == 1:
+        return f"failure 1 of --host-failure-limit {limit}, counted again from 1 after progress"
+    return f"failure {streak} of --host-failure-limit {limit} with no progress between them"
 
 
 def progressed(mark: int, since: Optional[int]) -> bool:

@@ -10,6 +10,12 @@ inside a line (a progress bar) redraws in place on a terminal (the tag is repeat
 terminal, an unfinished line without ``\\r`` waits for its end instead of being split by another
 instance's output, but is shown once its instance is quiet for ``HOLD_SECONDS`` (a prompt) or
 after ``HOLD_MAX_SECONDS``.
+
+Identical start-up lines of several instances (TensorFlow's C++ log lines and start-up notices)
+reach the console once, tagged with the instances that wrote them (``[0-3]<stderr>:``), after
+waiting at most ``twins.WINDOW_SECONDS`` for each other; the notices at most once per job, and
+never in the tails the report quotes unless an instance wrote nothing else. ``-v`` shows every
+line as it comes. Log files get every line.
 """
 from __future__ import annotations
 
@@ -19,9 +25,11 @@ import os
 import select
 import stat
 import time
-from typing import AbstractSet, Deque, Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import AbstractSet, Deque, Dict, List, NamedTuple, Optional, Set, Tuple, Union
 
 from popdist_launcher.launcher import console as launcher_console
+from popdist_launcher.launcher import startup_lines
+from popdist_launcher.launcher.twins import Group, Shown, Twins, instance_ranges
 
 STDOUT, STDERR = "stdout", "stderr"
 TAIL_LINE_CHARS = 2000
@@ -160,7 +168,8 @@ class Router:
 
     def __init__(self, num_instances: int, options: OutputOptions,
                  logs: Optional[LogFiles] = None, console: Tuple[int, int] = (1, 2),
-                 extra: Tuple[str, ...] = ()) -> None:
+                 extra: Tuple[str, ...] = (), shown: Optional[Set[bytes]] = None) -> None:
+        """``shown``: the start-up notices this job has shown (kept across its attempts)."""
         self.options = options
         # processes beside the instances (--evaluator), indices num_instances...: tagged and
         # logged by name, always shown on the console
@@ -177,6 +186,11 @@ class Router:
         self._tails: Dict[Tuple[int, str], Deque[str]] = {
             (i, s): collections.deque(maxlen=options.tail_lines)
             for i in range(num_instances) for s in (STDOUT, STDERR)}
+        # start-up notices, quoted only when an instance wrote nothing else
+        self._notice_tails: Dict[Tuple[int, str], Deque[str]] = {}
+        self._closed: Set[Tuple[int, str]] = set()
+        self._engines_quiet: Set[str] = set()  # engines whose lines are no longer shown
+        self._twins = None if launcher_console.verbose else Twins(self._writers, shown)
         # Python's first exception line on each stderr ("RuntimeError: ..."), for the report: a
         # later traceback (a thread's, Python 3.13's longer ones) can push it out of the tail.
         self._in_traceback: Dict[int, bool] = {}
@@ -202,6 +216,7 @@ class Router:
         self._own_logs[index] = logs
         for stream in (STDOUT, STDERR):
             self._tails[(index, stream)] = collections.deque(maxlen=self.options.tail_lines)
+            self._closed.discard((index, stream))
             if logs is not None:
                 logs.fd(f"{self.log_name(index)}.{stream}.log")
 
@@ -212,16 +227,33 @@ class Router:
     def _logs_of(self, index: int) -> Optional[LogFiles]:
         return self._own_logs[index] if index in self._own_logs else self.logs
 
+    def _host(self, index: int) -> str:
+        hosts = self.options.instance_hosts
+        return self._added_hosts[index] if index in self._tags else \
+            hosts[index] if index < len(hosts) else ""
+
     def _prefix(self, index: int, stream: str) -> bytes:
+        return self._group_prefix((index,), stream)
+
+    def _group_prefix(self, indices: Tuple[int, ...], stream: str) -> bytes:
+        """The tag of a line several instances wrote alike: ``[0-3]``, ``[0,2@host]``."""
         stamp = timestamp() if self.options.timestamp else b""
         if not self.options.tag_output:
             return stamp
-        hosts = self.options.instance_hosts
-        host = self._added_hosts[index] if index in self._tags else \
-            hosts[index] if index < len(hosts) else ""
+        hosts = {self._host(i) for i in indices}
+        host = hosts.pop() if len(hosts) == 1 else ""
         where = f"@{host}" if self.options.tag_host and host else ""
-        tag = self._names.get(index) or self._tags.get(index, index)
+        if any(i in self._names or i in self._tags for i in indices):
+            tag = ",".join(str(self._names.get(i) or self._tags.get(i, i))
+                           for i in sorted(indices))
+        else:
+            tag = instance_ranges(indices)
         return stamp + f"[{tag}{where}]<{stream}>:".encode()
+
+    def _writers(self, stream: str) -> List[int]:
+        """The instances whose ``stream`` is shown on the console and still open."""
+        return [i for i, s in self._tails if s == stream and (i, s) not in self._closed
+                and (self._only is None or i in self._only or i in self._names)]
 
     def _stamped(self, index: int, stream: str, data: bytes) -> bytes:
         """``data`` for the log file with the time at the start of every line."""
@@ -240,10 +272,30 @@ class Router:
         self._tail(index, stream, data)
         if self._only is not None and index not in self._only and index not in self._names:
             return
+        if self._twins is None:
+            self._to_console(index, stream, data)
+        else:
+            self._show(self._twins.feed(index, stream, data, time.monotonic()))
+
+    def _to_console(self, index: int, stream: str, data: bytes) -> None:
         if self._tty:
             self._console_tty(index, stream, data)
         else:
             self._console_lines(index, stream, data)
+
+    def _show(self, shown: List[Shown]) -> None:
+        for item in shown:
+            if not isinstance(item, Group):
+                self._to_console(*item)
+            elif len(item.indices) == 1:
+                self._to_console(item.indices[0], item.stream, item.line)
+            else:
+                data = self._group_prefix(item.indices, item.stream) + item.line
+                if self._tty and self._open is not None:
+                    data = b"\n" + data  # leave the other instance's unfinished line as it is
+                    self._partial.pop(self._open, None)
+                    self._open = None
+                write_all(self._console[item.stream], data)
 
     def _console_lines(self, index: int, stream: str, data: bytes) -> None:
         key = (index, stream)
@@ -305,10 +357,16 @@ class Router:
     @property
     def held_deadline(self) -> Optional[float]:
         """When the next unfinished line held back on the terminal must be shown (or None)."""
-        return min(h.deadline() for h in self._held.values()) if self._held else None
+        deadlines = [h.deadline() for h in self._held.values()]
+        if self._twins is not None and self._twins.deadline is not None:
+            deadlines.append(self._twins.deadline)
+        return min(deadlines) if deadlines else None
 
     def show_held(self, now: float) -> None:
-        """Show the unfinished lines whose instance went quiet (a prompt) or that waited long."""
+        """Show the unfinished lines whose instance went quiet (a prompt) or that waited long,
+        and the start-up lines that waited long enough for their twins."""
+        if self._twins is not None:
+            self._show(self._twins.due(now))
         for key, held in list(self._held.items()):
             if now >= held.deadline():
                 del self._held[key]
@@ -328,7 +386,12 @@ class Router:
             self._tail_partial[key] = parts[-1][-TAIL_LINE_CHARS * 4:]
         if stream == STDERR and index not in self._first_errors:
             self._find_first_error(index, lines)
-        self._tails[key].extend(_readable(line) for line in lines[-keep:])
+        for line in lines[-keep:]:
+            if startup_lines.is_notice(line):
+                self._notice_tails.setdefault(key, collections.deque(maxlen=keep)).append(
+                    _readable(line))
+            else:
+                self._tails[key].append(_readable(line))
 
     def _find_first_error(self, index: int, lines: List[bytes]) -> None:
         """Remember the exception line that ends the first Python traceback on ``index``'s stderr
@@ -347,6 +410,10 @@ class Router:
     def close(self, index: int, stream: str) -> None:
         """The stream ended: an unfinished last line still reaches the console as a line."""
         key = (index, stream)
+        self._closed.add(key)
+        if self._twins is not None and (self._only is None or index in self._only
+                                        or index in self._names):
+            self._show(self._twins.closed(index, stream))
         rest = self._tail_partial.pop(key, b"")
         if rest:
             self._tails[key].append(_readable(rest))
@@ -363,7 +430,13 @@ class Router:
             write_all(self._console[stream], self._prefix(index, stream) + b"".join(head) + b"\n")
 
     def tail(self, index: int, stream: str = STDERR) -> List[str]:
-        return list(self._tails[(index, stream)])
+        """The last lines of ``index``'s ``stream``, less TensorFlow's start-up notices (those
+        when it wrote nothing else to either stream)."""
+        key = (index, stream)
+        other = (index, STDOUT if stream == STDERR else STDERR)
+        if self._tails[key] or self._tails.get(other):
+            return list(self._tails[key])
+        return list(self._notice_tails.get(key, ()))
 
     def add_stacks(self, index: int, text: str, reason: str) -> None:
         self.stacks[index] = text
@@ -372,8 +445,25 @@ class Router:
             logs.write(f"{self.log_name(index)}.stacks.log",
                        f"# {reason}\n{text or '(no Python stack)'}\n".encode())
 
+    def engine_line(self, label: str, text: str, shown: bool = True) -> None:
+        """A line of an engine's own output (mpirun's, srun's): logged as ``<label>.log``, and
+        on the console while ``shown`` (before the launcher decided how the job ends: its own
+        lines explain the end then) or with -v; the first line left out says where they are."""
+        if self.logs is not None:
+            self.logs.write(f"{label}.log", (text + "\n").encode())
+        if shown or launcher_console.verbose:
+            self.say(f"[{label}]: {text}")
+        elif label not in self._engines_quiet:
+            self._engines_quiet.add(label)
+            where = f"; they are in {os.path.join(self.logs.folder, label + '.log')}" \
+                if self.logs is not None else ""
+            self.say(launcher_console.line(
+                f"{label}'s own lines about the job's end are not shown (-v shows them){where}."))
+
     def say(self, message: str) -> None:
         """The launcher's own message, on stderr, never inside an instance's unfinished line."""
+        if self._twins is not None:
+            self._show(self._twins.release_all())  # the instances' lines before the launcher's
         data = message.encode() + b"\n"
         if self._open is not None:
             data = b"\n" + data
@@ -382,6 +472,8 @@ class Router:
 
     def close_all(self) -> None:
         launcher_console.detach(self.say)
+        if self._twins is not None:
+            self._show(self._twins.release_all())
         for index, stream in list(self._tails):
             self.close(index, stream)
         if self.logs is not None:

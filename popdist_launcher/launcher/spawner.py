@@ -23,8 +23,11 @@ class Spawner:
     stdout and stderr) and ``("rendezvous",)`` (the first Horovod rendezvous connection)."""
 
     def __init__(self, sel: selectors.BaseSelector,
-                 rendezvous_socket: Optional[socket.socket] = None) -> None:
+                 rendezvous_socket: Optional[socket.socket] = None,
+                 show_line: Optional[Callable[[str, str], None]] = None) -> None:
+        """``show_line(label, text)`` shows an engine's line (default: on the console)."""
         self.sel = sel
+        self._show_line = show_line or (lambda label, text: console.write(f"[{label}]: {text}"))
         self.started: List[Started] = []
         self._watchdog: Optional[processes.Watchdog] = None
         self._rendezvous_socket = rendezvous_socket
@@ -122,7 +125,7 @@ class Spawner:
         for line in lines:
             text = line.decode("utf-8", "replace").rstrip("\r")
             started.lines.append(text)
-            console.write(f"[{label}]: {text}")
+            self._show_line(label, text)
 
     def reap(self, started: Started, block: bool = False) -> None:
         """Collect its exit status (at once, or when ``block``, waiting for it)."""

@@ -23,7 +23,7 @@ import selectors
 import signal
 import socket
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 from popdist_launcher.launcher import console, processes, report
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
@@ -34,6 +34,7 @@ from popdist_launcher.launcher.output import STDERR, STDOUT, Router
 from popdist_launcher.launcher.spawner import Spawner
 from popdist_launcher.launcher.stacks import StackCollector
 from popdist_launcher.launcher.stdin_forward import StdinForwarder
+from popdist_launcher.launcher.stop_summary import stop_summary
 from popdist_launcher.launcher.spawned import protocol as p
 from popdist_launcher.launcher.plan import Host, LaunchPlan
 from popdist_launcher.launcher.attempt import (
@@ -66,7 +67,9 @@ class Supervisor:
         self.hang = HangWatch(hang_timeout)
         self._events = EventLoop()
         self._secret = os.urandom(16).hex()
-        self._spawner = Spawner(self._events.sel, rendezvous_socket)
+        self._spawner = Spawner(self._events.sel, rendezvous_socket,
+                                lambda label, text: router.engine_line(
+                                    label, text, shown=not self._outcome.decided))
         self._hub = Hub(self._events.sel, plan.num_instances)
         self._stacks = StackCollector(router, self._hub, self._ends, self._timed_out)
         self.world = world if world is not None else FixedWorld()
@@ -85,6 +88,7 @@ class Supervisor:
         self._kill_deadline: Optional[float] = None
         self._unresponsive_deadline: Optional[float] = None
         self._drain_deadline: Optional[float] = None
+        self._running_at_signal: List[int] = []  # for the summary after a stopping signal
 
     # ---- public -------------------------------------------------------------------------------
     def run(self) -> JobResult:
@@ -452,7 +456,8 @@ class Supervisor:
             self._kill_everything()
             return
         self._outcome.signal = signum
-        running = sum(1 for i in self.instances if not i.settled)
+        self._running_at_signal = [i.index for i in self.instances if not i.settled]
+        running = len(self._running_at_signal)
         console.say(f"received {name}; forwarding it to {running} instance(s) (SIGKILL after "
                     f"{self.plan.grace_period:g} s).")
         self._begin_stop(signum)
@@ -511,4 +516,9 @@ class Supervisor:
             stacks = self.router.stacks if self._stacks.in_report else {}
             console.write(report.failure_report(failure.cause, self._ends(), tails, stacks,
                                                 self.failure_title, first_errors))
+        elif self._outcome.signal is not None:
+            logs = self.router.logs.folder if self.router.logs is not None else None
+            console.write(stop_summary(signal.Signals(self._outcome.signal).name,
+                                       self._running_at_signal, self._ends(),
+                                       {i.index: i.progress for i in self.instances}, logs))
         return self._outcome.result()

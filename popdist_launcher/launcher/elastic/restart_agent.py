@@ -231,8 +231,8 @@ class RestartAgent(Agent):
                 restarted.append(decision)
         if restarted:
             streak = max(d.streak for d in restarted)
-            changes.append(f"{why}; restarting in place (failure {streak} in a row without "
-                           f"progress; --host-failure-limit {self.streaks.limit})")
+            changes.append(f"{why}; restarting in place "
+                           f"({policy.streak_words(streak, self.streaks.limit)})")
         return "; ".join(changes)
 
     def _blacklist(self, host: str, why: str, forever: bool = False, streak: int = 0) -> str:
@@ -241,8 +241,7 @@ class RestartAgent(Agent):
         self.why_out[host] = why
         until = "for the rest of the job" if cooldown is None else f"for {cooldown:.1f} s"
         if forever and self.elastic.cooldown_range is not None:
-            until += (f": failure {streak} in a row without progress, --host-failure-limit "
-                      f"{self.streaks.limit}")
+            until += f": {policy.streak_words(streak, self.streaks.limit)}"
         return f"{host} removed ({why}; blacklisted {until})"
 
     def _member_name(self, host: str) -> str:
