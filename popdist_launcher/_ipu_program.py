@@ -51,9 +51,9 @@ def main_source():
     return None
 
 
-def graphcore_import(main=None):
+def graphcore_import(main=None, matches=_import_table.graphcore_name):
     """(module, the Graphcore name it imports) for the first of the program's modules that
-    imports one of Graphcore's modules, or None."""
+    imports one of Graphcore's modules (a name ``matches`` accepts), or None."""
     main = main or main_source()
     if main is None:
         return None
@@ -71,7 +71,7 @@ def graphcore_import(main=None):
         except (OSError, SyntaxError, ValueError):
             continue
         for imported in imported_names(tree, package):
-            if _import_table.graphcore_name(imported):
+            if matches(imported):
                 return name, imported
             parts = imported.split(".")
             for depth in range(1, len(parts) + 1):

@@ -9,27 +9,28 @@ before.
 from __future__ import annotations
 
 import importlib
-import logging
 
 import tensorflow as tf
 
-from popdist_launcher.ipu.keras.extensions.extensions_base import (METHODS, OVERRIDES,
-                                                                   keras_methods)
-
-_KERAS_3_SAID: list = []
+# The IPU methods (extensions_base.METHODS), named here for Keras 3, where they cannot import.
+METHOD_NAMES = ("set_gradient_accumulation_options", "set_pipelining_options",
+                "set_pipeline_stage_assignment", "get_pipeline_stage_assignment",
+                "reset_pipeline_stage_assignment", "print_pipeline_stage_assignment_summary",
+                "set_infeed_queue_options", "set_outfeed_queue_options",
+                "set_asynchronous_callbacks", "set_replication_options")
 
 
 def install() -> None:
-    """Add the IPU methods to tf.keras.Model (once per process); under Keras 3
-    (TF_USE_LEGACY_KERAS=0 on TensorFlow 2.16+) nothing, said once."""
-    if keras_methods:
-        return
+    """Add the IPU methods to tf.keras.Model (once per process). Under Keras 3 (TensorFlow
+    2.16+, popdist_launcher._keras2) Keras trains as it is and each IPU method raises the one
+    sentence that says it needs Keras 2."""
     from popdist_launcher import _keras2
     if _keras2.keras_3_active():
-        if not _KERAS_3_SAID:
-            _KERAS_3_SAID.append(True)
-            logging.getLogger(__name__).warning(_keras2.keras_3_message(
-                "Keras fit/evaluate under this strategy (and the IPU Keras extensions)"))
+        _install_keras_3_refusals()
+        return
+    from popdist_launcher.ipu.keras.extensions.extensions_base import (METHODS, OVERRIDES,
+                                                                       keras_methods)
+    if keras_methods:
         return
     model_class = tf.keras.Model
     for name in OVERRIDES:
@@ -39,7 +40,6 @@ def install() -> None:
     for name, override in OVERRIDES.items():
         setattr(model_class, name, override)
     # Graphcore's Keras has an ``ipu`` module (keras.ipu.PipelineStage ...): give Keras ours.
-    from popdist_launcher import _keras2
     from popdist_launcher.ipu import keras as ipu_keras
     keras = _keras2.package()
     # ``from tensorflow import keras`` resolves to keras.api._v2.keras, another module object.
@@ -48,3 +48,19 @@ def install() -> None:
                       importlib.import_module(f"{keras}.api._v2.keras")):
         if not hasattr(namespace, "ipu"):
             setattr(namespace, "ipu", ipu_keras)
+
+
+def _install_keras_3_refusals() -> None:
+    model_class = tf.keras.Model
+    for name in METHOD_NAMES:
+        if not hasattr(model_class, name):
+            setattr(model_class, name, _refusal(name))
+
+
+def _refusal(name: str):
+    def method(self, *args, **kwargs):
+        from popdist_launcher import _keras2
+        raise _keras2.Keras3Error(_keras2.keras_3_message(f"Model.{name}"))
+    method.__name__ = name
+    method.__doc__ = f"Graphcore's Model.{name}: Keras 2 only (Keras3Error under Keras 3)."
+    return method
