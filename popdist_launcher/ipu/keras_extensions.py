@@ -8,6 +8,7 @@ before.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 
 import tensorflow as tf
@@ -26,7 +27,7 @@ def install() -> None:
     sentence that says it needs Keras 2."""
     from popdist_launcher import _keras2
     if _keras2.keras_3_active():
-        _install_keras_3_refusals()
+        _install_keras_3()
         return
     from popdist_launcher.ipu.keras.extensions.extensions_base import (METHODS, OVERRIDES,
                                                                        keras_methods)
@@ -50,11 +51,30 @@ def install() -> None:
             setattr(namespace, "ipu", ipu_keras)
 
 
-def _install_keras_3_refusals() -> None:
+def _install_keras_3() -> None:
     model_class = tf.keras.Model
+    if getattr(model_class, "_popdist_keras_3", False):
+        return
+    model_class._popdist_keras_3 = True
     for name in METHOD_NAMES:
         if not hasattr(model_class, name):
             setattr(model_class, name, _refusal(name))
+    for name in ("fit", "evaluate", "predict"):
+        setattr(model_class, name, _grouping(getattr(model_class, name)))
+
+
+def _grouping(method):
+    """Keras 3's ``method`` given, under a PopDist/IPUHorovod strategy with several replicas in
+    an instance, a dataset whose elements hold one batch per local replica (as the strategy
+    feeds them), so that Keras counts the steps the strategy runs."""
+    @functools.wraps(method)
+    def grouped(self, x=None, *args, **kwargs):
+        extended = self.distribute_strategy.extended
+        if not isinstance(x, tf.data.Dataset) or not hasattr(extended, "input_grouped"):
+            return method(self, x, *args, **kwargs)
+        with extended.input_grouped(True):
+            return method(self, extended.replica_elements(x), *args, **kwargs)
+    return grouped
 
 
 def _refusal(name: str):
