@@ -89,10 +89,14 @@ def graphcore_import(main=None, matches=_import_table.graphcore_name):
 
 def imported_names(tree, package: str):
     """The absolute module names a module's syntax tree imports (``from a import b`` gives ``a``
-    and ``a.b``); ``package`` resolves relative imports."""
+    and ``a.b``); ``package`` resolves relative imports. ``tf.estimator`` (``tf.compat.v1.
+    estimator`` ...) reads as ``tensorflow.estimator``: a module TensorFlow binds as an attribute."""
     import ast
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Attribute) and node.attr == "estimator" \
+                and _tensorflow_attribute(node.value):
+            yield "tensorflow.estimator"
+        elif isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -112,6 +116,16 @@ def imported_names(tree, package: str):
             called = getattr(function, "attr", None) or getattr(function, "id", None)
             if called in ("import_module", "__import__"):
                 yield node.args[0].value
+
+
+def _tensorflow_attribute(node) -> bool:
+    """Whether ``node`` reads as ``tf``, ``tensorflow`` or one of their ``compat`` modules."""
+    import ast
+    while isinstance(node, ast.Attribute):
+        if node.attr not in ("compat", "v1", "v2"):
+            return False
+        node = node.value
+    return isinstance(node, ast.Name) and node.id in ("tf", "tensorflow")
 
 
 class _Locator:

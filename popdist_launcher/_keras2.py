@@ -6,8 +6,9 @@ into Keras 2's internals import (``src("engine.training")`` and the like).
 On TensorFlow 2.16+ the start-up hook (popdist_launcher._startup.choose_keras) calls ``choose``
 as TensorFlow or ``keras`` begins to import, before TensorFlow reads ``TF_USE_LEGACY_KERAS``: the
 variable as the program's environment sets it wins; else a program whose own source imports one
-of Graphcore's modules (an IPU program, popdist_launcher._ipu_program), Horovod's Keras API or
-``tf_keras`` gets ``TF_USE_LEGACY_KERAS=1``, and any other program Keras 3. What needs Keras 2 in
+of Graphcore's modules (an IPU program, popdist_launcher._ipu_program) or ``KERAS_2_APIS``
+(Horovod's Keras API, tf-keras, tf.estimator, TensorFlow 1), or runs under ``poprun-lite --tf1``,
+gets ``TF_USE_LEGACY_KERAS=1``, and any other program Keras 3. What needs Keras 2 in
 a Keras 3 program (Horovod's Keras modules, the IPU Keras extensions) stops with one sentence
 naming the alternative. TensorFlow 2.15 (Keras 2 only, no tf-keras) is left as it is.
 Standard library only at import time (the startup hook may load this module).
@@ -22,15 +23,19 @@ from popdist_launcher import _contract
 
 LEGACY_KERAS_ENV = _contract.LEGACY_KERAS
 _ON = ("1", "true", "True")  # what TensorFlow reads as set
-# Modules whose import in a program's own source makes it a Keras 2 program (besides Graphcore's).
-KERAS_2_APIS = ("horovod.tensorflow.keras", "horovod.keras", "tf_keras")
+# Modules whose import in a program's own source makes it a Keras 2 program (besides Graphcore's):
+# Horovod's Keras API, tf-keras, the IPU layer under its own name, and the APIs whose Keras parts
+# exist only in Keras 2 (tf.estimator, whose canned estimators build on Keras 2's optimizers and
+# layers, and TensorFlow 1's tensorflow.compat.v1 with its layers and Keras).
+KERAS_2_APIS = ("horovod.tensorflow.keras", "horovod.keras", "tf_keras", "popdist_launcher.ipu",
+                "tensorflow.estimator", "tensorflow_estimator", "tensorflow.compat.v1")
 
 KERAS_3_MESSAGE = (
     "{what} needs Keras 2, but this program has Keras 3 (TensorFlow {tf}'s own Keras, {why}): "
     "{alternative}, or give the program Keras 2 with {env}=1 "
     "(poprun-lite -x {env}=1 ... or export {env}=1).")
-KERAS_3_WHY_UNSET = ("given to every program whose own source imports no IPU module, "
-                     "Horovod's Keras API or tf_keras")
+KERAS_3_WHY_UNSET = ("given to every program whose own source uses no IPU module, Horovod's "
+                     "Keras API, tf_keras, tf.estimator or tensorflow.compat.v1")
 HOROVOD_ALTERNATIVE = ("with Keras 3 use PopDistStrategy (its Keras fit and custom loops keep "
                        "the instances' weights equal) instead of Horovod's Keras module")
 IPU_KERAS_ALTERNATIVE = ("the IPU Keras extensions (pipelining, gradient accumulation, ipu.keras, "
@@ -66,7 +71,10 @@ def choose(environ=os.environ) -> bool:
     import importlib.util
     if importlib.util.find_spec("tf_keras") is None:
         return False  # TensorFlow 2.15 (its tf.keras breaks with the variable set) or no tf-keras
-    found = _program_keras_2_import()
+    if environ.get(_contract.TF1) == "1":
+        found = ("the program", "TensorFlow 1 (poprun-lite --tf1)")
+    else:
+        found = _program_keras_2_import()
     if found is None:
         return False
     import logging

@@ -48,6 +48,8 @@ PROGRAMS = {
     "plain": REPORT,
     "ipu": "from tensorflow.python import ipu  # noqa\n" + REPORT,
     "horovod_keras": REPORT + "\ndef later():\n    import horovod.tensorflow.keras as hvd\n",
+    "estimator": REPORT + "\nconfig = tf.estimator.RunConfig()\n",
+    "tf1": "import tensorflow.compat.v1 as tf1  # noqa\n" + REPORT,
 }
 KERAS_3 = [None, "keras", "3", "keras", True]
 KERAS_2_SET = ["1", "tf_keras", "2", "tf_keras", True]
@@ -64,7 +66,10 @@ def _reports(stdout: str) -> list:
     ("plain", None, KERAS_3),
     ("ipu", None, KERAS_2_SET),
     ("horovod_keras", None, KERAS_2_SET),
+    ("estimator", None, KERAS_2_SET),
+    ("tf1", None, KERAS_2_SET),
     ("plain", "1", KERAS_2_SET),
+    ("ipu", "0", ["0", "keras", "3", "keras", True]),  # the user's 0 wins
 ])
 def test_each_program_gets_the_keras_it_is_written_for(tmp_path, kind, user_value, expected):
     path = tmp_path / f"{kind}.py"
