@@ -74,6 +74,7 @@ def test_equivalence_with_one_process(tmp_path, reference, mode, strategy, repli
     ("keras", "popdist", 2, 4),
     ("keras", "popdist", 4, None),
     ("keras", "horovod", 2, None),
+    ("keras", "horovod", 2, 4),
     ("keras", "multi-worker", 2, None),
     ("keras", "multi-worker", 4, None),
     ("keras-loop", "popdist", 2, None),

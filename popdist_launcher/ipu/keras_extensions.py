@@ -27,7 +27,7 @@ def install() -> None:
     sentence that says it needs Keras 2."""
     from popdist_launcher import _keras2
     if _keras2.keras_3_active():
-        _install_keras_3()
+        install_keras_3()
         return
     from popdist_launcher.ipu.keras.extensions.extensions_base import (METHODS, OVERRIDES,
                                                                        keras_methods)
@@ -51,7 +51,13 @@ def install() -> None:
             setattr(namespace, "ipu", ipu_keras)
 
 
-def _install_keras_3() -> None:
+def install_keras_3() -> None:
+    """Under Keras 3 (nothing under Keras 2): Keras 3's fit / evaluate / predict given datasets
+    grouped by local replica under PopDist and IPUHorovod strategies, and the IPU methods'
+    one-sentence refusals (once per process)."""
+    from popdist_launcher import _keras2
+    if not _keras2.keras_3_active():
+        return
     model_class = tf.keras.Model
     if getattr(model_class, "_popdist_keras_3", False):
         return
