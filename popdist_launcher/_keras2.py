@@ -24,10 +24,12 @@ from popdist_launcher import _contract
 LEGACY_KERAS_ENV = _contract.LEGACY_KERAS
 _ON = ("1", "true", "True")  # what TensorFlow reads as set
 # Modules whose import in a program's own source makes it a Keras 2 program (besides Graphcore's):
-# Horovod's Keras API, tf-keras, the IPU layer under its own name, and the APIs whose Keras parts
-# exist only in Keras 2 (tf.estimator, whose canned estimators build on Keras 2's optimizers and
-# layers, and TensorFlow 1's tensorflow.compat.v1 with its layers and Keras).
+# Horovod's Keras API, tf-keras, the IPU layer under its own name, Keras 2's module paths of
+# TensorFlow 2.6's time, and the APIs whose Keras parts exist only in Keras 2 (tf.estimator, whose
+# canned estimators build on Keras 2's optimizers and layers, and TensorFlow 1's
+# tensorflow.compat.v1 with its layers and Keras).
 KERAS_2_APIS = ("horovod.tensorflow.keras", "horovod.keras", "tf_keras", "popdist_launcher.ipu",
+                "tensorflow.python.keras", "keras.optimizer_v2", "keras.engine",
                 "tensorflow.estimator", "tensorflow_estimator", "tensorflow.compat.v1")
 
 KERAS_3_MESSAGE = (
