@@ -139,3 +139,26 @@ def test_an_ipu_keras_method_in_a_keras_3_program_says_one_sentence(tmp_path):
         assert "exist for Keras 2 only" in said[0] and f"{SWITCH}=1" in said[0]
     else:
         assert said == ["nothing"]
+
+
+@pytest.mark.parametrize("source, found", [
+    ("import tensorflow as tf\nm = tf.keras.Sequential()", None),
+    ("import keras\nx = keras.ops.mean", None),
+    ("import tensorflow.compat.v2 as tf", None),
+    ("import os\nself_estimator = object()\nx = self_estimator.estimator", None),
+    ("from tensorflow.python import ipu", "tensorflow.python.ipu"),
+    ("from popdist_launcher import ipu", "popdist_launcher.ipu"),
+    ("def f():\n    import horovod.keras as hvd", "horovod.keras"),
+    ("from horovod.tensorflow import keras as hvd", "horovod.tensorflow.keras"),
+    ("import tf_keras", "tf_keras"),
+    ("from tensorflow.python.keras import layers", "tensorflow.python.keras"),
+    ("from keras.optimizer_v2 import adam", "keras.optimizer_v2"),
+    ("import tensorflow as tf\nc = tf.estimator.RunConfig()", "tensorflow.estimator"),
+    ("import tensorflow as tf\nc = tf.compat.v1.estimator.Estimator", "tensorflow.estimator"),
+    ("import tensorflow.compat.v1 as tf", "tensorflow.compat.v1"),
+])
+def test_what_in_a_programs_source_marks_it_a_keras_2_program(source, found):
+    from popdist_launcher import _ipu_program, _keras2
+    result = _ipu_program.graphcore_import(("__main__", "", None, source),
+                                           matches=_keras2.keras_2_api)
+    assert (result and result[1]) == found
