@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import KERAS_2, poprun
+from conftest import KERAS_2, LEGACY_KERAS, job_environ, poprun
 
 pytestmark = pytest.mark.slow
 STRATEGIES = ["popdist", "horovod", "multi-worker"]
@@ -16,9 +16,9 @@ KERAS_3_STACK = KERAS_2 == "tf_keras"  # TensorFlow 2.16+: Keras 3 unless the pr
 LEGACY = ["-x", "TF_USE_LEGACY_KERAS=1"] if KERAS_3_STACK else []
 
 
-def run_worker(script, *args, np_=2, replicas=None, timeout=600, opts=()):
+def run_worker(script, *args, np_=2, replicas=None, timeout=600, opts=(), env=None):
     opts = [*opts, "-np", str(np_)] + (["--num-replicas", str(replicas)] if replicas else [])
-    result = poprun(*opts, f"tests/workers/{script}", *args, timeout=timeout)
+    result = poprun(*opts, f"tests/workers/{script}", *args, timeout=timeout, env=env)
     assert result.returncode == 0, result.stderr[-4000:]
     return result
 
@@ -91,8 +91,9 @@ def test_keras_3_equivalence_with_one_process(tmp_path, reference, mode, strateg
 
 def assert_equivalent(tmp_path, reference, mode, strategy, np_=2, replicas=None, opts=(),
                       keras=None):
+    env = {k: v for k, v in job_environ().items() if k != LEGACY_KERAS} if keras == "3" else None
     run_worker("train_equivalence.py", mode, strategy, str(tmp_path), np_=np_, replicas=replicas,
-               opts=opts)
+               opts=opts, env=env)
     results = [json.loads((tmp_path / f"{mode}-{i}.json").read_text()) for i in range(np_)]
     if KERAS_3_STACK and keras is not None:
         assert [r["keras"] for r in results] == [keras] * np_
