@@ -4,7 +4,8 @@ accumulating, replicating make_train_function / fit / evaluate / predict.
 
 IPUStrategy and PopDistStrategy call ``install()`` (``enable_keras_extensions``); the methods
 live in ``popdist_launcher.ipu.keras.extensions``. Models without IPU options train exactly as
-before.
+before. Under Keras 3 (``install_keras_3``, which the Horovod strategies call too) the methods
+are one-sentence refusals and fit / evaluate / predict only see datasets grouped by local replica.
 """
 from __future__ import annotations
 
