@@ -4,7 +4,7 @@ any of the three strategies.
     poprun-lite -np 2 examples/keras3_fit.py
     poprun-lite -np 2 examples/keras3_fit.py --strategy multi-worker
 
-It imports ``keras`` (Keras 3 here: the program names no IPU module, Horovod's Keras API,
+It imports ``keras`` (Keras 3 here: the program names no IPU module, Horovod's API,
 estimator or TensorFlow 1 module, so it gets TensorFlow's own Keras) and uses Keras 3's API
 (``keras.ops`` in a layer of its own). Keras 3's optimizer sums the replicas' gradients through
 the strategy, so every instance ends with the same weights. PopDistStrategy and

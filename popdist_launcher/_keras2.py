@@ -7,7 +7,7 @@ On TensorFlow 2.16+ the start-up hook (popdist_launcher._startup.choose_keras) c
 as TensorFlow or ``keras`` begins to import, before TensorFlow reads ``TF_USE_LEGACY_KERAS``: the
 variable as the program's environment sets it wins; else a program whose own source imports one
 of Graphcore's modules (an IPU program, popdist_launcher._ipu_program) or ``KERAS_2_APIS``
-(Horovod's Keras API, tf-keras, tf.estimator, TensorFlow 1), or runs under ``poprun-lite --tf1``,
+(Horovod's API, tf-keras, tf.estimator, TensorFlow 1), or runs under ``poprun-lite --tf1``,
 gets ``TF_USE_LEGACY_KERAS=1``, and any other program Keras 3. What needs Keras 2 in
 a Keras 3 program (Horovod's Keras modules, the IPU Keras extensions) stops with one sentence
 naming the alternative. TensorFlow 2.15 (Keras 2 only, no tf-keras) is left as it is.
@@ -24,11 +24,12 @@ from popdist_launcher import _contract
 LEGACY_KERAS_ENV = _contract.LEGACY_KERAS
 _ON = ("1", "true", "True")  # what TensorFlow reads as set
 # Modules whose import in a program's own source makes it a Keras 2 program (besides Graphcore's):
-# Horovod's Keras API, tf-keras, the IPU layer under its own name, Keras 2's module paths of
+# Horovod's TensorFlow and Keras APIs (Horovod 0.28 knows only Keras 2's variables and
+# optimizers: its broadcast_variables fails on Keras 3's), tf-keras, the IPU layer under its own name, Keras 2's module paths of
 # TensorFlow 2.6's time, and the APIs whose Keras parts exist only in Keras 2 (tf.estimator, whose
 # canned estimators build on Keras 2's optimizers and layers, and TensorFlow 1's
 # tensorflow.compat.v1 with its layers and Keras).
-KERAS_2_APIS = ("horovod.tensorflow.keras", "horovod.keras", "tf_keras", "popdist_launcher.ipu",
+KERAS_2_APIS = ("horovod.tensorflow", "horovod.keras", "tf_keras", "popdist_launcher.ipu",
                 "tensorflow.python.keras", "keras.optimizer_v2", "keras.engine",
                 "tensorflow.estimator", "tensorflow_estimator", "tensorflow.compat.v1")
 
@@ -37,7 +38,7 @@ KERAS_3_MESSAGE = (
     "{alternative}, or give the program Keras 2 with {env}=1 "
     "(poprun-lite -x {env}=1 ... or export {env}=1).")
 KERAS_3_WHY_UNSET = ("given to every program whose own source uses no IPU module, Horovod's "
-                     "Keras API, tf_keras, tf.estimator or tensorflow.compat.v1")
+                     "API, tf_keras, tf.estimator or tensorflow.compat.v1")
 HOROVOD_ALTERNATIVE = ("with Keras 3 use PopDistStrategy (its Keras fit and custom loops keep "
                        "the instances' weights equal) instead of Horovod's Keras module")
 IPU_KERAS_ALTERNATIVE = ("the IPU Keras extensions (pipelining, gradient accumulation, ipu.keras, "
@@ -51,7 +52,7 @@ class Keras3Error(ImportError):
 
 def keras_2_api(fullname: str) -> bool:
     """Whether importing ``fullname`` marks a program written for Keras 2: one of Graphcore's
-    modules, Horovod's Keras API or tf-keras."""
+    modules, Horovod's API or tf-keras."""
     from popdist_launcher import _import_table
     return _import_table.graphcore_name(fullname) or any(
         fullname == name or fullname.startswith(name + ".") for name in KERAS_2_APIS)
