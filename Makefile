@@ -1,6 +1,6 @@
 # The two commands: `make demo` (set up, then a real distributed training run) and `make test`
 # (set up, then the whole test suite). Both install everything they need on first use.
-# The stack: TF=2.21 (the default: TensorFlow 2.21 + Keras 2 on the newest of Python 3.13/3.12/3.11,
+# The stack: TF=2.21 (the default: TensorFlow 2.21, Keras 3 + Keras 2 on the newest of Python 3.13/3.12/3.11,
 # in .venv) or TF=2.15 (TensorFlow 2.15.1 on Python 3.11, in .venv-tf2.15); PYTHON= picks the
 # interpreter. Both virtualenvs can exist side by side.
 TF ?= 2.21

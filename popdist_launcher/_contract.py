@@ -23,7 +23,8 @@ TF1 = "POPDIST_TF1"
 # RunConfig applies only with a strategy that asks for a cluster (popdist_launcher._run_config).
 TF_CONFIG_AUTO = "POPRUN_TF_CONFIG_AUTO"
 # TensorFlow's own switch: "1" makes tf.keras Keras 2 (tf-keras) on TensorFlow 2.16+. Every
-# instance gets the launcher's value, else "1" where tf-keras is installed (popdist_launcher._keras2).
+# instance gets the launcher's value, else none: each program's start-up hook decides
+# (popdist_launcher._keras2.choose).
 LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
 
 POPDIST_INT_VARIABLES = (

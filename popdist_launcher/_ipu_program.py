@@ -51,9 +51,9 @@ def main_source():
     return None
 
 
-def graphcore_import(main=None):
+def graphcore_import(main=None, matches=_import_table.graphcore_name):
     """(module, the Graphcore name it imports) for the first of the program's modules that
-    imports one of Graphcore's modules, or None."""
+    imports one of Graphcore's modules (a name ``matches`` accepts), or None."""
     main = main or main_source()
     if main is None:
         return None
@@ -71,7 +71,7 @@ def graphcore_import(main=None):
         except (OSError, SyntaxError, ValueError):
             continue
         for imported in imported_names(tree, package):
-            if _import_table.graphcore_name(imported):
+            if matches(imported):
                 return name, imported
             parts = imported.split(".")
             for depth in range(1, len(parts) + 1):
@@ -89,10 +89,14 @@ def graphcore_import(main=None):
 
 def imported_names(tree, package: str):
     """The absolute module names a module's syntax tree imports (``from a import b`` gives ``a``
-    and ``a.b``); ``package`` resolves relative imports."""
+    and ``a.b``); ``package`` resolves relative imports. ``tf.estimator`` (``tf.compat.v1.
+    estimator`` ...) reads as ``tensorflow.estimator``: a module TensorFlow binds as an attribute."""
     import ast
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Attribute) and node.attr == "estimator" \
+                and _tensorflow_attribute(node.value):
+            yield "tensorflow.estimator"
+        elif isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -112,6 +116,16 @@ def imported_names(tree, package: str):
             called = getattr(function, "attr", None) or getattr(function, "id", None)
             if called in ("import_module", "__import__"):
                 yield node.args[0].value
+
+
+def _tensorflow_attribute(node) -> bool:
+    """Whether ``node`` reads as ``tf``, ``tensorflow`` or one of their ``compat`` modules."""
+    import ast
+    while isinstance(node, ast.Attribute):
+        if node.attr not in ("compat", "v1", "v2"):
+            return False
+        node = node.value
+    return isinstance(node, ast.Name) and node.id in ("tf", "tensorflow")
 
 
 class _Locator:

@@ -1,13 +1,16 @@
-"""Which package holds Keras 2, chosen in this one place: ``keras`` on TensorFlow 2.15 (its own
-Keras is 2.15) and ``tf_keras`` on TensorFlow 2.16+ (``keras`` is Keras 3 there; Keras 2 is the
-tf-keras package, which ``TF_USE_LEGACY_KERAS=1`` makes ``tf.keras``). The IPU layer's reach-ins
-into Keras's internals import ``src("engine.training")`` and the like.
+"""Which Keras a program gets, decided in this one place: Keras 2 (``tf_keras`` on TensorFlow
+2.16+, ``keras`` on 2.15) for programs written for it, TensorFlow's own Keras (Keras 3 on 2.16+)
+for every other program, as stock TensorFlow gives it; and which package the IPU layer's reach-ins
+into Keras 2's internals import (``src("engine.training")`` and the like).
 
-The environment's startup hook (popdist_launcher._startup) sets ``TF_USE_LEGACY_KERAS=1`` for every
-interpreter, and poprun-lite passes it to every instance, so programs written for Keras 2 keep it.
-A program that sets it to 0 gets Keras 3, and whatever here needs Keras 2 stops with
-``KERAS_3_MESSAGE``: Horovod and the IPU layer hook only Keras 2's optimizers, and with Keras 3
-the ranks' weights would silently differ.
+On TensorFlow 2.16+ the start-up hook (popdist_launcher._startup.choose_keras) calls ``choose``
+as TensorFlow or ``keras`` begins to import, before TensorFlow reads ``TF_USE_LEGACY_KERAS``: the
+variable as the program's environment sets it wins; else a program whose own source imports one
+of Graphcore's modules (an IPU program, popdist_launcher._ipu_program) or ``KERAS_2_APIS``
+(Horovod's API, tf-keras, tf.estimator, TensorFlow 1), or runs under ``poprun-lite --tf1``,
+gets ``TF_USE_LEGACY_KERAS=1``, and any other program Keras 3. What needs Keras 2 in
+a Keras 3 program (Horovod's Keras modules, the IPU Keras extensions) stops with one sentence
+naming the alternative. TensorFlow 2.15 (Keras 2 only, no tf-keras) is left as it is.
 Standard library only at import time (the startup hook may load this module).
 """
 from __future__ import annotations
@@ -20,28 +23,73 @@ from popdist_launcher import _contract
 
 LEGACY_KERAS_ENV = _contract.LEGACY_KERAS
 _ON = ("1", "true", "True")  # what TensorFlow reads as set
+# Modules whose import in a program's own source makes it a Keras 2 program (besides Graphcore's):
+# Horovod's TensorFlow and Keras APIs (Horovod 0.28 knows only Keras 2's variables and
+# optimizers: its broadcast_variables fails on Keras 3's), tf-keras, the IPU layer under its own name, Keras 2's module paths of
+# TensorFlow 2.6's time, and the APIs whose Keras parts exist only in Keras 2 (tf.estimator, whose
+# canned estimators build on Keras 2's optimizers and layers, and TensorFlow 1's
+# tensorflow.compat.v1 with its layers and Keras).
+KERAS_2_APIS = ("horovod.tensorflow", "horovod.keras", "tf_keras", "popdist_launcher.ipu",
+                "tensorflow.python.keras", "keras.optimizer_v2", "keras.engine",
+                "tensorflow.estimator", "tensorflow_estimator", "tensorflow.compat.v1")
 
 KERAS_3_MESSAGE = (
-    "{what} needs Keras 2, but {env}={value} makes tf.keras Keras 3 in TensorFlow {tf}: Horovod and "
-    "the IPU layer synchronise only Keras 2's optimizers (with Keras 3 the ranks' weights would "
-    "silently differ); unset {env} (poprun-lite and this environment's startup hook set it to 1, "
-    "for the tf-keras package) or run on TensorFlow 2.15.")
+    "{what} needs Keras 2, but this program has Keras 3 (TensorFlow {tf}'s own Keras, {why}): "
+    "{alternative}, or give the program Keras 2 with {env}=1 "
+    "(poprun-lite -x {env}=1 ... or export {env}=1).")
+KERAS_3_WHY_UNSET = ("given to every program whose own source uses no IPU module, Horovod's "
+                     "API, tf_keras, tf.estimator or tensorflow.compat.v1")
+HOROVOD_ALTERNATIVE = ("with Keras 3 use PopDistStrategy (its Keras fit and custom loops keep "
+                       "the instances' weights equal) instead of Horovod's Keras module")
+IPU_KERAS_ALTERNATIVE = ("the IPU Keras extensions (pipelining, gradient accumulation, ipu.keras, "
+                         "the IPU Keras optimizers) exist for Keras 2 only; with Keras 3 train "
+                         "with model.fit or a custom loop under the strategy without them")
 
 
 class Keras3Error(ImportError):
-    """Keras 2 is needed, and the program chose Keras 3 on TensorFlow 2.16+."""
+    """Keras 2 is needed, and the program has Keras 3 on TensorFlow 2.16+."""
+
+
+def keras_2_api(fullname: str) -> bool:
+    """Whether importing ``fullname`` marks a program written for Keras 2: one of Graphcore's
+    modules, Horovod's API or tf-keras."""
+    from popdist_launcher import _import_table
+    return _import_table.graphcore_name(fullname) or any(
+        fullname == name or fullname.startswith(name + ".") for name in KERAS_2_APIS)
 
 
 @functools.lru_cache(maxsize=None)
+def _program_keras_2_import():
+    from popdist_launcher import _ipu_program
+    return _ipu_program.graphcore_import(matches=keras_2_api)
+
+
+def choose(environ=os.environ) -> bool:
+    """As TensorFlow or ``keras`` begins to import: whether this program gets Keras 2 from
+    tf-keras (``TF_USE_LEGACY_KERAS`` as its environment sets it, else set to 1 here for a
+    program whose own source imports a ``keras_2_api`` module); False on TensorFlow 2.15."""
+    value = environ.get(LEGACY_KERAS_ENV)
+    if value is not None:
+        return value in _ON
+    import importlib.util
+    if importlib.util.find_spec("tf_keras") is None:
+        return False  # TensorFlow 2.15 (its tf.keras breaks with the variable set) or no tf-keras
+    if environ.get(_contract.TF1) == "1":
+        found = ("the program", "TensorFlow 1 (poprun-lite --tf1)")
+    else:
+        found = _program_keras_2_import()
+    if found is None:
+        return False
+    import logging
+    logging.getLogger(__name__).debug("%s imports %s: Keras 2 (tf-keras)", *found)
+    environ[LEGACY_KERAS_ENV] = "1"
+    return True
+
+
 def instance_value():
-    """What poprun-lite gives its instances as ``TF_USE_LEGACY_KERAS``: the launcher's own value,
-    else "1" where tf-keras is installed (TensorFlow 2.16+), else nothing (TensorFlow 2.15, whose
-    tf.keras breaks with the variable set and no tf-keras)."""
-    value = os.environ.get(LEGACY_KERAS_ENV)
-    if value is None:
-        import importlib.util
-        value = "1" if importlib.util.find_spec("tf_keras") is not None else None
-    return value
+    """What poprun-lite gives its instances as ``TF_USE_LEGACY_KERAS``: the launcher's own value
+    (None where it has none: each program's start-up hook decides, ``choose``)."""
+    return os.environ.get(LEGACY_KERAS_ENV)
 
 
 def legacy_keras_requested(environ=os.environ) -> bool:
@@ -66,18 +114,19 @@ def keras_3_active() -> bool:
     return _package() == "tf_keras" and not legacy_keras_requested()
 
 
-def keras_3_message(what: str) -> str:
-    """The sentence that says ``what`` needs Keras 2 and how to get it back."""
+def keras_3_message(what: str, alternative: str = IPU_KERAS_ALTERNATIVE) -> str:
+    """The sentence that says ``what`` needs Keras 2, what to use instead, and how to get it."""
     import tensorflow as tf
-    return KERAS_3_MESSAGE.format(what=what, env=LEGACY_KERAS_ENV,
-                                  value=os.environ.get(LEGACY_KERAS_ENV, "(unset)"),
-                                  tf=tf.__version__)
+    value = os.environ.get(LEGACY_KERAS_ENV)
+    why = KERAS_3_WHY_UNSET if value is None else f"as {LEGACY_KERAS_ENV}={value} asks"
+    return KERAS_3_MESSAGE.format(what=what, tf=tf.__version__, why=why,
+                                  alternative=alternative, env=LEGACY_KERAS_ENV)
 
 
-def require_keras_2(what: str) -> None:
-    """Raise ``Keras3Error`` (one sentence) when the program chose Keras 3."""
+def require_keras_2(what: str, alternative: str = IPU_KERAS_ALTERNATIVE) -> None:
+    """Raise ``Keras3Error`` (one sentence) when the program has Keras 3."""
     if keras_3_active():
-        raise Keras3Error(keras_3_message(what))
+        raise Keras3Error(keras_3_message(what, alternative))
 
 
 def package(what: str = "the IPU layer's Keras support") -> str:
@@ -97,5 +146,6 @@ def import_src(module: str, what: str = "the IPU layer's Keras support"):
 
 
 def refuse_keras_3(module) -> None:
-    """After-import hook of Horovod's Keras modules: ``Keras3Error`` under Keras 3."""
-    require_keras_2(module.__name__)
+    """After-import hook of Horovod's Keras modules: ``Keras3Error`` under Keras 3 (a program
+    whose source does not show the import, or one with TF_USE_LEGACY_KERAS=0)."""
+    require_keras_2(module.__name__, HOROVOD_ALTERNATIVE)

@@ -6,21 +6,14 @@ The table says which names import as which modules (``tensorflow.python.ipu[.X]`
 Keras 2; TensorFlow 2.6's moved Keras modules; TensorFlow's removed modules) and which hooks run
 after (or before) a module imports, each while its switches are on. Standard library only;
 nothing is imported until a program imports one of those modules.
-It also keeps Keras 2 for every program of the environment on TensorFlow 2.16+: where tf-keras is
-installed, ``TF_USE_LEGACY_KERAS=1`` is set unless the program's environment sets it, as
-TensorFlow or ``keras`` begins to import (``choose_keras``), as TensorFlow 2.6's programs expect;
-TensorFlow 2.15 (no tf-keras; the variable set would break its ``tf.keras``) is left as it is.
-With ``TF_USE_LEGACY_KERAS=0`` (Keras 3), Horovod's Keras modules stop with one sentence.
+As TensorFlow or ``keras`` begins to import it decides the program's Keras (``choose_keras``,
+popdist_launcher._keras2.choose): Keras 2 for programs written for it, else TensorFlow's own.
 POPDIST_LAUNCHER_IPU_ALIAS=0 turns Graphcore's names off.
 """
 import os
 import sys
 
 from popdist_launcher import _import_table as table
-
-# Keras 2 (popdist_launcher._keras2.LEGACY_KERAS_ENV, spelled out here to import nothing).
-LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
-KERAS_2_PACKAGE = "tf_keras"  # Keras 2 on TensorFlow 2.16+, where ``keras`` is Keras 3
 
 
 def _call(function: str, argument):
@@ -237,23 +230,13 @@ def after_import(module_name: str, hook: str) -> None:
     finder().add_hook(module_name, hook)
 
 
-def legacy_keras_wanted() -> bool:
-    """Whether tf.keras is to be Keras 2 from tf-keras: ``TF_USE_LEGACY_KERAS`` as the environment
-    sets it, else (set to 1 now) wherever tf-keras is installed."""
-    value = os.environ.get(LEGACY_KERAS_ENV)
-    if value is None:
-        import importlib.util
-        if importlib.util.find_spec(KERAS_2_PACKAGE) is None:
-            return False
-        os.environ[LEGACY_KERAS_ENV] = value = "1"
-    return value in ("1", "true", "True")
-
-
 def choose_keras(_name=None) -> None:
-    """Before ``tensorflow`` or ``keras`` imports: decide ``TF_USE_LEGACY_KERAS`` before
-    TensorFlow reads it, and ``keras`` is tf-keras where tf.keras is Keras 2 from tf-keras."""
-    if "tf-keras" not in finder().on and legacy_keras_wanted():
-        switch_on("tf-keras")
+    """Before ``tensorflow`` or ``keras`` imports: decide the program's Keras before TensorFlow
+    reads ``TF_USE_LEGACY_KERAS``; ``keras`` is tf-keras where tf.keras is Keras 2 from tf-keras."""
+    if "tf-keras" not in finder().on:
+        from popdist_launcher import _keras2
+        if _keras2.choose():
+            switch_on("tf-keras")
 
 
 _finder = finder()

@@ -26,6 +26,22 @@ def _keras_2_package() -> str:
 
 KERAS_2 = _keras_2_package()
 LAUNCHER = [sys.executable, "-m", "popdist_launcher"]
+# The test process itself is a Keras 2 program: tests import the IPU layer's Keras 2 parts in
+# process (TensorFlow 2.16+; 2.15's tf.keras breaks with the variable set). The jobs poprun()
+# starts get the variable only as the user's environment set it: their programs decide their
+# Keras by the project's rule (docs/tensorflow-stacks.md, "Keras per program").
+LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
+_USERS_LEGACY_KERAS = os.environ.get(LEGACY_KERAS)
+if KERAS_2 == "tf_keras":
+    os.environ.setdefault(LEGACY_KERAS, "1")
+
+
+def job_environ() -> dict:
+    """os.environ as the user's environment gave it to the tests (TF_USE_LEGACY_KERAS included)."""
+    env = dict(os.environ)
+    if _USERS_LEGACY_KERAS is None:
+        env.pop(LEGACY_KERAS, None)
+    return env
 
 
 def poprun(*args: str, timeout: float = 120, env=None, **kwargs) -> subprocess.CompletedProcess:
@@ -34,7 +50,7 @@ def poprun(*args: str, timeout: float = 120, env=None, **kwargs) -> subprocess.C
     A job that hangs is ended by the launcher's own ``--timeout`` (POPRUN_TIMEOUT) a little before
     ``timeout``: it prints every instance's Python stacks, which the failing assertion then shows.
     """
-    env = dict(os.environ if env is None else env)
+    env = job_environ() if env is None else dict(env)
     env.setdefault("POPRUN_TIMEOUT", f"{timeout * 0.85 - 5:g}")
     try:
         return subprocess.run([*LAUNCHER, *args], capture_output=True, text=True,
@@ -46,6 +62,7 @@ def poprun(*args: str, timeout: float = 120, env=None, **kwargs) -> subprocess.C
 
 
 def poprun_background(*args: str, **kwargs) -> subprocess.Popen:
+    kwargs.setdefault("env", job_environ())
     return subprocess.Popen([*LAUNCHER, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, **kwargs)
 

@@ -1,4 +1,5 @@
 """The examples a user copies from, run as a user would: under poprun-lite."""
+import os
 import re
 
 import pytest
@@ -25,6 +26,18 @@ def test_custom_loop_example():
 def test_keras_fit_example():
     result = poprun("-np", "2", "examples/keras_fit.py", "--epochs", "3", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert final_accuracy(result.stdout) > 0.85
+
+
+@pytest.mark.parametrize("strategy", ["popdist", "multi-worker"])
+def test_keras3_fit_example(strategy):
+    result = poprun("-np", "2", "examples/keras3_fit.py", "--epochs", "3", "--strategy", strategy,
+                    env={k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"},
+                    timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(rf"Keras 3\.\d+\.\d+, {strategy}, 2 instance\(s\)", result.stdout), result.stdout
+    checksums = re.findall(r"weights checksum (\d+\.\d+)", result.stdout)
+    assert len(checksums) == 2 and checksums[0] == checksums[1], result.stdout
     assert final_accuracy(result.stdout) > 0.85
 
 

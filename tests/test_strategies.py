@@ -1,19 +1,24 @@
 """The three strategies under the launcher: semantics, and the core equivalence test (N instances
-on a global batch end with the weights of one process on that batch)."""
+on a global batch end with the weights of one process on that batch), with Keras 2 and, on
+TensorFlow 2.16+, Keras 3 (what a program that is not written for Keras 2 gets)."""
 import json
 
 import numpy as np
 import pytest
 
-from conftest import poprun
+from conftest import KERAS_2, LEGACY_KERAS, job_environ, poprun
 
 pytestmark = pytest.mark.slow
 STRATEGIES = ["popdist", "horovod", "multi-worker"]
 
 
-def run_worker(script, *args, np_=2, replicas=None, timeout=600):
-    opts = ["-np", str(np_)] + (["--num-replicas", str(replicas)] if replicas else [])
-    result = poprun(*opts, f"tests/workers/{script}", *args, timeout=timeout)
+KERAS_3_STACK = KERAS_2 == "tf_keras"  # TensorFlow 2.16+: Keras 3 unless the program is Keras 2
+LEGACY = ["-x", "TF_USE_LEGACY_KERAS=1"] if KERAS_3_STACK else []
+
+
+def run_worker(script, *args, np_=2, replicas=None, timeout=600, opts=(), env=None):
+    opts = [*opts, "-np", str(np_)] + (["--num-replicas", str(replicas)] if replicas else [])
+    result = poprun(*opts, f"tests/workers/{script}", *args, timeout=timeout, env=env)
     assert result.returncode == 0, result.stderr[-4000:]
     return result
 
@@ -58,9 +63,42 @@ def reference(tmp_path_factory):
     ("keras", "popdist", 4),
 ])
 def test_equivalence_with_one_process(tmp_path, reference, mode, strategy, replicas):
-    run_worker("train_equivalence.py", mode, strategy, str(tmp_path), replicas=replicas)
-    histories = [json.loads((tmp_path / f"{mode}-{i}.json").read_text())["history"] for i in range(2)]
+    """Keras 2 (the program asks for it with TF_USE_LEGACY_KERAS=1 on TensorFlow 2.16+)."""
+    assert_equivalent(tmp_path, reference, mode, strategy, replicas=replicas, opts=LEGACY,
+                      keras="2")
+
+
+@pytest.mark.skipif(not KERAS_3_STACK, reason="TensorFlow 2.15 has no Keras 3")
+@pytest.mark.parametrize("mode, strategy, np_, replicas", [
+    ("keras", "popdist", 2, None),
+    ("keras", "popdist", 2, 4),
+    ("keras", "popdist", 4, None),
+    ("keras", "horovod", 2, None),
+    ("keras", "horovod", 2, 4),
+    ("keras", "multi-worker", 2, None),
+    ("keras", "multi-worker", 4, None),
+    ("keras-loop", "popdist", 2, None),
+    ("keras-loop", "popdist", 4, None),
+    ("keras-loop", "horovod", 2, None),
+    ("keras-loop", "horovod", 4, None),
+    ("keras-loop", "multi-worker", 2, None),
+])
+def test_keras_3_equivalence_with_one_process(tmp_path, reference, mode, strategy, np_, replicas):
+    """Keras 3 fit and custom loops (Keras layers and optimizer made under strategy.scope()) on
+    a program that is not written for Keras 2: the weights of one process on the same batch."""
+    assert_equivalent(tmp_path, reference, mode, strategy, np_=np_, replicas=replicas, keras="3")
+
+
+def assert_equivalent(tmp_path, reference, mode, strategy, np_=2, replicas=None, opts=(),
+                      keras=None):
+    env = {k: v for k, v in job_environ().items() if k != LEGACY_KERAS} if keras == "3" else None
+    run_worker("train_equivalence.py", mode, strategy, str(tmp_path), np_=np_, replicas=replicas,
+               opts=opts, env=env)
+    results = [json.loads((tmp_path / f"{mode}-{i}.json").read_text()) for i in range(np_)]
+    if KERAS_3_STACK and keras is not None:
+        assert [r["keras"] for r in results] == [keras] * np_
+    histories = [r["history"] for r in results]
     assert len(histories[0]) == len(reference) == 4
-    for step, (a, b, ref) in enumerate(zip(*histories, reference)):
-        assert a == b, f"instances differ after step {step}"
-        np.testing.assert_allclose(a, ref, rtol=1e-6, atol=1e-6, err_msg=f"step {step}")
+    for step, (first, *others, ref) in enumerate(zip(*histories, reference)):
+        assert all(other == first for other in others), f"instances differ after step {step}"
+        np.testing.assert_allclose(first, ref, rtol=1e-6, atol=1e-6, err_msg=f"step {step}")

@@ -23,10 +23,17 @@ def probe(name, fn):
         out[name] = fn()
     except BaseException as exc:
         out[name] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+def keras_2():
+    from importlib import metadata
+    try:
+        return metadata.version("tf-keras")
+    except metadata.PackageNotFoundError:
+        return None
 def tf():
     import tensorflow as tf
     return {"version": tf.__version__, "estimator": hasattr(tf, "estimator"),
             "keras": sys.modules[tf.keras.Model.__module__.split(".")[0]].__version__,
+            "keras_2": keras_2(),
             "gpus": len(tf.config.list_physical_devices("GPU"))}
 def hvd():
     import horovod
@@ -90,7 +97,9 @@ def report() -> Tuple[List[str], List[str]]:
         return entry
 
     tf = row("TensorFlow", "tensorflow",
-             lambda e: f"{e['version']} (Keras {e['keras']}, tf.estimator: "
+             lambda e: f"{e['version']} (Keras {e['keras']}"
+                       f"{'' if e['keras'].startswith('2.') else ', Keras 2: tf-keras ' + str(e['keras_2'])}"
+                       f", tf.estimator: "
                        f"{'yes' if e['estimator'] else 'no'}, GPUs: {e['gpus']})")
     hvd = row("Horovod", "horovod",
               lambda e: f"{e['version']} [X] TensorFlow; controllers: "
@@ -105,10 +114,10 @@ def report() -> Tuple[List[str], List[str]]:
         problems.append("this TensorFlow has no tf.estimator; install tensorflow-estimator==2.15.0 "
                         "(with --no-deps on TensorFlow 2.16+, where popdist_launcher's site hook "
                         "makes it importable)")
-    if "error" not in tf and not str(tf["keras"]).startswith("2."):
-        problems.append(f"tf.keras is Keras {tf['keras']}, not Keras 2, which Horovod and the IPU "
-                        f"layer need; unset TF_USE_LEGACY_KERAS (this environment sets it to 1) "
-                        f"and install tf-keras ({FIX})")
+    if "error" not in tf and not str(tf["keras"]).startswith("2.") and not tf["keras_2"]:
+        problems.append(f"tf-keras is not installed, so IPU programs and Horovod's Keras API, "
+                        f"which need Keras 2, cannot have it beside TensorFlow's Keras "
+                        f"{tf['keras']}; install tf-keras ({FIX})")
     version, ok = _mpirun_version()
     lines.append(f"{'MPI':<13} {version}")
     if not ok:

@@ -22,7 +22,8 @@ from popdist_launcher.ipu import _ipu_devices, _jit_functions
 from popdist_launcher.strategies._common import (call_for_the_only_replica, is_sharded,
                                                  resolve_reduce_op)
 from popdist_launcher.strategies._tf_internal import (TFConfigClusterResolver,
-                                                       collective_all_reduce_strategy)
+                                                       collective_all_reduce_strategy, nest,
+                                                       values_lib)
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,17 @@ class IPUMultiWorkerStrategy(collective_all_reduce_strategy.CollectiveAllReduceS
         _jit_functions.install()
 
     def reduce(self, reduce_op, value, axis=None):
-        return super().reduce(resolve_reduce_op(reduce_op), value, axis)
+        """Each value of a nested ``value`` reduced (Keras 3's fit reduces a batch's structure);
+        a scalar has no ``axis`` to reduce first (Keras 3 asks for axis 0 of its scalar logs
+        under a multi-worker strategy, which stock TensorFlow refuses: tensorflow#72388)."""
+        reduce_op, strategy = resolve_reduce_op(reduce_op), super()
+
+        def reduce_one(v):
+            part = v.values[0] if isinstance(v, values_lib.DistributedValues) else v
+            scalar = getattr(getattr(part, "shape", None), "rank", None) == 0
+            return strategy.reduce(reduce_op, v, None if scalar else axis)
+
+        return nest.map_structure(reduce_one, value)
 
     def run(self, fn, args=(), kwargs=None, options=None):
         _jit_functions.host_operation("IPUMultiWorkerStrategy.run")

@@ -285,6 +285,8 @@ class _HorovodStrategyBase(distribute_lib.Strategy):
     def __init__(self, extended: HorovodExtended) -> None:
         super().__init__(extended)
         _jit_functions.install()
+        from popdist_launcher.ipu import keras_extensions
+        keras_extensions.install_keras_3()  # Keras 3's fit counts the steps the strategy runs
 
     @property
     def _collective_key_base(self) -> int:

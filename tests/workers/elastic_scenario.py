@@ -62,6 +62,7 @@ if args.pid_dir:
 if host == args.fail_at_import:
     raise ImportError(f"{host}: this host's environment is broken (a scheduled ImportError)")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # a Keras 2 program (its legacy optimizer)
 import tensorflow as tf  # noqa: E402
 import horovod.tensorflow as hvd  # noqa: E402
 

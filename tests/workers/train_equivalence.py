@@ -2,7 +2,9 @@
 after every step. usage: train_equivalence.py MODE STRATEGY OUT_DIR [STEPS]
 
 MODE: tf2 (strategy.run in tf.function), tf1 (graph + experimental_run_v2 + Session),
-keras (Model.fit), reference (one process, no strategy, the whole global batch).
+keras (Model.fit), keras-loop (a custom loop with Keras layers and a Keras optimizer made under
+strategy.scope()), reference (one process, no strategy, the whole global batch).
+Keras is whichever the program gets (Keras 3 on TensorFlow 2.16+ unless TF_USE_LEGACY_KERAS=1).
 """
 import json
 import os
@@ -119,8 +121,31 @@ elif mode == "keras":
             history.append(kernel.ravel().tolist() + bias.tolist())
 
     model.fit(dataset(), epochs=1, callbacks=[Record()], verbose=0)
+elif mode == "keras-loop":
+    strategy = make_strategy()
+    with strategy.scope():
+        dense = tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(w_init + ctx.instance_index))
+        model = tf.keras.Sequential([tf.keras.layers.Input((FEATURES,)), dense])
+        opt = tf.keras.optimizers.SGD(LR)
+
+    @tf.function
+    def step(x, y):
+        def replica_fn(x, y):
+            with tf.GradientTape() as tape:
+                per_example = tf.reduce_sum((model(x, training=True) - y) ** 2, axis=1)
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=GLOBAL_BATCH)
+            variables = model.trainable_variables
+            opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        strategy.run(replica_fn, args=(x, y))
+
+    for x, y in strategy.experimental_distribute_dataset(dataset()):
+        step(x, y)
+        kernel, bias = dense.get_weights()
+        history.append(kernel.ravel().tolist() + bias.tolist())
 else:
     raise SystemExit(f"unknown mode {mode!r}")
 
+keras_version = sys.modules[tf.keras.Model.__module__.split(".")[0]].__version__
 with open(os.path.join(out_dir, f"{mode}-{ctx.instance_index}.json"), "w") as f:
-    json.dump({"history": history, "hostname": __import__("socket").gethostname()}, f)
+    json.dump({"history": history, "hostname": __import__("socket").gethostname(),
+               "keras": keras_version.split(".")[0]}, f)
