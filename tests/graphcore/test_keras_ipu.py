@@ -1,7 +1,9 @@
 """Keras on the IPU layer: Graphcore's rule for replicas of a pipelined model (IPUs per replica
 from the pipeline stages or device_mapping, rounded up to a power of two), and pipelined Keras
 models on auto_select_ipus = 4 with 2 stages training as 2 replicas of 2 IPUs, exact vs NumPy,
-as one process and under ``poprun-lite -np 2``."""
+as one process and under ``poprun-lite -np 2``; Keras on arrays given no batch size over 4
+replicas (Graphcore's batches of 32, leftover batches dropped) equal to one device on the same
+global batches."""
 import json
 import subprocess
 import sys
@@ -11,6 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import poprun
+from popdist_launcher.ipu.keras.extensions.data_adapter import array_batch_size, num_batches
 from popdist_launcher.ipu.keras.extensions.replicas import replica_layout
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -112,3 +115,52 @@ def test_pipelined_keras_models_train_as_two_replicas_under_poprun(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     for index in range(2):
         check(json.loads((tmp_path / f"keras-pipelining-{index}.json").read_text()))
+
+
+@pytest.mark.parametrize("rows,batch_size,steps,want_batch,want_batches", [
+    (576, None, None, 32, 18),   # Keras's default batch of 32
+    (576, 64, None, 64, 9),
+    (576, None, 9, 64, 9),       # steps and no batch: Keras's rows / steps, rounded up
+    (100, None, None, 32, 4),    # a partial last batch counts (replica_input refuses it)
+])
+def test_arrays_are_read_in_keras_batches(rows, batch_size, steps, want_batch, want_batches):
+    x = np.zeros((rows, 3), np.float32)
+    got_batch = array_batch_size(x, batch_size, steps)
+    assert got_batch == want_batch
+    assert num_batches({"features": x}, got_batch, steps) == want_batches
+
+
+def check_array_replicas(got):
+    """4 replicas of batch 32 on arrays given no batch size train as one device of batch 128
+    (256 with 2 micro-batches accumulated by MEAN) at 4 times the learning rate, on the 16
+    batches that fill whole steps of 4 replicas."""
+    for name in ("plain", "accumulated"):
+        replicas, one = got[name], got[f"{name}_one_device"]
+        for w, w_one in zip(replicas["weights"], one["weights"]):
+            close(w, w_one)
+        close(replicas["loss"], one["loss"])
+    close(got["plain"]["evaluate"], got["plain_one_device"]["evaluate"])
+    assert len(got["plain"]["predict"]) == 16 * 32  # the kept rows, in input order
+    close(got["plain"]["predict"], got["plain_one_device"]["predict"])
+    dropped = ("Dataset of 18 batches is being evenly distributed between 4 replicas. The "
+               "remaining 2 batch(es) will be dropped.")
+    assert got["warnings"].count(dropped) == 4  # fit, evaluate, predict, fit
+
+
+@pytest.mark.slow
+def test_keras_on_arrays_without_batch_size_over_four_replicas_one_process(tmp_path):
+    program = PROGRAMS / "keras_array_replicas.py"
+    result = subprocess.run([sys.executable, str(program), str(tmp_path)], capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    check_array_replicas(json.loads((tmp_path / "keras-array-replicas-0.json").read_text()))
+
+
+@pytest.mark.slow
+def test_keras_on_arrays_without_batch_size_over_four_replicas_under_poprun(tmp_path):
+    result = poprun("-np", "2", str(PROGRAMS / "keras_array_replicas.py"), str(tmp_path),
+                    timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    for index in range(2):
+        check_array_replicas(json.loads(
+            (tmp_path / f"keras-array-replicas-{index}.json").read_text()))

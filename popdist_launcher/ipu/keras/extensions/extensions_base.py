@@ -10,6 +10,7 @@ options train exactly as before.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Dict, Optional
 
 import tensorflow as tf
@@ -26,6 +27,8 @@ from popdist_launcher.ipu.keras.extensions.pipeline_stages import (
 from popdist_launcher.ipu.keras.extensions.replicas import (emulated_replicas, is_stage_device,
                                                             replica_span, replication_factor)
 from popdist_launcher.ipu.keras.extensions.train_function import make_accumulating_train_function
+
+log = logging.getLogger(__name__)
 
 # Keras's own methods that OVERRIDES replace, as ``keras_extensions.install`` found them.
 keras_methods: Dict[str, Callable] = {}
@@ -81,6 +84,10 @@ def _check_steps(model, steps: Optional[int]) -> None:
             f"gradient accumulation for training, however the current `steps_per_execution` value "
             f"(set to {spe}) is not divisible by `gradient_accumulation_steps_per_replica` ({n}). "
             f"Adjust either so that `steps_per_execution` is divisible by it.")
+    if steps is not None and spe > steps:
+        log.warning("`steps_per_execution` has been set to %d but the dataset provided to each "
+                    "replica only contains %d batches. Using %d as `steps_per_execution`.",
+                    spe, steps, steps)
     if steps is not None and steps % min(spe, steps):
         raise ValueError(f"`steps_per_execution` ({spe}) must be a divisor of the number of "
                          f"batches ({steps}) in the dataset provided.")
@@ -120,12 +127,14 @@ def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbac
     original_x = x
     x, y, sample_weight, batch_size, steps_per_epoch, _ = emulated_input(
         self, x, y, sample_weight, batch_size, steps_per_epoch)
-    x, steps, grouped = replica_input(self, x, batch_size, steps_per_epoch, "fit")
-    if emulated_replicas(self) > 1 or has_options(self) and (
-            accumulation_steps(self) > 1 or replica_span(self) > 1):
+    x, y, sample_weight, batch_size, steps, grouped, replicas = replica_input(
+        self, x, y, sample_weight, batch_size, steps_per_epoch, "fit")
+    accumulating = emulated_replicas(self) > 1 or has_options(self) and (
+        accumulation_steps(self) > 1 or replica_span(self) > 1)
+    if accumulating or replicas > 1:
         _check_steps(self, num_batches(x, batch_size, steps))  # per replica
-        if not self.built:
-            _build_from_data(self, original_x)
+    if accumulating and not self.built:
+        _build_from_data(self, original_x)
     return _run_replicated(self, grouped, lambda: keras_methods["fit"](
         self, x, y, batch_size, epochs, verbose, callbacks, validation_split, validation_data,
         shuffle, class_weight, sample_weight, initial_epoch, steps, **kwargs))
@@ -135,7 +144,8 @@ def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weigh
              steps=None, **kwargs):
     x, y, sample_weight, batch_size, steps, _ = emulated_input(self, x, y, sample_weight,
                                                                batch_size, steps)
-    x, steps, grouped = replica_input(self, x, batch_size, steps, "evaluate")
+    x, y, sample_weight, batch_size, steps, grouped, _ = replica_input(
+        self, x, y, sample_weight, batch_size, steps, "evaluate")
     return _run_replicated(self, grouped, lambda: keras_methods["evaluate"](
         self, x, y, batch_size=batch_size, verbose=verbose, sample_weight=sample_weight,
         steps=steps, **kwargs))
@@ -144,7 +154,8 @@ def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weigh
 def predict(self, x, batch_size=None, verbose="auto", steps=None, **kwargs):
     """Replicas' outputs come back in the order of the input, as Graphcore's."""
     x, _, _, batch_size, steps, _ = emulated_input(self, x, None, None, batch_size, steps)
-    x, steps, grouped = replica_input(self, x, batch_size, steps, "predict")
+    x, _, _, batch_size, steps, grouped, _ = replica_input(self, x, None, None, batch_size,
+                                                           steps, "predict")
     return _run_replicated(self, grouped, lambda: keras_methods["predict"](
         self, x, batch_size=batch_size, verbose=verbose, steps=steps, **kwargs))
 
