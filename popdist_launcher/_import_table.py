@@ -91,6 +91,11 @@ ALIASES = (
       for name in IPU_OPS),
     *(Alias(f"{IPU}.{name}", f"{IPU_TARGET}.optimizers.{name}", children=False, **_GRAPHCORE)
       for name in IPU_OPTIMIZERS),
+    # The same flat names under the package's own spelling (``popdist_launcher.ipu.nn_ops``).
+    *(Alias(f"{IPU_TARGET}.{name}", f"{IPU_TARGET}.ops.{name}", children=False)
+      for name in IPU_OPS),
+    *(Alias(f"{IPU_TARGET}.{name}", f"{IPU_TARGET}.optimizers.{name}", children=False)
+      for name in IPU_OPTIMIZERS),
     # Graphcore's Keras module: ``from tensorflow.keras import ipu``, ``keras.ipu.PipelineStage``;
     # ``tf_keras.ipu`` for ``from keras import ipu`` where ``keras`` is tf-keras by another name.
     *(Alias(name, "popdist_launcher.ipu.keras", **_GRAPHCORE)

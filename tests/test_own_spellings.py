@@ -99,6 +99,31 @@ def test_the_same_program_through_both_spellings_gives_the_same_numbers(tmp_path
     close(results["ours"], results["graphcore"])
 
 
+def test_every_provided_ipu_name_imports_from_popdist_launcher_ipu_as_the_same_object():
+    # tests/graphcore/test_api_inventory.py's inventory, through the package's own spelling.
+    inventory = json.loads((ROOT / "tests" / "graphcore" / "data" / "ipu_api_names.json").read_text())
+    missing, different = [], []
+    for module, names in inventory.items():
+        provided = [n for n, r in names.items() if r["provided"]]
+        if not provided:
+            continue
+        ours = importlib.import_module("popdist_launcher." + module)
+        graphcore = importlib.import_module("tensorflow.python." + module)
+        parent, _, leaf = f"popdist_launcher.{module}".rpartition(".")
+        assert getattr(importlib.import_module(parent), leaf) is ours, module
+        assert ours is graphcore, module
+        missing += [f"{module}.{n}" for n in provided if not hasattr(ours, n)]
+        different += [f"{module}.{n}" for n in provided
+                      if hasattr(ours, n) and getattr(ours, n) is not getattr(graphcore, n)]
+    assert missing == [] and different == []
+    assert len(inventory) > 50
+    # The ops and optimizer modules Graphcore's package also has at its top, as modules.
+    from popdist_launcher import _import_table as table
+    for name in (*table.IPU_OPS, *table.IPU_OPTIMIZERS):
+        ours = importlib.import_module(f"popdist_launcher.ipu.{name}")
+        assert ours is importlib.import_module(f"tensorflow.python.ipu.{name}"), name
+
+
 # -- every popdist_launcher name the docs and the docstrings offer
 
 NAME = re.compile(r"\bpopdist_launcher(?:\.[A-Za-z_]\w*)+")
