@@ -12,7 +12,7 @@ An entry applies while all of its switches are on (``when``). Switches:
 - ``keras-2``: TensorFlow has imported and tf.keras is Keras 2 (``_keras_compat.install``).
 - ``ipu-program``: the program is written for Graphcore's SDK (it names one of the ``graphcore``
   entries below: ``popdist_launcher._ipu_program.decide``, at TensorFlow's import, or the first
-  import of such a name): Keras optimizers are TensorFlow 2.6's.
+  import of such a name): Keras optimizers are TensorFlow 2.6's, NumPy has its 1.x names.
 - ``ipu-devices``: the IPU layer has imported (``ipu._ipu_devices.watch``): ops placed on
   ``/device:IPU:N`` and ``tf.config``'s IPU device listings.
 - ``estimator-removed``: TensorFlow 2.16+ without tf.estimator's support modules
@@ -164,6 +164,9 @@ HOOKS = (
     Hook(f"{KERAS_2}.losses", "popdist_launcher._keras_compat:add_losses_utils", when=("keras-2",)),
     # Whether the program is an IPU program, decided before it can bind a Keras name.
     Hook("tensorflow", "popdist_launcher._ipu_program:decide", when=("ipu-alias",)),
+    Hook("numpy", "popdist_launcher._ipu_program:decide", when=("ipu-alias",)),
+    # NumPy 1.x's names (np.float_, np.NaN, np.product ...) for IPU programs.
+    Hook("numpy", "popdist_launcher._numpy1_names:install", when=("ipu-program",)),
     # TensorFlow 2.6's optimizers under the public names, for IPU programs.
     Hook(f"{KERAS_2}.src.optimizers", "popdist_launcher._keras_compat:legacy_by_name",
          when=("keras-2", "ipu-program")),
