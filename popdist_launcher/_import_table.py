@@ -25,6 +25,8 @@ An entry applies while all of its switches are on (``when``). Switches:
 Standard library only, and nothing imported: the site hook reads this at every interpreter start.
 """
 
+from popdist_launcher._tf_python_keras import MOVED as TF_PYTHON_KERAS_MOVED
+
 KERAS_2 = "{keras2}"
 IPU = "tensorflow.python.ipu"
 IPU_TARGET = "popdist_launcher.ipu"
@@ -112,6 +114,11 @@ ALIASES = (
           f"{KERAS_2}.src.optimizers.schedules.learning_rate_schedule", shadows=False,
           when=("keras-2",)),
     Alias("keras.optimizer_v2", f"{KERAS_2}.src.optimizers.legacy", shadows=False, when=("keras-2",)),
+    # In IPU programs tensorflow.python.keras is tf.keras's Keras 2 even where TensorFlow still
+    # has its own old copy (popdist_launcher._tf_python_keras), TF 2.6's moved modules included.
+    *(Alias(f"tensorflow.python.keras.{old}", f"{KERAS_2}.src.{new}", when=("keras-2", "ipu-program"))
+      for old, new in TF_PYTHON_KERAS_MOVED.items()),
+    Alias("tensorflow.python.keras", f"{KERAS_2}.src", when=("keras-2", "ipu-program")),
     Alias("tensorflow.python.keras", f"{KERAS_2}.src", shadows=False, when=("keras-2",)),
     Alias("keras", f"{KERAS_2}.src", shadows=False, when=("keras-2",)),
 
@@ -173,6 +180,8 @@ HOOKS = (
     Hook("tensorflow.keras.optimizers", _TF26_OPTIMIZERS, when=("keras-2", "ipu-program")),
     *(Hook(f"{KERAS_2}.{module}", _TF26_OPTIMIZERS, when=("keras-2", "ipu-program"))
       for module in ("optimizers", "api._v2.keras.optimizers", "api._v1.keras.optimizers")),
+    Hook("tensorflow", "popdist_launcher._tf_python_keras:forget_tensorflows_copy",
+         when=("keras-2", "ipu-program")),
     # TensorFlow's removed names that are attributes, not modules.
     Hook("tensorflow", "popdist_launcher._tf_data_compat:install"),
     Hook("tensorflow", "popdist_launcher._tf_removed:install"),
