@@ -13,8 +13,9 @@ An entry applies while all of its switches are on (``when``). Switches:
 - ``ipu-program``: the program is written for Graphcore's SDK (it names one of the ``graphcore``
   entries below: ``popdist_launcher._ipu_program.decide``, at TensorFlow's import, or the first
   import of such a name): Keras optimizers are TensorFlow 2.6's, NumPy has its 1.x names.
-- ``ipu-devices``: the IPU layer has imported (``ipu._ipu_devices.watch``): ops placed on
-  ``/device:IPU:N`` and ``tf.config``'s IPU device listings.
+- ``ipu-devices``: the IPU layer has imported, or TensorFlow in an IPU program
+  (``ipu._ipu_devices.watch``): ops placed on ``/device:IPU:N`` and ``tf.config``'s IPU device
+  listings.
 - ``estimator-removed``: TensorFlow 2.16+ without tf.estimator's support modules
   (``_estimator_compat.install``).
 - ``tf1``, ``tf-config-auto``, ``horovod-elastic``, ``progress-reports``: from poprun-lite's
@@ -188,6 +189,7 @@ HOOKS = (
     Hook("tensorflow", "popdist_launcher._estimator_compat:install"),  # estimator-removed
     # IPU devices (``tf.config.list_logical_devices("IPU")``, ``/device:IPU:N``).
     Hook("popdist_launcher.ipu.config", "popdist_launcher.ipu._ipu_devices:watch"),
+    Hook("tensorflow", "popdist_launcher.ipu._ipu_devices:watch", when=("ipu-program",)),
     Hook("tensorflow.python.framework.ops", "popdist_launcher.ipu._ipu_devices:install",
          when=("ipu-devices",)),
     Hook("tensorflow", "popdist_launcher.ipu._ipu_devices:install_listing", when=("ipu-devices",)),
