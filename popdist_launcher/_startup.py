@@ -30,6 +30,10 @@ def _call(function: str, argument):
     return getattr(importlib.import_module(module_name), name)(argument)
 
 
+def _inside(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
 def _initializing(module) -> bool:
     """Whether ``module``'s code is still running (a switch turned on while it imports: its hooks
     wait for the end of its import, where the finder runs its pending ones)."""
@@ -175,6 +179,8 @@ class ImportTableFinder:
                 return importlib.util.spec_from_loader(fullname, _MadeModuleLoader(candidate.make))
             elif candidate.target is None:
                 continue
+            elif _inside(fullname, self._resolve(candidate.target)):
+                continue  # ``keras.src.X`` under ``keras`` -> ``keras.src``: the target's own
             else:
                 target = self._resolve(candidate.target_of(fullname))
                 graphcore = candidate.graphcore
