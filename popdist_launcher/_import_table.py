@@ -12,9 +12,10 @@ An entry applies while all of its switches are on (``when``). Switches:
 - ``keras-2``: TensorFlow has imported and tf.keras is Keras 2 (``_keras_compat.install``).
 - ``ipu-program``: the program is written for Graphcore's SDK (it names one of the ``graphcore``
   entries below: ``popdist_launcher._ipu_program.decide``, at TensorFlow's import, or the first
-  import of such a name): Keras optimizers are TensorFlow 2.6's.
-- ``ipu-devices``: the IPU layer has imported (``ipu._ipu_devices.watch``): ops placed on
-  ``/device:IPU:N`` and ``tf.config``'s IPU device listings.
+  import of such a name): Keras optimizers are TensorFlow 2.6's, NumPy has its 1.x names.
+- ``ipu-devices``: the IPU layer has imported, or TensorFlow in an IPU program
+  (``ipu._ipu_devices.watch``): ops placed on ``/device:IPU:N`` and ``tf.config``'s IPU device
+  listings.
 - ``estimator-removed``: TensorFlow 2.16+ without tf.estimator's support modules
   (``_estimator_compat.install``).
 - ``tf1``, ``tf-config-auto``, ``horovod-elastic``, ``progress-reports``: from poprun-lite's
@@ -24,6 +25,8 @@ An entry applies while all of its switches are on (``when``). Switches:
 ``tf_keras`` on 2.16+ (popdist_launcher._keras2); entries that use it wait for ``keras-2``.
 Standard library only, and nothing imported: the site hook reads this at every interpreter start.
 """
+
+from popdist_launcher._tf_python_keras import MOVED as TF_PYTHON_KERAS_MOVED
 
 KERAS_2 = "{keras2}"
 IPU = "tensorflow.python.ipu"
@@ -91,6 +94,11 @@ ALIASES = (
       for name in IPU_OPS),
     *(Alias(f"{IPU}.{name}", f"{IPU_TARGET}.optimizers.{name}", children=False, **_GRAPHCORE)
       for name in IPU_OPTIMIZERS),
+    # The same flat names under the package's own spelling (``popdist_launcher.ipu.nn_ops``).
+    *(Alias(f"{IPU_TARGET}.{name}", f"{IPU_TARGET}.ops.{name}", children=False)
+      for name in IPU_OPS),
+    *(Alias(f"{IPU_TARGET}.{name}", f"{IPU_TARGET}.optimizers.{name}", children=False)
+      for name in IPU_OPTIMIZERS),
     # Graphcore's Keras module: ``from tensorflow.keras import ipu``, ``keras.ipu.PipelineStage``;
     # ``tf_keras.ipu`` for ``from keras import ipu`` where ``keras`` is tf-keras by another name.
     *(Alias(name, "popdist_launcher.ipu.keras", **_GRAPHCORE)
@@ -107,6 +115,11 @@ ALIASES = (
           f"{KERAS_2}.src.optimizers.schedules.learning_rate_schedule", shadows=False,
           when=("keras-2",)),
     Alias("keras.optimizer_v2", f"{KERAS_2}.src.optimizers.legacy", shadows=False, when=("keras-2",)),
+    # In IPU programs tensorflow.python.keras is tf.keras's Keras 2 even where TensorFlow still
+    # has its own old copy (popdist_launcher._tf_python_keras), TF 2.6's moved modules included.
+    *(Alias(f"tensorflow.python.keras.{old}", f"{KERAS_2}.src.{new}", when=("keras-2", "ipu-program"))
+      for old, new in TF_PYTHON_KERAS_MOVED.items()),
+    Alias("tensorflow.python.keras", f"{KERAS_2}.src", when=("keras-2", "ipu-program")),
     Alias("tensorflow.python.keras", f"{KERAS_2}.src", shadows=False, when=("keras-2",)),
     Alias("keras", f"{KERAS_2}.src", shadows=False, when=("keras-2",)),
 
@@ -159,18 +172,24 @@ HOOKS = (
     Hook(f"{KERAS_2}.losses", "popdist_launcher._keras_compat:add_losses_utils", when=("keras-2",)),
     # Whether the program is an IPU program, decided before it can bind a Keras name.
     Hook("tensorflow", "popdist_launcher._ipu_program:decide", when=("ipu-alias",)),
+    Hook("numpy", "popdist_launcher._ipu_program:decide", when=("ipu-alias",)),
+    # NumPy 1.x's names (np.float_, np.NaN, np.product ...) for IPU programs.
+    Hook("numpy", "popdist_launcher._numpy1_names:install", when=("ipu-program",)),
     # TensorFlow 2.6's optimizers under the public names, for IPU programs.
     Hook(f"{KERAS_2}.src.optimizers", "popdist_launcher._keras_compat:legacy_by_name",
          when=("keras-2", "ipu-program")),
     Hook("tensorflow.keras.optimizers", _TF26_OPTIMIZERS, when=("keras-2", "ipu-program")),
     *(Hook(f"{KERAS_2}.{module}", _TF26_OPTIMIZERS, when=("keras-2", "ipu-program"))
       for module in ("optimizers", "api._v2.keras.optimizers", "api._v1.keras.optimizers")),
+    Hook("tensorflow", "popdist_launcher._tf_python_keras:forget_tensorflows_copy",
+         when=("keras-2", "ipu-program")),
     # TensorFlow's removed names that are attributes, not modules.
     Hook("tensorflow", "popdist_launcher._tf_data_compat:install"),
     Hook("tensorflow", "popdist_launcher._tf_removed:install"),
     Hook("tensorflow", "popdist_launcher._estimator_compat:install"),  # estimator-removed
     # IPU devices (``tf.config.list_logical_devices("IPU")``, ``/device:IPU:N``).
     Hook("popdist_launcher.ipu.config", "popdist_launcher.ipu._ipu_devices:watch"),
+    Hook("tensorflow", "popdist_launcher.ipu._ipu_devices:watch", when=("ipu-program",)),
     Hook("tensorflow.python.framework.ops", "popdist_launcher.ipu._ipu_devices:install",
          when=("ipu-devices",)),
     Hook("tensorflow", "popdist_launcher.ipu._ipu_devices:install_listing", when=("ipu-devices",)),

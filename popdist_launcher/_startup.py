@@ -23,6 +23,16 @@ def _call(function: str, argument):
     return getattr(importlib.import_module(module_name), name)(argument)
 
 
+def _inside(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def _initializing(module) -> bool:
+    """Whether ``module``'s code is still running (a switch turned on while it imports: its hooks
+    wait for the end of its import, where the finder runs its pending ones)."""
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
+
 class SameModuleLoader:
     """Loads a name as another name's module and leaves that module's own spec in place.
     ``graphcore``: the name is one of Graphcore's, so the program is an IPU program."""
@@ -86,7 +96,7 @@ class ImportTableFinder:
             module = self._resolve(hook.module)
             if hook.before:
                 self.before.setdefault(module, []).append(hook.function)
-            elif module in sys.modules:
+            elif module in sys.modules and not _initializing(sys.modules[module]):
                 ready.append((hook.function, sys.modules[module]))
             else:
                 self.pending.setdefault(module, []).append(hook.function)
@@ -162,6 +172,8 @@ class ImportTableFinder:
                 return importlib.util.spec_from_loader(fullname, _MadeModuleLoader(candidate.make))
             elif candidate.target is None:
                 continue
+            elif _inside(fullname, self._resolve(candidate.target)):
+                continue  # ``keras.src.X`` under ``keras`` -> ``keras.src``: the target's own
             else:
                 target = self._resolve(candidate.target_of(fullname))
                 graphcore = candidate.graphcore
@@ -201,8 +213,9 @@ class ImportTableFinder:
                 del loader.exec_module  # one module per loader: back to the class's method
             except AttributeError:
                 pass
-            for function in self.pending.pop(fullname, ()):
-                _call(function, module)
+            while self.pending.get(fullname):  # and those a hook's switch adds meanwhile
+                for function in self.pending.pop(fullname):
+                    _call(function, module)
 
         loader.exec_module = exec_module
         return spec
