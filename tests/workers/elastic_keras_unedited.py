@@ -7,7 +7,7 @@ environment: ELASTIC_STEP_SLEEP  seconds to sleep after each step (default 0)
 
 A small dense network on generated data (numpy.random.default_rng(7)). Each worker writes
 OUT_DIR/pid-<pid> ("<rank> <host>") when it starts; rank 0 appends one JSON line to
-OUT_DIR/epochs.jsonl after each epoch's commit ({"epoch", "size", "host"}); every worker writes
+OUT_DIR/epochs.jsonl before each epoch's commit ({"epoch", "size", "host"}); every worker writes
 OUT_DIR/final-<rank>.json at the end: its model's and optimizer's variables, epoch, size.
 """
 import json
@@ -47,7 +47,7 @@ state = hvd.elastic.KerasState(model, batch=0, epoch=0)
 
 
 class EpochLog(tf.keras.callbacks.Callback):
-    """Rank 0: one line per epoch, after Horovod's callbacks committed it."""
+    """Rank 0: one line per epoch, just before the commit that saves it."""
 
     def on_epoch_end(self, epoch, logs=None):
         if hvd.rank() == 0:
@@ -62,7 +62,7 @@ class EpochLog(tf.keras.callbacks.Callback):
 
 callbacks = [hvd.elastic.UpdateEpochStateCallback(state),
              hvd.elastic.UpdateBatchStateCallback(state),
-             hvd.elastic.CommitStateCallback(state), EpochLog()]
+             EpochLog(), hvd.elastic.CommitStateCallback(state)]
 
 
 @hvd.elastic.run
