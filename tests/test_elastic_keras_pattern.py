@@ -2,8 +2,9 @@
 ``KerasState`` built before any step (its optimizer has no variables yet) and Horovod's own
 elastic Keras example, across a worker killed and started again in place and a host that the
 discovery script adds mid-job. Every epoch is trained once and every rank ends with the same
-model and optimizer variables. Beside them, the optimizer build that makes the state sync the
-same on every rank (popdist_launcher/_horovod_keras_sync.py), on real Keras optimizers."""
+model and optimizer variables. Both TensorFlow states sync from different starts; the optimizer
+build that makes the sync the same on every rank (popdist_launcher/_horovod_keras_sync.py) runs
+on real Keras optimizers."""
 import json
 import os
 import signal
@@ -126,6 +127,24 @@ def test_a_host_added_mid_job_gets_the_state(tmp_path, program):
     assert sizes[0] == 1 and sizes[-1] == 2, job.epochs_logged()
     assert sorted(host for _, _, host in job.workers()) == ["127.0.0.1", "localhost"]
     job.check_result(size=2)
+
+
+@pytest.mark.slow
+def test_both_tensorflow_states_sync_from_different_starts(tmp_path):
+    # Rank 0's optimizer stepped in eager mode (its variables are named Adam/m/...), rank 1's
+    # never did: the sync gives rank 1 rank 0's model, optimizer (step counter 1) and values.
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.run(
+        [*LAUNCHER, "-np", "2", "--min-np", "1", "--backend", "local", "--elastic-mode",
+         "horovod", "--timeout", "240", sys.executable, str(WORKERS / "elastic_states_sync.py"),
+         str(out)], cwd=str(ROOT), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    states = [json.loads((out / f"states-{rank}.json").read_text()) for rank in (0, 1)]
+    assert states[1] == states[0]
+    assert states[0]["model"][0] == [1.0] * 6  # rank 0's kernel (rank 1 started at 2.0)
+    assert states[0]["optimizer"][0] == [1] and len(states[0]["optimizer"]) == 5
+    assert (states[0]["plain"], states[0]["step"], states[0]["commits"]) == ([0.5] * 4, 10, 3)
 
 
 # ---- the optimizer build, on real Keras 2 optimizers ------------------------------------------
