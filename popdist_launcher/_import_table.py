@@ -200,6 +200,8 @@ HOOKS = (
          when=("tf-config-auto",)),  # RunConfig sees the cluster only with a strategy
     Hook("horovod.tensorflow.elastic", "popdist_launcher._horovod_elastic:install",
          when=("horovod-elastic",)),
+    Hook("horovod.tensorflow.elastic", "popdist_launcher._horovod_keras_sync:install",
+         when=("horovod-elastic",)),
     Hook("tensorflow.python.checkpoint.checkpoint_management",
          "popdist_launcher._progress_hooks:install_checkpoint_manager",
          when=("progress-reports",)),
