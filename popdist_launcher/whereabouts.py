@@ -9,7 +9,9 @@ Python collective functions (``hvd.allreduce``, ``allgather``, ``broadcast``,
 of ours is "collective NAME" (the innermost one names it); a thread whose innermost frame is in
 TensorFlow, Keras, Horovod or this library, or in an import, runs TensorFlow ("tensorflow": a
 graph step, where a graph collective waits unseen, or the library's own long operations such as
-a checkpoint save, an evaluation or an export); anything else is the
+a checkpoint save, an evaluation or an export), told apart by the CPU its TensorFlow threads
+used in the last second: "computing" when they use BUSY of a core, else "tensorflow" (waiting);
+anything else is the
 program's own code ("program": a busy loop, a lock, a blocked read). The main thread decides;
 when it waits for another thread to end (training in a thread), the other threads do.
 
@@ -132,6 +134,32 @@ def _rank() -> int:
     return -1
 
 
+def _compute_ticks() -> int:
+    """CPU ticks so far of the threads that run TensorFlow's work: its own (named tf_...) and
+    the main thread (eager ops); not Horovod's background thread, which polls while it waits."""
+    total = 0
+    main = str(os.getpid())
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/stat", "rb") as stat:
+                text = stat.read()
+        except OSError:
+            continue
+        name = text[text.find(b"(") + 1:text.rfind(b")")]
+        if tid == main or name.startswith(b"tf_"):
+            fields = text[text.rfind(b")") + 2:].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total
+
+
+BUSY = 0.2  # a TensorFlow step that used this much of a core in the last sample computes
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
 class Sampler:
     """The thread: every SAMPLE_S, the position; sent when it changed ("LEFT RANK POSITION"),
     with the number of times the program left a wait (collective or TensorFlow) so far and
@@ -141,7 +169,9 @@ class Sampler:
         self.fd = fd
         self.left = 0
         self.last = ""
+        self.rank = -1
         self.main_id = threading.main_thread().ident
+        self.ticks: "tuple[float, int] | None" = None  # (when, TensorFlow's CPU ticks then)
         self.thread = threading.Thread(target=self.run, name="poprun-whereabouts", daemon=True)
 
     def sample(self) -> None:
@@ -151,12 +181,23 @@ class Sampler:
                     if t.daemon and t.name.startswith(("poprun-", "collectives-stall")))
         where = position(frames, self.main_id, skip)
         del frames
-        if where == self.last:
+        if where == "tensorflow":  # waiting in a graph collective, or computing?
+            now, ticks = time.monotonic(), _compute_ticks()
+            if self.ticks is not None and \
+                    ticks - self.ticks[1] >= BUSY * _TICK * (now - self.ticks[0]):
+                where = "computing"
+            self.ticks = (now, ticks)
+        else:
+            self.ticks = None
+        rank = _rank()
+        if (where, rank) == (self.last, self.rank):
             return
-        if self.last.startswith(("collective", "tensorflow")):
+        self.rank = rank
+        if self.last.startswith(("collective", "tensorflow", "computing")) and \
+                not where.startswith(("tensorflow", "computing")):
             self.left += 1
         self.last = where
-        message = f"{self.left} {_rank()} {where}".replace("\n", " ").replace("\0", " ")
+        message = f"{self.left} {rank} {where}".replace("\n", " ").replace("\0", " ")
         try:
             os.write(self.fd, WHERE + message.encode("utf-8", "replace")[:500] + b"\n")
         except OSError:

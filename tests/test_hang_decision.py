@@ -34,6 +34,13 @@ def test_nobody_waiting_is_a_long_phase_not_a_hang():
     assert decide({0: coll("allreduce"), 1: coll("allreduce")}).hung == ()
 
 
+def test_a_tensorflow_step_that_computes_waits_for_nobody():
+    computing = Position("computing")
+    assert decide({0: computing, 1: coll("allreduce")}).hung == ()
+    assert decide({0: computing, 1: PROGRAM}).hung == ()
+    assert decide({0: computing, 1: PROGRAM, 2: STEP}).hung == (1,)
+
+
 def test_a_marked_long_phase_holds_every_verdict():
     verdict = decide({0: Position("long", "evaluation"), 1: coll("allreduce"), 2: PROGRAM})
     assert verdict.hung == () and "evaluation" in verdict.note

@@ -30,7 +30,8 @@ class HangCheck:
         left, _, rest = text.partition(" ")
         rank, _, rest = rest.partition(" ")
         try:
-            self.ranks[inst.index] = int(rank)
+            if int(rank) >= 0:
+                self.ranks[inst.index] = int(rank)
         except ValueError:
             return
         count, position = parse(f"{left} {rest}")
@@ -85,15 +86,19 @@ class HangCheck:
     def explain(self, index: int, found: Verdict, now: float, bound: float, how: str) -> str:
         position = self.watch.positions[index]
         held = now - self.since.get(index, now)
-        if found.why == "absent":
-            what = "ran its own code, outside any collective,"
-        else:
-            what = f"waited in {position.describe()}"
         rank = self.ranks.get(index, -1)
         pid = self.sup.instances[index].pid
         ident = (f"rank {rank}, " if rank >= 0 else "") + f"pid {pid}"
-        return (f"was hung: it {what} for {held:.0f} s while its peers waited ({found.peers}; "
-                f"{ident}; nothing in the job moved for {bound:g} s: {how})")
+        if found.why == "absent":
+            what = (f"it ran its own code, outside any collective, for {held:.0f} s while its "
+                    f"peers waited ({found.peers}")
+        elif index in found.peers_at:
+            what = (f"the instances waited in different collectives, none in the majority, "
+                    f"for {held:.0f} s ({found.peers}")
+        else:
+            what = (f"it waited in {position.describe()} for {held:.0f} s while its peers "
+                    f"waited in another ({found.peers}")
+        return f"was hung: {what}; {ident}; nothing in the job moved for {bound:g} s: {how})"
 
     def cut(self, hung: Dict[int, str], stacks: bool) -> None:
         """Print each hung instance's stack (``stacks``), then hand it to its world, which

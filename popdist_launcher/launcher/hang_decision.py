@@ -4,8 +4,9 @@ instances' samplers sent (``whereabouts.py``).
 
 - Anyone in a marked long phase: no hang (the phase may hold its peers as long as it runs).
 - Instances in their own code (``program``) while others wait (in a collective, or in a
-  TensorFlow step, where a graph collective waits unseen): the former are hung, absent from the
-  collective the others entered.
+  TensorFlow step that does not compute, where a graph collective waits unseen): the former
+  are hung, absent from the collective the others entered. A TensorFlow step that computes
+  waits for nobody.
 - Nobody in their own code, and instances wait in different collectives (a TensorFlow step
   counts as one, where some instance waits in a collective it can see): a mismatch. Those
   outside the largest group are hung; when no group is the largest, all of them are (all
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Mapping, NamedTuple, Tuple
 
-KINDS = ("program", "tensorflow", "collective", "long")
+KINDS = ("program", "tensorflow", "computing", "collective", "long")
 
 
 class Position(NamedTuple):
@@ -28,7 +29,9 @@ class Position(NamedTuple):
         if self.kind == "collective":
             return f"collective {self.name}"
         if self.kind == "tensorflow":
-            return "a TensorFlow step (a graph collective, or computing)"
+            return "a TensorFlow step, not computing (a graph collective)"
+        if self.kind == "computing":
+            return "a TensorFlow step, computing"
         if self.kind == "long":
             return f"long phase '{self.name}'"
         if self.kind == "program":
@@ -55,6 +58,7 @@ class Verdict(NamedTuple):
     why: str  # "absent", "mismatch", or "" (no hang)
     peers: str  # where the others wait ("instance 0 in collective allreduce; ...")
     note: str = ""  # why there is no hang
+    peers_at: Tuple[int, ...] = ()  # the instances ``peers`` names
 
 
 def _who(indices: List[int]) -> str:
@@ -79,7 +83,8 @@ def decide(positions: Mapping[int, Position]) -> Verdict:
     absent = sorted(i for i, p in positions.items() if p.kind == "program")
     waiting = sorted(i for i, p in positions.items() if p.kind in ("collective", "tensorflow"))
     if absent and waiting:
-        return Verdict(tuple(absent), "absent", describe_groups(positions, waiting))
+        return Verdict(tuple(absent), "absent", describe_groups(positions, waiting), "",
+                       tuple(waiting))
     if absent:
         return Verdict((), "", "", "every instance runs its own code; nobody waits (not a hang)")
     groups: Dict[str, List[int]] = {}
@@ -91,6 +96,8 @@ def decide(positions: Mapping[int, Position]) -> Verdict:
     if sizes[0] > sizes[1]:
         largest = max(groups.values(), key=len)
         hung = sorted(i for m in groups.values() if m is not largest for i in m)
-        return Verdict(tuple(hung), "mismatch", describe_groups(positions, largest))
+        return Verdict(tuple(hung), "mismatch", describe_groups(positions, largest), "",
+                       tuple(largest))
     everyone = sorted(i for m in groups.values() for i in m)
-    return Verdict(tuple(everyone), "mismatch", describe_groups(positions, everyone))
+    return Verdict(tuple(everyone), "mismatch", describe_groups(positions, everyone), "",
+                   tuple(everyone))

@@ -5,7 +5,7 @@ MODE "eager" (an hvd.allreduce per step) or "function" (hvd.DistributedGradientT
 tf.function). Before step STEP, rank RANK: "busy" spins in Python, "lock" waits on a lock it
 holds, "read" reads a pipe nobody writes, "mismatch" calls hvd.broadcast_object instead of
 the step, "long" sleeps SECONDS inside popdist_launcher.long_phase, "tfbusy" runs TensorFlow
-for SECONDS, "allown" (every rank) sleeps SECONDS in its own code. Each rank prints "step N
+for SECONDS, "allown" (every rank) sleeps SECONDS in its own code; only in a job's first attempt. Each rank prints "step N
 rank R" after each step and "done rank R weight W" at the end.
 """
 import os
@@ -23,6 +23,8 @@ mode, steps = sys.argv[1], int(sys.argv[2])
 fault = sys.argv[3].split(":") if len(sys.argv) > 3 else ["none", "-1", "-1"]
 kind, who, at = fault[0], int(fault[1]), int(fault[2])
 seconds = float(fault[3]) if len(fault) > 3 else 0.0
+if os.environ.get("POPRUN_RESTART_COUNT", "0") != "0":  # the fault is the first attempt's
+    kind = "none"
 hvd.init()
 rank = hvd.rank()
 weight = tf.Variable(1.0, dtype=tf.float64)

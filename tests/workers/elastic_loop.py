@@ -6,6 +6,10 @@ environment: ELASTIC_PID_DIR  each worker writes its pid to <dir>/pid-<hostname>
              ELASTIC_STEP_SLEEP  seconds to sleep after each step (default 0)
              ELASTIC_FAIL_STEP  the last rank exits with 3 as it begins this step, every time
                                 (after ELASTIC_FAIL_SLOW seconds, default 0)
+             ELASTIC_HANG=KIND:STEP  rank 1 hangs as it begins this step, once per job (a file
+                                in ELASTIC_PID_DIR remembers it): KIND "busy" spins in Python,
+                                "lock" waits on a lock it holds, "read" reads a pipe nobody
+                                writes, "mismatch" calls hvd.broadcast_object instead
 
 Step n trains on global batch n % BATCHES of elastic_reference.py, split across the ranks, so
 the final weights equal elastic_reference.loop_reference(TOTAL) at any history of world sizes.
@@ -18,6 +22,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -60,6 +65,31 @@ def train_step(x, y):
 
 
 counters = {"resets": 0, "steps_run": 0}
+hang_kind, _, hang_step = os.environ.get("ELASTIC_HANG", "").partition(":")
+
+
+def maybe_hang(step, rank):
+    """ELASTIC_HANG: rank 1 hangs before ``step``, the first time any worker gets there."""
+    if not hang_kind or step != int(hang_step) or rank != 1:
+        return
+    flag = os.path.join(os.environ.get("ELASTIC_PID_DIR", "."), "hung")
+    try:
+        os.close(os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    print(f"rank {rank} hangs ({hang_kind}) at step {step}", flush=True)
+    if hang_kind == "busy":
+        while True:
+            pass
+    elif hang_kind == "lock":
+        lock = threading.Lock()
+        lock.acquire()
+        lock.acquire()
+    elif hang_kind == "read":
+        read_end, _ = os.pipe()
+        os.read(read_end, 1)
+    elif hang_kind == "mismatch":
+        hvd.broadcast_object(rank, root_rank=0)
 
 
 def on_reset():
@@ -79,6 +109,7 @@ def train(state):
             time.sleep(float(os.environ.get("ELASTIC_FAIL_SLOW", "0")))
             print(f"failing at step {fail_step}", flush=True)
             os._exit(3)
+        maybe_hang(state.step + 1, rank)
         part = rows(state.step % BATCHES, rank, size)
         train_step(tf.constant(x_all[part]), tf.constant(y_all[part]))
         state.step += 1
