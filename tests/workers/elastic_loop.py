@@ -6,8 +6,8 @@ environment: ELASTIC_PID_DIR  each worker writes its pid to <dir>/pid-<hostname>
              ELASTIC_STEP_SLEEP  seconds to sleep after each step (default 0)
              ELASTIC_FAIL_STEP  the last rank exits with 3 as it begins this step, every time
                                 (after ELASTIC_FAIL_SLOW seconds, default 0)
-             ELASTIC_HANG=KIND:STEP  rank 1 hangs as it begins this step, once per job (a file
-                                in ELASTIC_PID_DIR remembers it): KIND "busy" spins in Python,
+             ELASTIC_HANG=KIND:STEP  rank 1 hangs as it begins this step, once per job (the file
+                                OUT_JSON.hung remembers it): KIND "busy" spins in Python,
                                 "lock" waits on a lock it holds, "read" reads a pipe nobody
                                 writes, "mismatch" calls hvd.broadcast_object instead
 
@@ -72,7 +72,7 @@ def maybe_hang(step, rank):
     """ELASTIC_HANG: rank 1 hangs before ``step``, the first time any worker gets there."""
     if not hang_kind or step != int(hang_step) or rank != 1:
         return
-    flag = os.path.join(os.environ.get("ELASTIC_PID_DIR", "."), "hung")
+    flag = out_path + ".hung"
     try:
         os.close(os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
