@@ -11,7 +11,7 @@ from typing import Dict, List
 from popdist_launcher.launcher import console
 from popdist_launcher.launcher.attempt import Instance
 from popdist_launcher.launcher.hang import HangWatch
-from popdist_launcher.launcher.hang_decision import Verdict, parse
+from popdist_launcher.launcher.hang_decision import Verdict, describe_groups, parse
 from popdist_launcher.launcher.spawned import protocol as p
 
 
@@ -88,16 +88,18 @@ class HangCheck:
         held = now - self.since.get(index, now)
         rank = self.ranks.get(index, -1)
         pid = self.sup.instances[index].pid
+        peers = describe_groups(self.watch.positions, list(found.peers_at),
+                                lambda i: self.sup.instances[i].who)
         ident = (f"rank {rank}, " if rank >= 0 else "") + f"pid {pid}"
         if found.why == "absent":
             what = (f"it ran its own code, outside any collective, for {held:.0f} s while its "
-                    f"peers waited ({found.peers}")
+                    f"peers waited ({peers}")
         elif index in found.peers_at:
             what = (f"the instances waited in different collectives, none in the majority, "
-                    f"for {held:.0f} s ({found.peers}")
+                    f"for {held:.0f} s ({peers}")
         else:
             what = (f"it waited in {position.describe()} for {held:.0f} s while its peers "
-                    f"waited in another ({found.peers}")
+                    f"waited in another ({peers}")
         return f"was hung: {what}; {ident}; nothing in the job moved for {bound:g} s: {how})"
 
     def cut(self, hung: Dict[int, str], stacks: bool) -> None:

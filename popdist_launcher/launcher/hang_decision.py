@@ -16,7 +16,7 @@ instances' samplers sent (``whereabouts.py``).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, NamedTuple, Tuple
+from typing import Callable, Dict, List, Mapping, NamedTuple, Tuple
 
 KINDS = ("program", "tensorflow", "computing", "collective", "long")
 
@@ -61,18 +61,26 @@ class Verdict(NamedTuple):
     peers_at: Tuple[int, ...] = ()  # the instances ``peers`` names
 
 
-def _who(indices: List[int]) -> str:
-    return (f"instance {indices[0]}" if len(indices) == 1 else
-            "instances " + ", ".join(str(i) for i in indices))
+def _instance(index: int) -> str:
+    return f"instance {index}"
 
 
-def describe_groups(positions: Mapping[int, Position], indices: List[int]) -> str:
-    """ "instances 0, 2 in collective allreduce; instance 3 in ..." """
+def describe_groups(positions: Mapping[int, Position], indices: List[int],
+                    name: Callable[[int], str] = _instance) -> str:
+    """ "instances 0, 2 in collective allreduce; instance 3 in ..." (``name``: an instance's
+    name, "instance N")."""
     groups: Dict[Position, List[int]] = {}
     for index in sorted(indices):
         groups.setdefault(positions[index], []).append(index)
-    return "; ".join(f"{_who(members)} in {where.describe()}" for where, members in
-                     groups.items())
+    parts = []
+    for where, members in groups.items():
+        names = [name(i) for i in members]
+        if len(names) > 1 and all(n.startswith("instance ") for n in names):
+            who = "instances " + ", ".join(n[len("instance "):] for n in names)
+        else:
+            who = ", ".join(names)
+        parts.append(f"{who} in {where.describe()}")
+    return "; ".join(parts)
 
 
 def decide(positions: Mapping[int, Position]) -> Verdict:
