@@ -8,10 +8,10 @@ from __future__ import annotations
 import time
 from typing import Dict, List
 
-from popdist_launcher.launcher import console
-from popdist_launcher.launcher.attempt import Instance
+from popdist_launcher.launcher import console, report
+from popdist_launcher.launcher.attempt import TIMEOUT_EXIT_CODE, Failure, Instance
 from popdist_launcher.launcher.hang import HangWatch
-from popdist_launcher.launcher.hang_decision import Verdict, describe_groups, parse
+from popdist_launcher.launcher.hang_decision import UNKNOWN, Verdict, describe_groups, parse
 from popdist_launcher.launcher.spawned import protocol as p
 
 
@@ -127,3 +127,24 @@ class HangCheck:
             then()
             return
         collector.request(insts, "hang check", "hang", after=then)
+
+    def stall_failure(self, inst: Instance, reason: str) -> Failure:
+        """``inst``'s collectives watchdog fired (``reason``): the job's failure (exit code
+        124, as for --timeout), naming the stall and, from where every instance is, the
+        instance(s) that never joined."""
+        running = [i.index for i in self.running()]
+        found = self.watch.where(running)
+        who = lambda i: self.sup.instances[i].who  # noqa: E731
+        if found.hung and inst.index not in found.hung:
+            absent = ", ".join(f"{who(i)} ({self.watch.positions[i].describe()})"
+                               for i in found.hung)
+            named = f"; never joined: {absent}"
+        else:
+            others = [i for i in running if i != inst.index]
+            named = ("; the others were: " + describe_groups(
+                {i: self.watch.positions.get(i, UNKNOWN) for i in others}, others, who)) \
+                if others else ""
+        culprit = found.hung[0] if found.hung and inst.index not in found.hung else None
+        cause = report.Cause(f"a collective stalled: {inst.who} (host {inst.host}) waited "
+                             f"too long ({reason.split(';', 1)[0]}){named}.", culprit)
+        return Failure(cause, TIMEOUT_EXIT_CODE, "stall")

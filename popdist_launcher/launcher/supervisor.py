@@ -88,6 +88,7 @@ class Supervisor:
         self._kill_deadline: Optional[float] = None
         self._unresponsive_deadline: Optional[float] = None
         self._drain_deadline: Optional[float] = None
+        self._stall: Optional[Failure] = None  # an instance's watchdog reported a stall
 
     # ---- public -------------------------------------------------------------------------------
     def run(self) -> JobResult:
@@ -141,9 +142,11 @@ class Supervisor:
         self.state = state
 
     def fail(self, failure: Failure) -> None:
-        """The first failure is the job's; it stops the job."""
+        """The first failure is the job's (after an instance reported a stalled collective:
+        the stall); it stops the job."""
         if self._outcome.decided or self.state in (JobState.DRAINING,) + FINAL:
             return
+        failure = self._stall or failure
         self._outcome.failure = failure
         running = sum(1 for i in self.instances
                       if not i.settled and i.index != failure.cause.instance)
@@ -355,11 +358,16 @@ class Supervisor:
             self._hangs.on_where(inst, payload)
         elif kind == p.STALL:
             reason = payload.decode("utf-8", "replace").strip()
-            if self._stacks.dump is None and self.state in (JobState.STARTING, JobState.RUNNING):
+            if self._stall is None and self.state in (JobState.STARTING, JobState.RUNNING):
+                self._stall = self._hangs.stall_failure(inst, reason)
                 console.say(f"{inst.who} reports a stalled collective ({reason}); collecting "
                             f"every instance's Python stacks.")
-                self._stacks.request(self.instances, f"{inst.who} reported a stall: {reason}",
-                                     "stall", keep=inst.index)
+                if self._stacks.dump is None:
+                    self._stacks.request(self.instances, f"{inst.who} reported a stall: "
+                                         f"{reason}", "stall", keep=inst.index,
+                                         after=lambda: self.fail(self._stall))
+                else:
+                    self.fail(self._stall)
 
     def _on_exit(self, inst: Instance, returncode: int) -> None:
         inst.returncode = returncode
