@@ -10,6 +10,7 @@ environment: ELASTIC_PID_DIR  each worker writes its pid to <dir>/pid-<hostname>
                                 OUT_JSON.hung remembers it): KIND "busy" spins in Python,
                                 "lock" waits on a lock it holds, "read" reads a pipe nobody
                                 writes, "mismatch" calls hvd.broadcast_object instead
+             ELASTIC_HANG_ON_SIGNAL=KIND  a worker that gets SIGUSR2 hangs so (busy, lock, read)
 
 Step n trains on global batch n % BATCHES of elastic_reference.py, split across the ranks, so
 the final weights equal elastic_reference.loop_reference(TOTAL) at any history of world sizes.
@@ -20,6 +21,7 @@ writes OUT_JSON: kernel, bias, step, size, host, and its own resets and steps ru
 """
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -68,6 +70,25 @@ counters = {"resets": 0, "steps_run": 0}
 hang_kind, _, hang_step = os.environ.get("ELASTIC_HANG", "").partition(":")
 
 
+def hang(kind):
+    if kind == "busy":
+        while True:
+            pass
+    elif kind == "lock":
+        lock = threading.Lock()
+        lock.acquire()
+        lock.acquire()
+    elif kind == "read":
+        read_end, _ = os.pipe()
+        os.read(read_end, 1)
+    elif kind == "mismatch":
+        hvd.broadcast_object(hvd.rank(), root_rank=0)
+
+
+if os.environ.get("ELASTIC_HANG_ON_SIGNAL"):
+    signal.signal(signal.SIGUSR2, lambda signum, frame: hang(os.environ["ELASTIC_HANG_ON_SIGNAL"]))
+
+
 def maybe_hang(step, rank):
     """ELASTIC_HANG: rank 1 hangs before ``step``, the first time any worker gets there."""
     if not hang_kind or step != int(hang_step) or rank != 1:
@@ -78,18 +99,7 @@ def maybe_hang(step, rank):
     except FileExistsError:
         return
     print(f"rank {rank} hangs ({hang_kind}) at step {step}", flush=True)
-    if hang_kind == "busy":
-        while True:
-            pass
-    elif hang_kind == "lock":
-        lock = threading.Lock()
-        lock.acquire()
-        lock.acquire()
-    elif hang_kind == "read":
-        read_end, _ = os.pipe()
-        os.read(read_end, 1)
-    elif hang_kind == "mismatch":
-        hvd.broadcast_object(rank, root_rank=0)
+    hang(hang_kind)
 
 
 def on_reset():
