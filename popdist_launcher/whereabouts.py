@@ -10,7 +10,7 @@ of ours is "collective NAME" (the innermost one names it); a thread whose innerm
 TensorFlow, Keras, Horovod or this library, or in an import, runs TensorFlow ("tensorflow": a
 graph step, where a graph collective waits unseen, or the library's own long operations such as
 a checkpoint save, an evaluation or an export), told apart by the CPU its TensorFlow threads
-used in the last second: "computing" when they use BUSY of a core, else "tensorflow" (waiting);
+used in the last second: "computing" when they use BUSY of a core (3 %), else "tensorflow";
 anything else is the
 program's own code ("program": a busy loop, a lock, a blocked read). The main thread decides;
 when it waits for another thread to end (training in a thread), the other threads do.
@@ -156,7 +156,7 @@ def _compute_ticks() -> int:
     return total
 
 
-BUSY = 0.2  # a TensorFlow step that used this much of a core in the last sample computes
+BUSY = 0.03  # a TensorFlow step whose threads used this much of a core in a sample computes
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 

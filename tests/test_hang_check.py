@@ -22,8 +22,8 @@ MEMBER = program("hang_member.py")
 HUNG = re.compile(r"instance (\d) \(host localhost\) was hung: (.*?); killed it with SIGKILL")
 
 
-def run(mode, fault, *options, steps="16", timeout=240):
-    return poprun("-np", "2", "--backend", "local", *options, sys.executable, MEMBER, mode,
+def run(mode, fault, *options, steps="16", timeout=240, backend="local"):
+    return poprun("-np", "2", "--backend", backend, *options, sys.executable, MEMBER, mode,
                   steps, fault, timeout=timeout)
 
 
@@ -48,6 +48,16 @@ def test_a_fixed_job_names_and_cuts_the_hung_worker(mode, fault, peers):
     assert re.search(r'hang_member\.py", line \d+ in hang', err), err[-4000:]
     assert "===== job failed: root cause =====" in err
     assert "done rank" not in result.stdout
+
+
+def test_the_mpi_backend_decides_the_same():
+    # mpirun starts the wrappers; the same whereabouts and decision find the same worker.
+    result = run("eager", "read:1:4", "--hang-timeout", "8", backend="mpi")
+    err = result.stderr
+    assert result.returncode == 1, err[-4000:]
+    found = HUNG.search(err)
+    assert found and found[1] == "1", err[-4000:]
+    assert "while its peers waited (instance 0 in collective allreduce; rank 1, pid " in found[2]
 
 
 def test_with_the_default_options_a_spinning_worker_is_cut():
