@@ -117,3 +117,20 @@ def test_horovod_mode_the_hung_worker_is_killed_and_the_job_goes_on(tmp_path, ki
     assert "hang check: the Python stacks of instance" in text
     assert [size for _, size, _ in rounds(text)][:2] == [2, 2]
     assert wait_gone(job.worker_pids(), timeout=10) == []
+
+
+def test_horovod_mode_two_workers_in_different_collectives_end_the_round_both_named(tmp_path):
+    # Rank 1 calls hvd.broadcast_object while rank 0 is in its training step: no majority, so
+    # both are cut and named; with no survivor the job ends (it does not hang).
+    job = Job(tmp_path, ["-np", "2", "--min-np", "1", "--backend", "local", "--elastic-mode",
+                         "horovod", "--hang-timeout", "8", "-x", "ELASTIC_HANG",
+                         "elastic_loop.py"], env={"ELASTIC_HANG": "mismatch:15"})
+    text = job.finish()
+    assert job.proc.returncode != 0, text[-5000:]
+    named = re.findall(r"instance \d \(rank (\d) of 2\) on localhost was hung: the instances "
+                       r"waited in different collectives, none in the majority, for \d+ s "
+                       r"\(instance \d in a TensorFlow step, not computing \(a graph "
+                       r"collective\); instance \d in collective broadcast_object > broadcast",
+                       text)
+    assert sorted(set(named)) == ["0", "1"], text[-5000:]
+    assert wait_gone(job.worker_pids(), timeout=10) == []
