@@ -362,12 +362,9 @@ class Supervisor:
                 self._stall = self._hangs.stall_failure(inst, reason)
                 console.say(f"{inst.who} reports a stalled collective ({reason}); collecting "
                             f"every instance's Python stacks.")
-                if self._stacks.dump is None:
+                if self._stacks.dump is None:  # the job's failure, when it comes, is the stall
                     self._stacks.request(self.instances, f"{inst.who} reported a stall: "
-                                         f"{reason}", "stall", keep=inst.index,
-                                         after=lambda: self.fail(self._stall))
-                else:
-                    self.fail(self._stall)
+                                         f"{reason}", "stall", keep=inst.index)
 
     def _on_exit(self, inst: Instance, returncode: int) -> None:
         inst.returncode = returncode
