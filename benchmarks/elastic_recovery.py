@@ -20,6 +20,10 @@ file. Each run, once rank 0 has printed step ``--loss-step`` at size 4, loses ho
                    peers wait in their collective); hostB stays in the discovery file (the host
                    is fine), and poprun-lite gets ``--hang-timeout`` (``--hang-timeout`` here;
                    by default the launcher's own bound).
+* ``busy``, ``deadlock``, ``blocked-read``: every worker on hostB gets SIGUSR2, on which the
+                   program (``ELASTIC_HANG_ON_SIGNAL``) spins in Python, waits on a lock it
+                   holds, or reads a pipe nobody writes: processes that run or sleep, not
+                   stopped ones; otherwise as ``hung``.
 
 and, for ``kill`` and ``unreachable``, hostB leaves the discovery file at the same moment. Measured, from rank 0's step lines
 (``step <n> size <s> t=<time.time()>``; the namespaces share the clock):
@@ -86,7 +90,8 @@ from workers.elastic_reference import loop_reference  # noqa: E402
 
 LAUNCHERS = ("poprun-lite", "poprun-lite-nocut", "horovodrun")
 NOCUT = {"POPRUN_CUT_PEERS": "0"}  # poprun-lite-nocut: the launcher sends survivors no notice
-FAULTS = ("kill", "unreachable", "hung")
+FAULTS = ("kill", "unreachable", "hung", "busy", "deadlock", "blocked-read")
+HANGS = {"busy": "busy", "deadlock": "lock", "blocked-read": "read"}  # ELASTIC_HANG_ON_SIGNAL
 WORKER = os.path.join(ROOT, "tests", "workers", "elastic_loop.py")
 SLOTS, NP, MIN_NP = 2, 4, 2
 LOST, KEPT, DRIVER = "hostB", "hostA", "hostC"
@@ -133,6 +138,8 @@ def run_once(hosts: TestHosts, wrapper: Path, args: argparse.Namespace, launcher
     program = [sys.executable, WORKER, str(out), str(args.steps), str(args.commit_every)]
     variables = {"HOROVOD_GLOO_TIMEOUT_SECONDS": f"{args.gloo_timeout:g}",
                  "ELASTIC_PID_DIR": str(pid_dir), "ELASTIC_STEP_SLEEP": f"{args.step_sleep:g}"}
+    if fault in HANGS:
+        variables["ELASTIC_HANG_ON_SIGNAL"] = HANGS[fault]
     if launcher == "horovodrun":
         argv = horovodrun_argv(hosts, DRIVER, script, program, np=NP, min_np=MIN_NP, max_np=NP)
         env = horovodrun_env(wrapper, variables, launch_env())
@@ -152,20 +159,21 @@ def run_once(hosts: TestHosts, wrapper: Path, args: argparse.Namespace, launcher
                          + telling_line(str(launch.log), keep_end=True))
             return run
         victims = hostb_pids(pid_dir)
-        if fault in ("kill", "hung") and not victims:
+        if fault not in ("unreachable",) and not victims:
             run.error = f"no pid file of a worker on {LOST} in {pid_dir}"
             return run
         t_loss = time.time()
-        if fault in ("kill", "hung"):
+        if fault != "unreachable":
+            sig = {"kill": signal.SIGKILL, "hung": signal.SIGSTOP}.get(fault, signal.SIGUSR2)
             for pid in victims:
                 try:
-                    os.kill(pid, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
+                    os.kill(pid, sig)
                 except ProcessLookupError:
                     pass
         else:
             hosts.set_down(LOST)
             down = True
-        if fault != "hung":
+        if fault in ("kill", "unreachable"):
             write_hosts_file(hosts_file, [(KEPT, SLOTS)])
 
         def smaller() -> bool:

@@ -43,6 +43,16 @@ def report_progress(step):
     _report(step)
 
 
+def long_phase(name):
+    """A context manager that marks a long phase of this instance (a Python-side evaluation,
+    a slow export): while it runs, poprun-lite's hang check calls no instance of the job hung,
+    though its peers wait in their next collective. Does nothing outside poprun-lite.
+    ``with popdist_launcher.long_phase("evaluation"): ...``"""
+    from popdist_launcher.whereabouts import long_phase as _long_phase
+
+    return _long_phase(name)
+
+
 def __getattr__(name):
     if name in _RUNTIME_NAMES:
         import importlib  # here, not at the top: the package is imported at every interpreter start
@@ -50,4 +60,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'popdist_launcher' has no attribute {name!r}")
 
 
-__all__ = [*_RUNTIME_NAMES, "report_progress", "set_ipu_config"]
+__all__ = [*_RUNTIME_NAMES, "long_phase", "report_progress", "set_ipu_config"]

@@ -316,11 +316,13 @@ def _export_path(ctx: click.Context, param: click.Parameter,
                    "SIGQUIT to poprun-lite prints the stacks at any time.  [default: none]")
 @click.option("--hang-timeout", type=float, default=None, callback=_seconds(True),
               show_envvar=True, metavar="SECONDS",
-              help="An instance whose process is stopped or stuck in the kernel while the job "
-                   "has made no progress (library reports: steps, checkpoints, Horovod commits) "
-                   "for SECONDS is hung: it is killed and counts as failed (docs/elastic.md, 'Hung "
-                   "workers'). 0 turns the check off.  [default: 5 x the longest interval "
-                   "between an instance's progress reports, at least 30 s]")
+              help="When nothing in the job moved (progress reports, instances entering or "
+                   "leaving collectives) for SECONDS, an instance that is stopped, runs its own "
+                   "code while its peers wait, or waits in another collective than they do is "
+                   "hung: it is named, its stack printed, and it is killed and counts as failed "
+                   "(docs/elastic.md, 'Hung workers'). 0 turns the check off.  [default: 5 x "
+                   "the longest interval between the job's events, at least 30 s; 120 s before "
+                   "the first step]")
 @click.option("--port-range", default=None, metavar="LOW-HIGH", callback=_parse_port_range,
               show_envvar=True, help="Where to look for free TF_CONFIG ports "
                                      "[default: below the kernel's ephemeral range].")

@@ -2,7 +2,8 @@
 program started by poprun-lite's wrapper registers faulthandler on the wrapper's dump signal,
 writing every thread's stack to a pipe the wrapper reads; the collectives' stall watchdog asks
 the launcher, through the same pipe, for every instance's stacks; and the program's training
-progress goes to the launcher the same way (``report_progress``).
+progress (``report_progress``) and its whereabouts for the hang check (``whereabouts.py``) go
+to the launcher the same way.
 
 Standard library only, and no typing (35 ms): it runs in every Python process that has
 POPRUN_STACK_FD set.
@@ -15,6 +16,7 @@ ENV = "POPRUN_STACK_FD"  # "FD:WRAPPER_PID:SIGNAL", set by the wrapper for its p
 READY = b"\0ready\n"
 STALL = b"\0stall "
 PROGRESS = b"\0progress "
+WHEREABOUTS_ENV = "POPRUN_WHEREABOUTS"  # "0": no whereabouts sampler (--hang-timeout 0)
 _found = {}  # pid -> _ours() (a forked child asks again: it is not the wrapper's program)
 
 
@@ -42,6 +44,9 @@ def register_from_environ() -> None:
         os.write(fd, READY)
     except (OSError, ValueError, RuntimeError):
         return
+    if os.environ.get(WHEREABOUTS_ENV, "1") != "0":  # the hang check's sampler (whereabouts.py)
+        from popdist_launcher.whereabouts import start
+        start(fd)
 
 
 def report_stall(message: str) -> None:

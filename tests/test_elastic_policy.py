@@ -7,7 +7,7 @@ from typing import List, Sequence, Tuple
 import pytest
 
 from popdist_launcher.launcher import failure_policy as policy
-from popdist_launcher.launcher.hang import HANG_FLOOR_S, HangWatch
+from popdist_launcher.launcher.hang import FIRST_STEP_S, HANG_FLOOR_S, HangWatch
 
 BLACKLIST, RESTART, END = policy.BLACKLIST, policy.RESTART, policy.END
 
@@ -115,8 +115,9 @@ def test_ordinals(n, text):
 
 def test_the_default_hang_bound_follows_the_reports_with_a_floor():
     watch = HangWatch(None)
+    assert watch.bound() == FIRST_STEP_S and watch.deadline() is None  # nothing runs yet
     watch.progress(0, 100.0)
-    assert watch.bound() is None and watch.deadline() is None  # one report: no interval yet
+    assert watch.bound() == HANG_FLOOR_S  # one report: past the first step, no interval yet
     watch.progress(0, 101.0)
     assert watch.bound() == HANG_FLOOR_S
     watch.progress(0, 121.0)
@@ -126,7 +127,7 @@ def test_the_default_hang_bound_follows_the_reports_with_a_floor():
 
 def test_a_given_hang_timeout_and_zero():
     watch = HangWatch(4.0)
-    assert watch.deadline() is None  # nothing reported yet
+    assert watch.deadline() is None  # nothing runs yet
     watch.progress(1, 10.0)
     assert watch.deadline() == 14.0 and not watch.due(13.9) and watch.due(14.0)
     off = HangWatch(0.0)

@@ -34,6 +34,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import tensorflow as tf
 
 from popdist_launcher import report_progress, runtime
+from popdist_launcher.whereabouts import long_phase
 from popdist_launcher.ipu.ipu_run_config import RunConfig
 
 log = logging.getLogger(__name__)
@@ -286,18 +287,20 @@ class IPUEstimator(tf.estimator.Estimator):
             return None
         self._exporting.active = True
         try:
-            return super().export_saved_model(export_dir_base, serving_input_receiver_fn,
-                                              assets_extra=assets_extra, as_text=as_text,
-                                              checkpoint_path=checkpoint_path,
-                                              experimental_mode=experimental_mode)
+            with long_phase("IPUEstimator export"):  # not a hang (poprun-lite's hang check)
+                return super().export_saved_model(export_dir_base, serving_input_receiver_fn,
+                                                  assets_extra=assets_extra, as_text=as_text,
+                                                  checkpoint_path=checkpoint_path,
+                                                  experimental_mode=experimental_mode)
         finally:
             self._exporting.active = False
 
     def _evaluate_run(self, checkpoint_path, scaffold, update_op, eval_dict, all_hooks,
                       output_dir):
         if self._is_chief:
-            return super()._evaluate_run(checkpoint_path, scaffold, update_op, eval_dict,
-                                         all_hooks, output_dir)
+            with long_phase("IPUEstimator evaluation"):  # not a hang (the hang check)
+                return super()._evaluate_run(checkpoint_path, scaffold, update_op, eval_dict,
+                                             all_hooks, output_dir)
         from tensorflow.python.training import evaluation  # not in the public API
         return evaluation._evaluate_once(  # noqa: SLF001 - same run, no summaries written
             checkpoint_path=checkpoint_path, master=self._config.evaluation_master,

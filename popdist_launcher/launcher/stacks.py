@@ -16,9 +16,10 @@ DUMP_WAIT_SECONDS = 4.0  # how long stacks are waited for
 
 class Dump(NamedTuple):
     reason: str
-    then: str  # "print", "timeout" or "stall"
+    then: str  # "print", "timeout", "stall" or "hang"
     deadline: float
     waiting: set
+    after: Optional[Callable[[], None]] = None  # called once the collection ends
 
 
 class StackCollector:
@@ -41,7 +42,7 @@ class StackCollector:
         return self.dump.deadline if self.dump else None
 
     def collect(self, running: Iterable, reason: str, then: str,
-                keep: Optional[int] = None) -> bool:
+                keep: Optional[int] = None, after: Optional[Callable[[], None]] = None) -> bool:
         """Ask each of ``running`` (instances with a connection) for its stacks; True when there
         is nobody to wait for. ``keep``: an instance whose stacks it wrote itself at the moment
         that matters (a stall's reporter, which may have moved on by the time a second dump
@@ -55,16 +56,17 @@ class StackCollector:
         self.router.stacks.clear()
         if kept:
             self.router.stacks[keep] = kept
-        self.in_report = then != "print"
-        self.dump = Dump(reason, then, time.monotonic() + DUMP_WAIT_SECONDS, waiting)
+        self.in_report = then in ("timeout", "stall")
+        self.dump = Dump(reason, then, time.monotonic() + DUMP_WAIT_SECONDS, waiting, after)
         return not waiting
 
     def request(self, instances: Iterable[Instance], reason: str, then: str,
-                keep: Optional[int] = None) -> None:
-        """``collect`` from those of ``instances`` that run; ``done`` at once if none does."""
+                keep: Optional[int] = None, after: Optional[Callable[[], None]] = None) -> None:
+        """``collect`` from those of ``instances`` that run; ``done`` at once if none does;
+        ``after``: called when the collection ends."""
         running = [i for i in instances
                    if i.state is InstanceState.RUNNING and i.conn is not None]
-        if self.collect(running, reason, then, keep):
+        if self.collect(running, reason, then, keep, after):
             self.done()
 
     def on_stacks(self, index: int, text: str) -> bool:
@@ -96,3 +98,5 @@ class StackCollector:
             console.write(report.stacks_report(self.router.stacks, self.ends()))
         elif dump.then == "timeout":
             self.on_timeout()
+        if dump.after is not None:
+            dump.after()

@@ -9,8 +9,9 @@ instance to exit non-zero ends the job (the others get SIGTERM, then SIGKILL aft
 period), as does an engine (mpirun, srun, ssh) that ends before its instances started; SIGINT,
 SIGTERM and SIGHUP are forwarded as they are and stop the job; SIGUSR1 and SIGUSR2 are forwarded;
 SIGQUIT prints every instance's Python stacks; ``--timeout`` collects the stacks, then stops the
-job; ``--hang-timeout`` probes the instances once the job made no progress (``hang.py``) and
-hands a hung one to its world, which treats it as a dead one. What an instance's end means is its world's (``world.py``): in an elastic job's open world
+job; the hang check (``hang_check.py``) finds a hung instance once the job made no progress and
+hands it to its world, which treats it as a dead one. What an instance's end means is its
+world's (``world.py``): in an elastic job's open world
 instances are added while the job runs and their ends are reported instead. The wrappers'
 connections are ``hub.py``'s, the processes it starts ``spawner.py``'s, stdin forwarding
 ``stdin_forward.py``'s and stack collection ``stacks.py``'s; the attempts of a job are
@@ -28,6 +29,7 @@ from typing import Callable, Dict, List, Optional
 from popdist_launcher.launcher import console, processes, report
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.hang import HangWatch
+from popdist_launcher.launcher.hang_check import HangCheck
 from popdist_launcher.launcher.hub import Conn, Hub
 from popdist_launcher.launcher.loop import EventLoop
 from popdist_launcher.launcher.output import STDERR, STDOUT, Router
@@ -72,6 +74,7 @@ class Supervisor:
                                     label, text, shown=not self._outcome.decided))
         self._hub = Hub(self._events.sel, plan.num_instances)
         self._stacks = StackCollector(router, self._hub, self._ends, self._timed_out)
+        self._hangs = HangCheck(self, self.hang)
         self.world = world if world is not None else FixedWorld()
         self.world.bind(self)
         self._wiring: Optional[Wiring] = None
@@ -89,6 +92,7 @@ class Supervisor:
         self._unresponsive_deadline: Optional[float] = None
         self._drain_deadline: Optional[float] = None
         self._running_at_signal: List[int] = []  # for the summary after a stopping signal
+        self._stall: Optional[Failure] = None  # an instance's watchdog reported a stall
 
     # ---- public -------------------------------------------------------------------------------
     def run(self) -> JobResult:
@@ -142,9 +146,11 @@ class Supervisor:
         self.state = state
 
     def fail(self, failure: Failure) -> None:
-        """The first failure is the job's; it stops the job."""
+        """The first failure is the job's (after an instance reported a stalled collective:
+        the stall); it stops the job."""
         if self._outcome.decided or self.state in (JobState.DRAINING,) + FINAL:
             return
+        failure = self._stall or failure
         self._outcome.failure = failure
         running = sum(1 for i in self.instances
                       if not i.settled and i.index != failure.cause.instance)
@@ -233,7 +239,7 @@ class Supervisor:
                 self._stacks.request(self.instances, f"--timeout {self._timeout:g} s expired",
                                      "timeout")
         if self.state in (JobState.STARTING, JobState.RUNNING):
-            self._check_hang(now)
+            self._hangs.on_deadline(now)
         if self._stacks.dump is not None and now >= self._stacks.dump.deadline:
             self._stacks.done()
         if self._kill_deadline is not None and now >= self._kill_deadline:
@@ -250,38 +256,6 @@ class Supervisor:
             for conn in self._hub.conns:
                 self._hub.close(conn)
             self._spawner.kill_all()
-
-    def _check_hang(self, now: float) -> None:
-        """--hang-timeout: probe every running instance once the job made no progress for the
-        bound; act on the answers when they are in (or PROBE_WAIT_S passed)."""
-        hang = self.hang
-        if hang.probing_until is not None and now >= hang.probing_until:
-            self._hang_verdict(now)
-        elif hang.due(now):
-            running = [i for i in self.instances if i.conn is not None and i.pid is not None
-                       and not i.settled and not i.stopped]
-            if not running:
-                hang.restart(now)
-                return
-            hang.probe([i.index for i in running], now)
-            for inst in running:
-                self.send(inst, p.PROBE)
-
-    def _hang_verdict(self, now: float) -> None:
-        bound = self.hang.bound()
-        states = dict(self.hang.answers)
-        hung = self.hang.verdict(now)
-        if not hung:
-            console.debug("no progress for %g s; no instance is stopped (states %s): waiting",
-                          bound or 0, states)
-            return
-        for index, how in hung.items():
-            inst = self.instances[index]
-            if inst.settled or inst.stopped:
-                continue
-            inst.hung = (f"made no progress for {bound:g} s while its peers waited (its "
-                         f"process was {how}; --hang-timeout)")
-            self.world.hung(inst)
 
     def _timed_out(self) -> None:
         """--timeout's stacks are in: the job fails."""
@@ -362,6 +336,7 @@ class Supervisor:
             self.router.feed(inst.index, STDERR, payload)
         elif kind == p.STARTED:
             inst.pid = int(payload)
+            self.hang.start(time.monotonic())
             self.world.started(inst)
             if inst.state is InstanceState.CONNECTED:
                 inst.to(InstanceState.RUNNING)
@@ -382,15 +357,18 @@ class Supervisor:
             self.hang.progress(inst.index, time.monotonic())
             self.world.progressed(inst, step)
         elif kind == p.PROBED:
-            if self.hang.answer(inst.index, payload.decode("ascii", "replace")):
-                self._hang_verdict(time.monotonic())
+            self._hangs.on_probed(inst, payload)
+        elif kind == p.WHERE:
+            self._hangs.on_where(inst, payload)
         elif kind == p.STALL:
             reason = payload.decode("utf-8", "replace").strip()
-            if self._stacks.dump is None and self.state in (JobState.STARTING, JobState.RUNNING):
+            if self._stall is None and self.state in (JobState.STARTING, JobState.RUNNING):
+                self._stall = self._hangs.stall_failure(inst, reason)
                 console.say(f"{inst.who} reports a stalled collective ({reason}); collecting "
                             f"every instance's Python stacks.")
-                self._stacks.request(self.instances, f"{inst.who} reported a stall: {reason}",
-                                     "stall", keep=inst.index)
+                if self._stacks.dump is None:  # the job's failure, when it comes, is the stall
+                    self._stacks.request(self.instances, f"{inst.who} reported a stall: "
+                                         f"{reason}", "stall", keep=inst.index)
 
     def _on_exit(self, inst: Instance, returncode: int) -> None:
         inst.returncode = returncode
@@ -401,6 +379,10 @@ class Supervisor:
         self._stacks.ended(inst.index)
         self.hang.forget(inst.index)
         self.world.exited(inst)
+
+    @property
+    def stacks(self) -> StackCollector:
+        return self._stacks
 
     def send(self, inst: Instance, kind: int, payload: bytes = b"") -> None:
         """One frame to ``inst``'s wrapper (it has a connection)."""

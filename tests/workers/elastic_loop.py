@@ -6,6 +6,11 @@ environment: ELASTIC_PID_DIR  each worker writes its pid to <dir>/pid-<hostname>
              ELASTIC_STEP_SLEEP  seconds to sleep after each step (default 0)
              ELASTIC_FAIL_STEP  the last rank exits with 3 as it begins this step, every time
                                 (after ELASTIC_FAIL_SLOW seconds, default 0)
+             ELASTIC_HANG=KIND:STEP  rank 1 hangs as it begins this step, once per job (the file
+                                OUT_JSON.hung remembers it): KIND "busy" spins in Python,
+                                "lock" waits on a lock it holds, "read" reads a pipe nobody
+                                writes, "mismatch" calls hvd.broadcast_object instead
+             ELASTIC_HANG_ON_SIGNAL=KIND  a worker that gets SIGUSR2 hangs so (busy, lock, read)
 
 Step n trains on global batch n % BATCHES of elastic_reference.py, split across the ranks, so
 the final weights equal elastic_reference.loop_reference(TOTAL) at any history of world sizes.
@@ -16,8 +21,10 @@ writes OUT_JSON: kernel, bias, step, size, host, and its own resets and steps ru
 """
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -61,6 +68,39 @@ def train_step(x, y):
 
 
 counters = {"resets": 0, "steps_run": 0}
+hang_kind, _, hang_step = os.environ.get("ELASTIC_HANG", "").partition(":")
+
+
+def hang(kind):
+    if kind == "busy":
+        while True:
+            pass
+    elif kind == "lock":
+        lock = threading.Lock()
+        lock.acquire()
+        lock.acquire()
+    elif kind == "read":
+        read_end, _ = os.pipe()
+        os.read(read_end, 1)
+    elif kind == "mismatch":
+        hvd.broadcast_object(hvd.rank(), root_rank=0)
+
+
+if os.environ.get("ELASTIC_HANG_ON_SIGNAL"):
+    signal.signal(signal.SIGUSR2, lambda signum, frame: hang(os.environ["ELASTIC_HANG_ON_SIGNAL"]))
+
+
+def maybe_hang(step, rank):
+    """ELASTIC_HANG: rank 1 hangs before ``step``, the first time any worker gets there."""
+    if not hang_kind or step != int(hang_step) or rank != 1:
+        return
+    flag = out_path + ".hung"
+    try:
+        os.close(os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    print(f"rank {rank} hangs ({hang_kind}) at step {step}", flush=True)
+    hang(hang_kind)
 
 
 def on_reset():
@@ -80,6 +120,7 @@ def train(state):
             time.sleep(float(os.environ.get("ELASTIC_FAIL_SLOW", "0")))
             print(f"failing at step {fail_step}", flush=True)
             os._exit(3)
+        maybe_hang(state.step + 1, rank)
         part = rows(state.step % BATCHES, rank, size)
         train_step(tf.constant(x_all[part]), tf.constant(y_all[part]))
         state.step += 1

@@ -20,6 +20,7 @@ STACKS = 6     # text: the program's Python stacks (faulthandler), after a DUMP
 STALL = 7      # text: the program's collectives watchdog reports a stall
 PROGRESS = 8   # "STEP": the program reported training progress (popdist_launcher.report_progress)
 PROBED = 9     # one letter: the program's process state (/proc/PID/stat: R, S, D, T ...)
+WHERE = 10     # "LEFT POSITION": where the program is now, for the hang check (whereabouts.py)
 # launcher -> wrapper
 CHALLENGE = 20  # 16 random bytes, sent on accept (TCP and Unix sockets)
 SPEC = 21       # mac(secret, b"launcher" + wrapper's challenge, index) + encode_spec()
@@ -51,6 +52,7 @@ STACK_FD_ENV = "POPRUN_STACK_FD"  # the program's end of the stack pipe (see sta
 STACK_READY = b"\0ready\n"
 STACK_STALL = b"\0stall "
 STACK_PROGRESS = b"\0progress "
+STACK_WHERE = b"\0where "
 
 
 SPEC_HEADER = struct.Struct("!BII")

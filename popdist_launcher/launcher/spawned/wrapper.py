@@ -1,5 +1,5 @@
-"""One instance's supervision loop, in its wrapper: the program's output, exit, Python stacks
-and progress reports go to the launcher; the launcher's signals, stdin, stack requests and
+"""One instance's supervision loop, in its wrapper: the program's output, exit, Python stacks,
+progress reports and whereabouts go to the launcher; the launcher's signals, stdin, stack requests and
 release come to the program (see instance.py for how the wrapper starts)."""
 import _signal
 import _socket
@@ -221,6 +221,8 @@ class Wrapper:
                 self.send(p.STALL, message[len(p.STACK_STALL):].rstrip(b"\n"))
             elif message.startswith(p.STACK_PROGRESS):
                 self.send(p.PROGRESS, message[len(p.STACK_PROGRESS):].rstrip(b"\n"))
+            elif message.startswith(p.STACK_WHERE):
+                self.send(p.WHERE, message[len(p.STACK_WHERE):].rstrip(b"\n"))
 
     def dump(self) -> None:
         """Ask the program for its stacks; they are sent once its dump went quiet."""
