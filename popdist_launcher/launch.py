@@ -33,6 +33,7 @@ from popdist_launcher.launcher import topology
 from popdist_launcher.launcher.run_job import run_job
 from popdist_launcher.launcher import options as options_lib
 from popdist_launcher.launcher import peer_options
+from popdist_launcher.launcher import cli_values
 from popdist_launcher.launcher.output import OutputDirError
 from popdist_launcher.launcher.backends.detect import BACKENDS
 from popdist_launcher.launcher.plan import PlanError
@@ -157,113 +158,6 @@ def _check_build(ctx: click.Context, param: click.Parameter, value: bool) -> Non
     ctx.exit(0)
 
 
-def _parse_port_range(ctx: click.Context, param: click.Parameter,
-                      value: Optional[str]) -> Optional[Tuple[int, int]]:
-    if value is None:
-        return None
-    low, sep, high = str(value).partition("-")
-    if sep and low.isdigit() and high.isdigit() and 1024 <= int(low) <= int(high) <= 65535:
-        return int(low), int(high)
-    raise click.BadParameter(
-        f"{value!r} is not a port range; expected LOW-HIGH with 1024 <= LOW <= HIGH <= 65535, "
-        f"e.g. 20000-30000.")
-
-
-MAX_SECONDS = 7 * 24 * 3600.0  # start timeout and grace period: at most a week
-
-
-def _seconds(zero_ok: bool):
-    """Callback: a finite number of seconds, above 0 (or 0 allowed), at most MAX_SECONDS."""
-    def check(ctx: click.Context, param: click.Parameter,
-              value: Optional[float]) -> Optional[float]:
-        if value is None:
-            return None
-        low = "0 or more" if zero_ok else "more than 0"
-        if not (value >= 0 if zero_ok else value > 0) or not value <= MAX_SECONDS:
-            raise click.UsageError(
-                f"{param.opts[-1]} {value!r} is not a usable number of seconds; expected a finite "
-                f"number, {low} and at most {MAX_SECONDS:g} (a week), e.g. "
-                f"{param.default or 600:g}.", ctx)
-        return value
-    return check
-
-
-def _gpus_per_instance(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    value = str(value).strip().lower()
-    if value in ("auto", "none") or value.isdigit() and int(value) >= 1:
-        return value
-    raise click.UsageError(f"--gpus-per-instance {value!r} is not auto, none or a number of GPUs "
-                           f"of 1 or more; e.g. --gpus-per-instance auto (one GPU per local "
-                           f"replica).", ctx)
-
-
-def _flag(param: click.Parameter) -> str:
-    """The option's first long name (its own, before peers' aliases)."""
-    return next(o for o in param.opts if o.startswith("--"))
-
-
-def _shell_words(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    """Callback: the value must split like a shell command line (it is split with shlex)."""
-    import shlex
-    try:
-        shlex.split(value or "")
-    except ValueError as exc:
-        raise click.UsageError(
-            f"{_flag(param)} {value!r} cannot be split into arguments ({exc}); balance its "
-            f"quotes as on a shell command line, e.g. \"--mca btl tcp,self\".", ctx) from None
-    return value
-
-
-def _instance_list(ctx: click.Context, param: click.Parameter,
-                   value: Optional[str]) -> Optional[Tuple[int, ...]]:
-    """Callback: ``N`` or ``N,M,...`` (instance indices); checked against -np later."""
-    if value is None:
-        return None
-    parts = [p.strip() for p in str(value).split(",")]
-    if not parts or not all(p.isdigit() for p in parts):
-        raise click.UsageError(f"{_flag(param)} {value!r} is not a list of instance indices; "
-                               f"expected N or N,M,... such as 0 or 0,1.", ctx)
-    return tuple(sorted({int(p) for p in parts}))
-
-
-def _instance_args(ctx: click.Context, param: click.Parameter,
-                   value: Sequence[str]) -> Tuple[Tuple[int, str], ...]:
-    """Callback: PopRun's ``I:"ARGS"`` items (instance index, mpirun arguments)."""
-    import shlex
-    items = []
-    for item in value:
-        index, sep, words = item.partition(":")
-        problem = None
-        if not sep or not index.strip().isdigit():
-            problem = "has no instance index"
-        else:
-            try:
-                shlex.split(words)
-            except ValueError as exc:
-                problem = f"cannot be split into arguments ({exc})"
-        if problem:
-            raise click.UsageError(
-                f"--instance-mpi-local-args {item!r} {problem}; expected INDEX:\"ARGS\", e.g. "
-                f"--instance-mpi-local-args 0:\"-x FOO=1\".", ctx)
-        items.append((int(index), words))
-    return tuple(items)
-
-
-def _export_path(ctx: click.Context, param: click.Parameter,
-                 value: Optional[str]) -> Optional[str]:
-    """Callback: --export-config's folder must exist and be writable."""
-    if value is None:
-        return None
-    folder = os.path.dirname(value) or "."
-    if not os.path.isdir(folder):
-        raise click.UsageError(f"--export-config {value!r}: the folder {folder!r} does not exist; "
-                               f"create it first or give a FILE in an existing folder.", ctx)
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise click.UsageError(f"--export-config {value!r}: the folder {folder!r} is not writable "
-                               f"by you; give a FILE in a folder you can write to.", ctx)
-    return value
-
-
 @click.command(
     context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"],
                       "show_default": True},
@@ -286,7 +180,7 @@ def _export_path(ctx: click.Context, param: click.Parameter,
               help="Export a variable to every instance; NAME alone passes the current value. "
                    "Repeatable.")
 @click.option("--only-output-from-instance", "--local-ranks-filter", "only_output_from_instance",
-              default=None, metavar="N[,N...]", callback=_instance_list, show_envvar=True,
+              default=None, metavar="N[,N...]", callback=cli_values.instance_list, show_envvar=True,
               help="Show only these instances' output on the console (--output-dir still gets "
                    "every instance's). Instance indices count across hosts (torchrun's "
                    "--local-ranks-filter counts per host: the same on one host).")
@@ -303,18 +197,18 @@ def _export_path(ctx: click.Context, param: click.Parameter,
               show_envvar=True,
               help="Start each line, on the console and in --output-dir's logs, with its time "
                    "of arrival: [YYYY-MM-DDTHH:MM:SS.mmm] (local time), as mpirun's option.")
-@click.option("--start-timeout", type=float, default=120.0, callback=_seconds(False),
+@click.option("--start-timeout", type=float, default=120.0, callback=cli_values.seconds(False),
               show_envvar=True,
               help="Seconds allowed for every instance to start and for Horovod's rendezvous.")
-@click.option("--grace-period", type=float, default=10.0, callback=_seconds(True),
+@click.option("--grace-period", type=float, default=10.0, callback=cli_values.seconds(True),
               show_envvar=True,
               help="Seconds between the stop signal (SIGTERM, or the SIGINT/SIGHUP poprun-lite "
                    "received) and SIGKILL when the job is stopped.")
-@click.option("--timeout", type=float, default=None, callback=_seconds(False), show_envvar=True,
+@click.option("--timeout", type=float, default=None, callback=cli_values.seconds(False), show_envvar=True,
               help="Seconds the whole job may run; then every instance's Python stacks are "
                    "printed (and saved in --output-dir) and the job is stopped (exit code 124). "
                    "SIGQUIT to poprun-lite prints the stacks at any time.  [default: none]")
-@click.option("--hang-timeout", type=float, default=None, callback=_seconds(True),
+@click.option("--hang-timeout", type=float, default=None, callback=cli_values.seconds(True),
               show_envvar=True, metavar="SECONDS",
               help="When nothing in the job moved (progress reports, instances entering or "
                    "leaving collectives) for SECONDS, an instance that is stopped, runs its own "
@@ -323,7 +217,7 @@ def _export_path(ctx: click.Context, param: click.Parameter,
                    "(docs/elastic.md, 'Hung workers'). 0 turns the check off.  [default: 5 x "
                    "the longest interval between the job's events, at least 30 s; 120 s before "
                    "the first step]")
-@click.option("--port-range", default=None, metavar="LOW-HIGH", callback=_parse_port_range,
+@click.option("--port-range", default=None, metavar="LOW-HIGH", callback=cli_values.parse_port_range,
               show_envvar=True, help="Where to look for free TF_CONFIG ports "
                                      "[default: below the kernel's ephemeral range].")
 @click.option("-H", "--host", "host", default=None, metavar="HOST[:SLOTS],...", show_envvar=True,
@@ -358,14 +252,14 @@ def _export_path(ctx: click.Context, param: click.Parameter,
 @click.option("--host-subnet", default=None, metavar="CIDR", show_envvar=True,
               help="Use each host's address in this subnet, e.g. 10.1.0.0/16.")
 @click.option("--mpi-global-args", "--mpi-args", "mpi_global_args", default="", metavar="ARGS",
-              callback=_shell_words,
+              callback=cli_values.shell_words,
               show_envvar=True,
               help="Extra arguments for mpirun (mpi backend), e.g. \"--mca btl tcp,self\".")
-@click.option("--mpi-local-args", default="", metavar="ARGS", callback=_shell_words,
+@click.option("--mpi-local-args", default="", metavar="ARGS", callback=cli_values.shell_words,
               show_envvar=True,
               help="Extra arguments for each instance's part of the mpirun command line.")
 @click.option("--instance-mpi-local-args", multiple=True, metavar='I:"ARGS"',
-              callback=_instance_args, show_envvar=True,
+              callback=cli_values.instance_args, show_envvar=True,
               help="More mpirun arguments for instance I only (mpi backend; each run of "
                    "instances with the same arguments becomes one mpirun app context), e.g. "
                    "0:\"-x DEBUG=1\". Repeatable. Other backends ignore it and say so.")
@@ -383,7 +277,7 @@ def _export_path(ctx: click.Context, param: click.Parameter,
                    "TF_NUM_INTEROP_THREADS to at most 2; a variable the instance's environment "
                    "or -x sets is left alone.")
 @click.option("--gpus-per-instance", default="auto", metavar="auto|none|N",
-              callback=_gpus_per_instance, show_envvar=True,
+              callback=cli_values.gpus_per_instance, show_envvar=True,
               help="Give each instance its own GPUs through CUDA_VISIBLE_DEVICES (and "
                    "TF_FORCE_GPU_ALLOW_GROWTH=true): auto = one per local replica, N = N each, "
                    "none = leave CUDA_VISIBLE_DEVICES alone. Hosts without GPUs get nothing.")
@@ -434,7 +328,7 @@ def _export_path(ctx: click.Context, param: click.Parameter,
 @click.option("--slots-per-host", type=int, default=None, show_envvar=True,
               help="Elastic: slots of a host named without (a bare discovery line, -H NAME).  "
                    "[default: 1]")
-@click.option("--elastic-timeout", type=float, default=None, callback=_seconds(False),
+@click.option("--elastic-timeout", type=float, default=None, callback=cli_values.seconds(False),
               show_envvar=True,
               help="Elastic: seconds the job may stay below --min-np (waiting for hosts) before "
                    "it ends.  [default: 600]")
@@ -464,7 +358,7 @@ def _export_path(ctx: click.Context, param: click.Parameter,
               help="Read option values from a TOML or YAML file (a name under configs/ works); "
                    "the command line overrides them.")
 @click.option("--export-config", type=click.Path(dir_okay=False), default=None, metavar="FILE",
-              callback=_export_path, show_envvar=True,
+              callback=cli_values.export_path, show_envvar=True,
               help="Write the effective options to FILE (TOML, or YAML for .yaml), then run. "
                    "An existing FILE is kept (an error) unless --overwrite-config.")
 @click.option("--overwrite-config/--no-overwrite-config", default=False, show_default=False,

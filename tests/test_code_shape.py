@@ -122,29 +122,27 @@ MAX_CLASS_LINES = 450
 
 # Files over the bar, each with the most lines it may have: growth past that fails.
 FILES_OVER_THE_BAR: Dict[str, int] = {
-    # The click CLI with its start-up tricks at module level; to be split (issue 40).
-    "popdist_launcher/launch.py": 581,
     # Horovod's driver in its helper: Horovod's private seams beside the helper's threads.
     "popdist_launcher/launcher/spawned/elastic_driver.py": 599,
     # One attempt's state machine; its class is over the bar as well (below).
-    "popdist_launcher/launcher/supervisor.py": 514,
+    "popdist_launcher/launcher/supervisor.py": 506,
     # Every collective's TensorFlow ops, eager and graph, in one module.
     "popdist_launcher/collectives/_ops.py": 582,
     # Graphcore's IPUEstimator: model_fn wrapping, loops, host_call and input_fn in one module.
-    "popdist_launcher/ipu/ipu_estimator.py": 619,
+    "popdist_launcher/ipu/ipu_estimator.py": 591,
 }
 CLASSES_OVER_THE_BAR: Dict[str, int] = {
-    "popdist_launcher/launcher/supervisor.py:Supervisor": 465,
+    "popdist_launcher/launcher/supervisor.py:Supervisor": 454,
 }
 
 # Import circles between units that exist today, each the largest set of units it may join.
-# The library's: the package root (popdist_launcher/__init__ and its private start-up,
-# Keras and run-config modules) is imported by the subpackages and imports them back, and
-# ipu/ and strategies/ import each other. The launcher's: backends and the plan; the agent, the
+# The library's: the package root (popdist_launcher/__init__) and the compat layer are imported
+# by the subpackages and import them back (the compat layer's hooks reach into ipu/, tf_config),
+# and ipu/ and strategies/ import each other. The launcher's: backends and the plan; the agent, the
 # elastic package and the options.
 KNOWN_CIRCLES: List[FrozenSet[str]] = [
-    frozenset({"popdist_launcher", "_keras2", "_run_config", "_startup", "collectives", "ipu",
-               "runtime", "strategies", "tf_config"}),
+    frozenset({"popdist_launcher", "compat", "collectives", "ipu", "runtime", "strategies",
+               "tf_config"}),
     frozenset({"launcher.backends", "launcher.plan"}),
     frozenset({"launcher.agent", "launcher.elastic", "launcher.options"}),
 ]
@@ -167,10 +165,15 @@ def package_files() -> List[pathlib.Path]:
 
 def unit_of(dotted: str) -> str:
     """The unit a module belongs to: a subpackage of ``popdist_launcher`` or of ``launcher``, or
-    a module directly in either (``popdist_launcher`` itself for the package's __init__)."""
+    a module directly in either (``popdist_launcher`` itself for the package's __init__). The
+    package's private modules and folders (``_startup``, ``_import_table``, ``_keras2``,
+    ``_estimator_compat/`` ...: the import table, its finder and the compatibility modules it
+    applies) are one unit, ``compat``, the layer the rest stands on."""
     parts = dotted.split(".")
     if len(parts) == 1:
         return "popdist_launcher"
+    if parts[1].startswith("_") and not parts[1].startswith("__"):
+        return "compat"
     if parts[1] == "launcher":
         return "launcher" if len(parts) == 2 else f"launcher.{parts[2]}"
     return parts[1]
@@ -257,8 +260,7 @@ def test_no_unit_imports_another_subpackages_private_module_beyond_the_known_one
             private = [i for i, part in enumerate(parts) if i >= 2 and part.startswith("_")
                        and not part.startswith("__")]
             if private and unit_of(target) != source and len(parts) > 2 \
-                    and unit_of(target) not in ("popdist_launcher",) \
-                    and not unit_of(target).startswith("_"):
+                    and unit_of(target) not in ("popdist_launcher", "compat"):
                 found.add(f"{source} -> {'.'.join(parts[:private[0] + 1])}")
     assert found - KNOWN_PRIVATE_IMPORTS == set()
 

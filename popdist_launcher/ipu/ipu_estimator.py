@@ -33,8 +33,9 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import tensorflow as tf
 
-from popdist_launcher import report_progress, runtime
+from popdist_launcher import runtime
 from popdist_launcher.whereabouts import long_phase
+from popdist_launcher.ipu import _estimator_hooks as estimator_hooks
 from popdist_launcher.ipu.ipu_run_config import RunConfig
 
 log = logging.getLogger(__name__)
@@ -208,9 +209,9 @@ class IPUEstimator(tf.estimator.Estimator):
                 log.info("skipping training: global step %d has reached max_steps %d", done,
                          max_steps)
                 return self
-        hooks = list(hooks or []) + [_ProgressHook()]
+        hooks = list(hooks or []) + [estimator_hooks.ProgressHook()]
         if steps is not None or max_steps is not None:
-            hooks.append(_StopAtStepHook(steps, max_steps))
+            hooks.append(estimator_hooks.StopAtStepHook(steps, max_steps))
         listeners, evaluations = self._split_listeners(saving_listeners)
         # tf.estimator's own stop hook assumes one step per Session.run; ours knows per_loop.
         super().train(input_fn, hooks=hooks, saving_listeners=listeners if self._is_chief else None)
@@ -588,35 +589,3 @@ def _call_with_accepted(fn: Callable, **available: Any) -> Any:
 
     accepted = estimator_util.fn_args(fn)
     return fn(**{name: value for name, value in available.items() if name in accepted})
-
-
-class _ProgressHook(tf.compat.v1.train.SessionRunHook):
-    """Reports the global step to poprun-lite after every run (popdist_launcher.report_progress:
-    elastic jobs tell progress from it)."""
-
-    def begin(self) -> None:
-        self._global_step = tf.compat.v1.train.get_global_step().read_value()
-
-    def after_run(self, run_context, run_values) -> None:
-        # read after the run (a fetch of the run may see the step before the loop's update)
-        report_progress(int(run_context.session.run(self._global_step)))
-
-
-class _StopAtStepHook(tf.compat.v1.train.SessionRunHook):
-    """Stops after ``steps`` more steps or at ``last_step``, reading the global step itself."""
-
-    def __init__(self, steps: Optional[int], last_step: Optional[int]) -> None:
-        self._steps, self._last_step = steps, last_step
-
-    def begin(self) -> None:
-        self._global_step = tf.compat.v1.train.get_global_step().read_value()
-
-    def after_create_session(self, session, coord) -> None:
-        if self._steps is not None:
-            self._last_step = int(session.run(self._global_step)) + self._steps
-
-    def after_run(self, run_context, run_values) -> None:
-        # Read after the run, never as a fetch of it: a fetch may see the step before or after
-        # the loop's update, and instances that stop on different steps wait for each other.
-        if int(run_context.session.run(self._global_step)) >= self._last_step:
-            run_context.request_stop()
