@@ -205,6 +205,9 @@ HOOKS = (
     Hook("tensorflow.python.checkpoint.checkpoint_management",
          "popdist_launcher._progress_hooks:install_checkpoint_manager",
          when=("progress-reports",)),
+    *(Hook(callbacks, "popdist_launcher._progress_hooks:install_keras_callbacks",
+           when=("progress-reports",)) for callbacks in ("tf_keras.src.callbacks",
+                                                         "keras.src.callbacks")),
 )
 
 # Switches the environment turns on at interpreter start: switch -> {variable: value} (all must

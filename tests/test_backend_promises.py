@@ -303,6 +303,26 @@ def test_timeout_ends_a_hung_job_with_every_instances_stacks(backend, pid_dir, t
     assert wait_gone(read_pids(pid_dir, "pid")) == []
 
 
+def test_a_hung_instance_is_named_with_its_stack_and_cut(backend):
+    """The hang check (docs/elastic.md, 'Hung workers'): instance 3 waits on a lock it holds
+    while the others wait in Horovod's allreduce; it is named (index, host), its stack printed,
+    and the job fails with it as the root cause, whichever backend started it."""
+    import re
+    result = backend.run("-np", str(NP), "--hang-timeout", "10", "--grace-period", "2",
+                         program("hang_member.py"), "eager", "16", "lock:3:4", timeout=240)
+    err = result.stderr
+    assert result.returncode == 1, err[-4000:]
+    found = re.search(r"instance (\d) \(host ([\w.-]+)\) was hung: (.*?); killed it with SIGKILL",
+                      err)
+    assert found and found[1] == "3" and found[2] == backend.hosts[3], err[-4000:]
+    assert found[3].startswith("it ran its own code, outside any collective, for "), found[3]
+    assert "in collective allreduce" in found[3], found[3]
+    assert f"hang check: the Python stacks of instance 3 (host {backend.hosts[3]}, pid " in err
+    assert re.search(r'hang_member\.py", line \d+ in hang', err), err[-4000:]
+    report = err.split("===== job failed: root cause =====", 1)[1]
+    assert "instance 3" in report.splitlines()[1], report[:2000]
+
+
 # ---- bad input -----------------------------------------------------------------------------
 
 def one_sentence(result, words: str) -> None:

@@ -1,8 +1,12 @@
 """The hang check's decisions as pure functions: who is hung given where every instance is
 (launcher/hang_decision.py), the learned bound and its first-step bound (launcher/hang.py), and
 where a sampled stack is (popdist_launcher/whereabouts.py). No process is started."""
+import importlib
+import importlib.util
 import sys
 import threading
+
+import pytest
 
 from popdist_launcher import whereabouts
 from popdist_launcher.launcher.hang import FIRST_STEP_S, HANG_FACTOR, HANG_FLOOR_S, HangWatch
@@ -136,4 +140,42 @@ def test_a_long_phase_is_reported_while_it_runs():
     main = threading.main_thread().ident
     with whereabouts.long_phase("evaluation"):
         assert whereabouts.position(sys._current_frames(), main, set()) == "long evaluation"
+    assert whereabouts.position(sys._current_frames(), main, set()) == "program"
+
+
+@pytest.mark.parametrize("callback", ["ModelCheckpoint", "BackupAndRestore"])
+def test_keras_checkpointing_callbacks_save_inside_a_long_phase(tmp_path, monkeypatch, callback):
+    """Keras' checkpointing callbacks (Keras 2, as this test process has it) are long phases
+    while they write: what they write with (the model's save_weights, the checkpoint manager's
+    save) runs inside one, and nothing is left marked afterwards."""
+    import numpy as np
+    import tensorflow as tf
+
+    from popdist_launcher import _progress_hooks
+    keras = importlib.import_module("tf_keras" if importlib.util.find_spec("tf_keras") else "keras")
+    callbacks = importlib.import_module(keras.__name__ + ".src.callbacks")
+    _progress_hooks.install_keras_callbacks(callbacks)
+    main = threading.main_thread().ident
+    seen = []
+
+    def here():
+        seen.append(whereabouts.position(sys._current_frames(), main, set()))
+
+    manager_save = tf.train.CheckpointManager.save
+    monkeypatch.setattr(tf.train.CheckpointManager, "save",
+                        lambda self, *a, **k: (here(), manager_save(self, *a, **k))[1])
+
+    class Recording(keras.Model):
+        def save_weights(self, *args, **kwargs):
+            here()
+            return super().save_weights(*args, **kwargs)
+
+    inputs = keras.Input((2,))
+    model = Recording(inputs, keras.layers.Dense(1)(inputs))
+    model.compile(optimizer="sgd", loss="mse")
+    made = (callbacks.ModelCheckpoint(str(tmp_path / "ckpt.weights.h5"), save_weights_only=True)
+            if callback == "ModelCheckpoint" else
+            callbacks.BackupAndRestore(str(tmp_path / "backup")))
+    model.fit(np.ones((4, 2)), np.ones((4, 1)), epochs=2, verbose=0, callbacks=[made])
+    assert len(seen) >= 2 and set(seen) == {f"long Keras {callback} save"}, seen
     assert whereabouts.position(sys._current_frames(), main, set()) == "program"
