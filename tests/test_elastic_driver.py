@@ -208,8 +208,8 @@ def test_a_failed_slot_on_a_live_host_is_started_again_and_the_job_finishes(laun
     assert fake.kinds("BLACKLIST", "STOP", "FATAL") == []
     assert fake.kinds("RETRY") == [{
         "kind": "RETRY", "host": "hB", "wid": hb, "streak": 1, "limit": 3,
-        "sentence": f"instance {hb} on hB exited with 9; restarting in place (failure 1 in a "
-                    f"row without progress; --host-failure-limit 3)"}]
+        "sentence": f"instance {hb} on hB exited with 9; restarting in place (failure 1 of "
+                    f"--host-failure-limit 3, counted again from 1 after progress)"}]
     assert done["error"] is None
     assert {name: code for name, (code, _) in done["results"].items()} == {"hA[0]": 0, "hB[0]": 0}
     # Both finished at size 2 with the same state: 20 steps of size 2 (the 8 steps before the
