@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import importlib.util
 import os
 import sys
 import time
@@ -31,7 +32,8 @@ from typing import Callable, Dict, List, Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Keras 2, as the numbers in the docs were measured (TF_USE_LEGACY_KERAS=0 measures Keras 3).
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+if importlib.util.find_spec("tf_keras"):  # TensorFlow 2.16+ (2.15 has Keras 2 only)
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 _IMPORT_STARTED = time.perf_counter()
 
 import numpy as np  # noqa: E402

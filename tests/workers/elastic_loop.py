@@ -20,6 +20,7 @@ t=<time>`` after a reset and ``done rank <r> size <s> step <n>`` at the end. The
 writes OUT_JSON: kernel, bias, step, size, host, and its own resets and steps run.
 """
 import json
+import importlib.util
 import os
 import signal
 import socket
@@ -28,7 +29,8 @@ import threading
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # a Keras 2 program (its legacy optimizer)
+if importlib.util.find_spec("tf_keras"):  # TensorFlow 2.16+ (2.15 has Keras 2 only)
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # a Keras 2 program (its legacy optimizer)
 import tensorflow as tf  # noqa: E402
 import horovod.tensorflow as hvd  # noqa: E402
 

@@ -27,6 +27,7 @@ the reset count plus one, as the state rank 0 last synced holds it).
 """
 import argparse
 import json
+import importlib.util
 import os
 import signal
 import sys
@@ -62,7 +63,8 @@ if args.pid_dir:
 if host == args.fail_at_import:
     raise ImportError(f"{host}: this host's environment is broken (a scheduled ImportError)")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # a Keras 2 program (its legacy optimizer)
+if importlib.util.find_spec("tf_keras"):  # TensorFlow 2.16+ (2.15 has Keras 2 only)
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # a Keras 2 program (its legacy optimizer)
 import tensorflow as tf  # noqa: E402
 import horovod.tensorflow as hvd  # noqa: E402
 
