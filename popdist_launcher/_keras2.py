@@ -69,11 +69,16 @@ def choose(environ=os.environ) -> bool:
     tf-keras (``TF_USE_LEGACY_KERAS`` as its environment sets it, else set to 1 here for a
     program whose own source imports a ``keras_2_api`` module); False on TensorFlow 2.15."""
     value = environ.get(LEGACY_KERAS_ENV)
+    import importlib.util
+    if importlib.util.find_spec("tf_keras") is None and _keras_is_2():
+        # TensorFlow 2.15: tf.keras is Keras 2 already, and its loader breaks with the variable
+        # set (it looks for tf-keras): whatever the user asked, this program gets that Keras 2.
+        environ.pop(LEGACY_KERAS_ENV, None)
+        return False
     if value is not None:
         return value in _ON
-    import importlib.util
     if importlib.util.find_spec("tf_keras") is None:
-        return False  # TensorFlow 2.15 (its tf.keras breaks with the variable set) or no tf-keras
+        return False  # no tf-keras beside Keras 3
     if environ.get(_contract.TF1) == "1":
         found = ("the program", "TensorFlow 1 (poprun-lite --tf1)")
     else:
@@ -84,6 +89,16 @@ def choose(environ=os.environ) -> bool:
     logging.getLogger(__name__).debug("%s imports %s: Keras 2 (tf-keras)", *found)
     environ[LEGACY_KERAS_ENV] = "1"
     return True
+
+
+def _keras_is_2() -> bool:
+    """Whether the installed ``keras`` distribution is Keras 2 (TensorFlow 2.15's), read from its
+    metadata: nothing is imported."""
+    import importlib.metadata
+    try:
+        return importlib.metadata.version("keras").startswith("2.")
+    except importlib.metadata.PackageNotFoundError:
+        return False
 
 
 def instance_value():
