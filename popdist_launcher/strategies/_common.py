@@ -48,3 +48,11 @@ def call_for_the_only_replica(extended, fn, args, kwargs):
     args, kwargs = distribute_utils.select_replica(0, (args, kwargs))
     with tf.device(extended.worker_devices[0]), context:
         return distribute_utils.regroup((fn(*args, **kwargs),))
+
+
+def check_replication_mode(options) -> None:
+    """NotImplementedError for InputReplicationMode.PER_REPLICA, which no strategy of ours takes."""
+    if options and options.experimental_replication_mode == \
+            distribute_lib.InputReplicationMode.PER_REPLICA:
+        raise NotImplementedError(
+            "InputReplicationMode.PER_REPLICA is not supported; use the default PER_WORKER.")

@@ -19,11 +19,13 @@ import tensorflow as tf
 
 from popdist_launcher import tf_config
 from popdist_launcher.ipu import _ipu_devices, _jit_functions
-from popdist_launcher.strategies._common import (call_for_the_only_replica, is_sharded,
+from popdist_launcher.strategies import _host_input
+from popdist_launcher.strategies._common import (call_for_the_only_replica,
+                                                 check_replication_mode, is_sharded,
                                                  resolve_reduce_op)
 from popdist_launcher.strategies._tf_internal import (TFConfigClusterResolver,
-                                                       collective_all_reduce_strategy, nest,
-                                                       values_lib)
+                                                       collective_all_reduce_strategy, input_util,
+                                                       nest, values_lib)
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +55,25 @@ class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceE
                 if _ipu_devices.is_tf_function(fn) else result
         return call_for_the_only_replica(self, _ipu_devices.on_replica_ipu(fn), args, kwargs)
 
+    # ---- input: TensorFlow's, except that one CPU replica reads its dataset in place ---------
     def _experimental_distribute_dataset(self, dataset, options):
+        check_replication_mode(options)
         self._warn_if_sharded_twice(dataset)
-        return super()._experimental_distribute_dataset(dataset, options)
+        input_workers = self._input_workers_with_options(options)
+        dataset, options = _host_input.for_dataset(self.worker_devices, dataset, options)
+        return input_util.get_distributed_dataset(
+            dataset, input_workers, self._container_strategy(),
+            num_replicas_in_sync=self._num_replicas_in_sync,
+            input_context=self._make_input_context(), options=options)
+
+    def _distribute_datasets_from_function(self, dataset_fn, options):
+        check_replication_mode(options)
+        input_workers = self._input_workers_with_options(options)
+        dataset_fn, options = _host_input.for_dataset_fn(self.worker_devices, dataset_fn, options)
+        return input_util.get_distributed_datasets_from_function(
+            dataset_fn=dataset_fn, input_workers=input_workers,
+            input_contexts=[self._make_input_context()], strategy=self._container_strategy(),
+            options=options)
 
     def _warn_if_sharded_twice(self, dataset) -> None:
         """Once per strategy, on the chief: a dataset the program sharded is sharded again."""

@@ -25,7 +25,9 @@ from popdist_launcher.strategies._tf_internal import (CheckpointInitialValue, di
                                                        distribute_utils, input_lib_v1, input_util,
                                                        mirrored_strategy, nest, reduce_util,
                                                        values_lib)
-from popdist_launcher.strategies._common import (call_for_the_only_replica, is_sharded,
+from popdist_launcher.strategies import _host_input
+from popdist_launcher.strategies._common import (call_for_the_only_replica,
+                                                 check_replication_mode, is_sharded,
                                                  resolve_reduce_op)
 from popdist_launcher.strategies.horovod_cross_device_ops import HorovodAllReduce
 
@@ -210,14 +212,16 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
         return dataset.batch(replicas, drop_remainder=True).map(merge)
 
     def _experimental_distribute_dataset(self, dataset, options):
-        _check_replication_mode(options)
+        check_replication_mode(options)
         self._warn_if_not_sharded(dataset)
         if not self._input_grouped:
             dataset = self.replica_elements(dataset)
         # This instance's dataset, one element per local replica: no input context, so
         # TensorFlow shards nothing across instances.
+        input_workers = self._input_workers_with_options(options)
+        dataset, options = _host_input.for_dataset(self.worker_devices, dataset, options)
         return input_util.get_distributed_dataset(
-            dataset, self._input_workers_with_options(options), self._container_strategy(),
+            dataset, input_workers, self._container_strategy(),
             num_replicas_in_sync=self._num_local, options=options)
 
     def _warn_if_not_sharded(self, dataset) -> None:
@@ -235,9 +239,11 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
             type(self._container_strategy()).__name__, self._num_instances, self._num_instances)
 
     def _distribute_datasets_from_function(self, dataset_fn, options):
-        _check_replication_mode(options)
+        check_replication_mode(options)
+        input_workers = self._input_workers_with_options(options)
+        dataset_fn, options = _host_input.for_dataset_fn(self.worker_devices, dataset_fn, options)
         return input_util.get_distributed_datasets_from_function(
-            dataset_fn=dataset_fn, input_workers=self._input_workers_with_options(options),
+            dataset_fn=dataset_fn, input_workers=input_workers,
             input_contexts=[self._make_input_context()], strategy=self._container_strategy(),
             options=options)
 
@@ -267,13 +273,6 @@ def _is_global_step(variable_kwargs) -> bool:
     name = str(variable_kwargs.get("name") or "").split(":")[0]
     return (tf.compat.v1.GraphKeys.GLOBAL_STEP in collections
             or name == tf.compat.v1.GraphKeys.GLOBAL_STEP)
-
-
-def _check_replication_mode(options) -> None:
-    if options and options.experimental_replication_mode == \
-            distribute_lib.InputReplicationMode.PER_REPLICA:
-        raise NotImplementedError(
-            "InputReplicationMode.PER_REPLICA is not supported; use the default PER_WORKER.")
 
 
 class _HorovodStrategyBase(distribute_lib.Strategy):
