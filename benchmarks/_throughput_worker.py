@@ -18,6 +18,13 @@ also takes the next element of a ``distribute_datasets_from_function`` iterator,
 ``tf.nn.compute_average_loss`` over the global batch. Plain Horovod averages the gradients of each
 instance's mean loss, which is the same gradient. Each step returns the per-instance loss without a
 cross-replica reduction, so every variant does exactly one gradient all-reduce per step.
+
+The ``-fit`` variants train the same model with Keras ``model.fit`` (compiled SGD, the same loss):
+under the strategy (datasets per replica for PopDistStrategy and IPUHorovodStrategy, as Graphcore's;
+a global batch for the multi-worker ones, not sharded again), or for ``horovod-fit`` with
+``horovod.tensorflow.keras``' DistributedOptimizer and BroadcastGlobalVariablesCallback. A Keras
+callback stamps every batch's end; the timed steps are one ``fit`` of ``--steps`` steps after an
+untimed ``fit`` of ``--warmup`` steps.
 """
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ import dataclasses
 import json
 import importlib.util
 import os
+import resource
 import sys
 import time
 from typing import Callable, Dict, List, Optional
@@ -41,7 +49,10 @@ import tensorflow as tf  # noqa: E402
 
 _IMPORT_S = time.perf_counter() - _IMPORT_STARTED
 
-VARIANTS = ("popdist", "ipu-horovod", "ipu-multi-worker", "horovod", "mwms")
+LOOP_VARIANTS = ("popdist", "ipu-horovod", "ipu-multi-worker", "horovod", "mwms")
+# The same engines under Keras ``fit`` (plain Horovod: its Keras DistributedOptimizer and
+# BroadcastGlobalVariablesCallback).
+VARIANTS = LOOP_VARIANTS + tuple(f"{v}-fit" for v in LOOP_VARIANTS)
 IMAGE_SHAPE = (32, 32, 3)
 NUM_CLASSES = 10
 DISTINCT_BATCHES = 4  # per replica; cached and repeated, so the input pipeline costs ~nothing
@@ -58,6 +69,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--learning-rate", type=float, default=0.01)
     parser.add_argument("--intra-op-threads", type=int, default=0, help="0: TensorFlow's default")
     parser.add_argument("--inter-op-threads", type=int, default=0, help="0: TensorFlow's default")
+    parser.add_argument("--profile-dir", default=None,
+                        help="after the timed steps, trace --profile-steps more with TensorFlow's "
+                             "profiler into this folder (instance 0; benchmarks/step_profile.py)")
+    parser.add_argument("--profile-steps", type=int, default=20)
     return parser.parse_args(argv)
 
 
@@ -95,24 +110,27 @@ class Trainer:
     num_replicas: int
     step: Callable[[], tf.Tensor]        # runs one step; returns this instance's mean loss
     barrier: Callable[[], float]         # a collective over all replicas; returns their count
+    fit: Optional[Callable[[int, list], Dict[str, float]]] = None  # Keras fit of N steps
+
+
+def make_strategy(variant: str) -> "tuple[tf.distribute.Strategy, int, int]":
+    """The strategy a variant names, with this instance's rank and the number of instances."""
+    if variant == "mwms":
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        resolver = strategy.cluster_resolver
+        return strategy, resolver.task_id or 0, strategy.extended._num_workers  # noqa: SLF001
+    import popdist_launcher
+    from popdist_launcher import strategies
+
+    ctx = popdist_launcher.init()
+    cls = {"popdist": strategies.PopDistStrategy, "ipu-horovod": strategies.IPUHorovodStrategy,
+           "ipu-multi-worker": strategies.IPUMultiWorkerStrategy}[variant]
+    return cls(), ctx.instance_index, ctx.num_instances
 
 
 def strategy_trainer(variant: str, args: argparse.Namespace) -> Trainer:
     """A custom training loop under one of the tf.distribute strategies."""
-    if variant == "mwms":
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
-        resolver = strategy.cluster_resolver
-        rank = resolver.task_id or 0
-        size = strategy.extended._num_workers  # noqa: SLF001 (no public accessor)
-    else:
-        import popdist_launcher
-        from popdist_launcher import strategies
-
-        ctx = popdist_launcher.init()
-        cls = {"popdist": strategies.PopDistStrategy, "ipu-horovod": strategies.IPUHorovodStrategy,
-               "ipu-multi-worker": strategies.IPUMultiWorkerStrategy}[variant]
-        strategy = cls()
-        rank, size = ctx.instance_index, ctx.num_instances
+    strategy, rank, size = make_strategy(variant)
     replicas = strategy.num_replicas_in_sync
     global_batch = args.global_batch
 
@@ -189,6 +207,106 @@ def horovod_trainer(args: argparse.Namespace) -> Trainer:
                    barrier=lambda: float(all_ranks()))
 
 
+class Usage:
+    """This process's CPU time (all threads, user and system) and minor page faults over a span."""
+
+    def __enter__(self) -> "Usage":
+        self._start = resource.getrusage(resource.RUSAGE_SELF)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        end = resource.getrusage(resource.RUSAGE_SELF)
+        self.user_s = end.ru_utime - self._start.ru_utime
+        self.system_s = end.ru_stime - self._start.ru_stime
+        self.minor_faults = end.ru_minflt - self._start.ru_minflt
+
+    def per_step(self, steps: int) -> Dict[str, float]:
+        return {"cpu_user_ms_per_step": 1e3 * self.user_s / steps,
+                "cpu_system_ms_per_step": 1e3 * self.system_s / steps,
+                "minor_faults_per_step": self.minor_faults / steps}
+
+
+def fit_trainer(variant: str, args: argparse.Namespace) -> Trainer:
+    """Keras ``fit`` under a strategy, or (``horovod-fit``) with Horovod's Keras wrappers."""
+    engine = variant[:-len("-fit")]
+    loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    callbacks: list = []
+    if engine == "horovod":
+        import horovod.tensorflow.keras as hvd
+
+        hvd.init()
+        rank, size = hvd.rank(), hvd.size()
+        dataset = make_dataset(args.global_batch // size, args.seed, rank)
+        model = build_model()
+        model.compile(hvd.DistributedOptimizer(tf.keras.optimizers.SGD(args.learning_rate)),
+                      loss=loss)
+        callbacks.append(hvd.callbacks.BroadcastGlobalVariablesCallback(0))
+        replicas = size
+        import horovod.tensorflow as hvd_tf
+
+        all_ranks = tf.function(lambda: hvd_tf.allreduce(tf.ones([]), op=hvd_tf.Sum))
+        barrier = lambda: float(all_ranks())  # noqa: E731
+    else:
+        strategy, rank, size = make_strategy(engine)
+        replicas = strategy.num_replicas_in_sync
+        if engine in ("popdist", "ipu-horovod"):  # Graphcore's: a dataset per replica
+            dataset = make_dataset(args.global_batch // replicas, args.seed, rank)
+        else:  # a global batch per instance, split over the replicas, not sharded again
+            options = tf.data.Options()
+            options.experimental_distribute.auto_shard_policy = \
+                tf.data.experimental.AutoShardPolicy.OFF
+            dataset = make_dataset(args.global_batch, args.seed, rank).with_options(options)
+        with strategy.scope():
+            model = build_model()
+            model.compile(tf.keras.optimizers.SGD(args.learning_rate), loss=loss)
+        ones = strategy.experimental_distribute_values_from_function(lambda _: tf.ones([]))
+        all_replicas = tf.function(lambda: strategy.reduce("SUM", ones, axis=None))
+        barrier = lambda: float(all_replicas())  # noqa: E731
+
+    def fit(steps: int, extra_callbacks: list) -> Dict[str, float]:
+        history = model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0,
+                            callbacks=callbacks + extra_callbacks)
+        return {"loss": float(history.history["loss"][-1])}
+
+    def no_step() -> tf.Tensor:
+        raise RuntimeError(f"{variant} trains with Keras fit, not step by step")
+
+    return Trainer(rank, size, replicas, step=no_step, barrier=barrier, fit=fit)
+
+
+class BatchClock(tf.keras.callbacks.Callback):
+    """Stamps the wall clock at the start of the first batch and at the end of every batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stamps: List[float] = []
+
+    def on_train_batch_begin(self, batch, logs=None) -> None:
+        if not self.stamps:
+            self.stamps.append(time.perf_counter())
+
+    def on_train_batch_end(self, batch, logs=None) -> None:
+        self.stamps.append(time.perf_counter())
+
+
+def time_fit(trainer: Trainer, warmup: int, steps: int) -> Dict[str, object]:
+    """:func:`time_steps` for a Keras ``fit`` trainer: an untimed ``fit`` of ``warmup`` steps, a
+    barrier, then one ``fit`` of ``steps`` steps timed batch by batch."""
+    started = time.perf_counter()
+    trainer.fit(warmup, [])
+    if trainer.barrier() != trainer.num_replicas:
+        raise RuntimeError("the barrier did not count every replica")
+    warmup_s = time.perf_counter() - started
+    clock = BatchClock()
+    with Usage() as usage:
+        result = trainer.fit(steps, [clock])
+    trainer.barrier()
+    stamps = clock.stamps
+    return {"elapsed_s": stamps[-1] - stamps[0],
+            "step_times_s": [b - a for a, b in zip(stamps, stamps[1:])],
+            "final_loss": result["loss"], "warmup_s": warmup_s, **usage.per_step(steps)}
+
+
 def time_steps(trainer: Trainer, warmup: int, steps: int) -> Dict[str, object]:
     """Run ``warmup`` untimed steps (tracing included), then time ``steps`` steps.
 
@@ -207,17 +325,58 @@ def time_steps(trainer: Trainer, warmup: int, steps: int) -> Dict[str, object]:
         raise RuntimeError(f"barrier counted {replicas} replicas, expected {trainer.num_replicas}")
     warmup_s = time.perf_counter() - started
     step_times: List[float] = []
-    start = previous = time.perf_counter()
-    for _ in range(steps):
-        loss = trainer.step()
-        now = time.perf_counter()
-        step_times.append(now - previous)
-        previous = now
-    final_loss = float(loss.numpy())
-    elapsed = time.perf_counter() - start
+    with Usage() as usage:
+        start = previous = time.perf_counter()
+        for _ in range(steps):
+            loss = trainer.step()
+            now = time.perf_counter()
+            step_times.append(now - previous)
+            previous = now
+        final_loss = float(loss.numpy())
+        elapsed = time.perf_counter() - start
     trainer.barrier()  # nobody leaves (and tears down its collectives) while others still train
     return {"elapsed_s": elapsed, "step_times_s": step_times, "final_loss": final_loss,
-            "warmup_s": warmup_s}
+            "warmup_s": warmup_s, **usage.per_step(steps)}
+
+
+def profile_steps(trainer: Trainer, steps: int, logdir: str, rank: int) -> None:
+    """Trace ``steps`` more steps with TensorFlow's profiler on instance 0 (the others run the
+    same steps untraced), each step marked ``train_step`` in the trace; then a barrier."""
+    if rank == 0:
+        tf.profiler.experimental.start(logdir)
+    if trainer.fit:
+        trainer.fit(steps, [StepMarks()])
+    else:
+        for number in range(steps):
+            with tf.profiler.experimental.Trace("train_step", step_num=number, _r=1):
+                loss = trainer.step()
+                if number == steps - 1:
+                    loss.numpy()  # the last step's work inside its mark
+    if rank == 0:
+        tf.profiler.experimental.stop()
+    trainer.barrier()
+
+
+class StepMarks(tf.keras.callbacks.Callback):
+    """Marks each batch of a Keras fit as ``train_step`` in the profiler's trace."""
+
+    def on_train_batch_begin(self, batch, logs=None) -> None:
+        self._trace = tf.profiler.experimental.Trace("train_step", step_num=batch, _r=1)
+        self._trace.__enter__()
+
+    def on_train_batch_end(self, batch, logs=None) -> None:
+        self._trace.__exit__(None, None, None)
+
+
+def onednn_enabled() -> Optional[bool]:
+    """Whether TensorFlow runs its oneDNN CPU kernels here (by default only on CPUs with
+    AVX512-VNNI, AVX-VNNI or AMX; TF_ENABLE_ONEDNN_OPTS overrides) or Eigen's."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+    except ImportError:
+        return None
+    check = getattr(_pywrap_util_port, "IsMklEnabled", None)
+    return bool(check()) if check else None
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -229,14 +388,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     tf.keras.utils.set_random_seed(args.seed)  # same initial weights everywhere
 
     started = time.perf_counter()
-    trainer = (horovod_trainer(args) if args.variant == "horovod"
-               else strategy_trainer(args.variant, args))
+    if args.variant.endswith("-fit"):
+        trainer = fit_trainer(args.variant, args)
+    elif args.variant == "horovod":
+        trainer = horovod_trainer(args)
+    else:
+        trainer = strategy_trainer(args.variant, args)
     if args.global_batch % trainer.num_replicas:
         raise SystemExit(f"--global-batch {args.global_batch} is not divisible by "
                          f"{trainer.num_replicas} replicas")
     setup_s = time.perf_counter() - started
-    timing = time_steps(trainer, args.warmup, args.steps)
+    timing = (time_fit if trainer.fit else time_steps)(trainer, args.warmup, args.steps)
     elapsed, step_times = timing["elapsed_s"], timing["step_times_s"]
+    if args.profile_dir:
+        profile_steps(trainer, args.profile_steps, args.profile_dir, trainer.rank)
     if trainer.rank == 0:
         result = {
             "variant": args.variant,
@@ -254,6 +419,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             "setup_s": setup_s,
             "warmup_s": timing["warmup_s"],
             "tensorflow": tf.__version__,
+            "onednn": onednn_enabled(),
+            **{k: v for k, v in timing.items() if k.endswith("_per_step")},
         }
         with open(args.result, "w") as f:
             json.dump(result, f)

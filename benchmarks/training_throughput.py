@@ -90,7 +90,7 @@ class Variant:
     baseline: Optional[str] = None   # for our strategies: the plain engine they are built on
 
 
-VARIANTS: Tuple[Variant, ...] = (
+LOOP_VARIANTS: Tuple[Variant, ...] = (
     Variant("popdist", "PopDistStrategy, custom loop, poprun-lite", "poprun-lite", "horovod"),
     Variant("ipu-horovod", "IPUHorovodStrategy, custom loop, poprun-lite", "poprun-lite",
             "horovod"),
@@ -100,6 +100,13 @@ VARIANTS: Tuple[Variant, ...] = (
     Variant("mwms", "plain tf.distribute.MultiWorkerMirroredStrategy, custom loop, poprun-lite",
             "poprun-lite"),
 )
+# The same engines under Keras fit; plain Horovod with its Keras DistributedOptimizer.
+FIT_VARIANTS: Tuple[Variant, ...] = tuple(
+    Variant(f"{v.name}-fit", v.description.replace("custom loop", "Keras fit").replace(
+        "DistributedGradientTape", "Keras DistributedOptimizer, fit"), v.launcher,
+        f"{v.baseline}-fit" if v.baseline else None)
+    for v in LOOP_VARIANTS)
+VARIANTS = LOOP_VARIANTS + FIT_VARIANTS
 BY_NAME = {v.name: v for v in VARIANTS}
 
 
@@ -114,6 +121,9 @@ class Launch:
     samples_per_s: Optional[float] = None
     median_step_samples_per_s: Optional[float] = None
     final_loss_instance0: Optional[float] = None
+    cpu_ms_per_step: Optional[float] = None  # instance 0's CPU time (user + system) per step
+    minor_faults_per_step: Optional[float] = None
+    onednn: Optional[bool] = None  # whether TensorFlow ran its oneDNN kernels (else Eigen's)
     setup_s: Optional[float] = None
     error: Optional[str] = None
     load_1min: Optional[float] = None  # the machine's load average when the launch started
@@ -167,20 +177,23 @@ def reap_group(pgid: int, patience_s: float = 3.0) -> List[str]:
     return described
 
 
-def launch(variant: Variant, np_: int, round_: int, args: argparse.Namespace) -> Launch:
+def launch(variant: Variant, np_: int, round_: int, args: argparse.Namespace,
+           global_batch: int) -> Launch:
     """Run one variant at one N to completion (or timeout); parse instance 0's result."""
     cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory(prefix="throughput-") as tmp:
         result_path = os.path.join(tmp, "result.json")
         worker_args = ["--variant", variant.name, "--result", result_path,
-                       "--global-batch", str(args.global_batch), "--steps", str(args.steps),
+                       "--global-batch", str(global_batch), "--steps", str(args.steps),
                        "--warmup", str(args.warmup), "--seed", str(args.seed),
                        "--intra-op-threads", str(max(1, cores // np_)),
                        "--inter-op-threads", "2"]
         argv = command(variant, np_, worker_args, args.timeout)
         load = os.getloadavg()[0]
-        rc, wall, pgid = run_logged(argv, tmp, args.timeout,
-                                    launch_env(TRAINING_LAUNCHER_PREFIXES))
+        env = launch_env(TRAINING_LAUNCHER_PREFIXES)
+        if args.onednn != "default":
+            env["TF_ENABLE_ONEDNN_OPTS"] = "1" if args.onednn == "on" else "0"
+        rc, wall, pgid = run_logged(argv, tmp, args.timeout, env)
         strays = reap_group(pgid)
         error = launch_error(rc, args.timeout, tmp, result_path)
         if error is not None:
@@ -190,17 +203,21 @@ def launch(variant: Variant, np_: int, round_: int, args: argparse.Namespace) ->
             result = json.load(f)
     return Launch(variant.name, np_, round_, True, wall,
                   samples_per_s=result["samples_per_s"],
-                  median_step_samples_per_s=args.global_batch / result["median_step_s"],
+                  median_step_samples_per_s=global_batch / result["median_step_s"],
                   final_loss_instance0=result["final_loss_instance0"],
+                  cpu_ms_per_step=result["cpu_user_ms_per_step"]
+                  + result["cpu_system_ms_per_step"],
+                  minor_faults_per_step=result["minor_faults_per_step"],
+                  onednn=result.get("onednn"),
                   setup_s=result["setup_s"], load_1min=load, stray_processes=strays)
 
 
-def run_all(variants: Sequence[Variant], nps: Sequence[int], args: argparse.Namespace
-            ) -> Dict[str, Dict[int, Cell]]:
+def run_all(variants: Sequence[Variant], nps: Sequence[int], args: argparse.Namespace,
+            global_batch: int, progress: List[int]) -> Dict[str, Dict[int, Cell]]:
     """Every round: each N, each variant once, in a variant order shuffled (seeded) per round
     and N, so no variant always runs right after the same other one."""
     cells: Dict[str, Dict[int, Cell]] = {v.name: {n: Cell() for n in nps} for v in variants}
-    total, done = len(variants) * len(nps) * args.repeats, 0
+    total = len(variants) * len(nps) * args.repeats * len(args.batch_list)
     for round_ in range(args.repeats):
         for np_ in nps:
             order = list(variants)
@@ -208,12 +225,13 @@ def run_all(variants: Sequence[Variant], nps: Sequence[int], args: argparse.Name
             for variant in order:
                 if args.skip_failed and any(not r.ok for r in cells[variant.name][np_].launches):
                     continue
-                run = launch(variant, np_, round_, args)
+                run = launch(variant, np_, round_, args, global_batch)
                 cells[variant.name][np_].launches.append(run)
-                done += 1
+                progress[0] += 1
                 shown = (f"{run.samples_per_s:8.0f} samples/s" if run.ok
                          else f"FAILED: {run.error}")
-                print(f"[{done:3d}/{total}] round {round_ + 1} -np {np_} {variant.name:17s} "
+                print(f"[{progress[0]:3d}/{total}] batch {global_batch} round {round_ + 1} "
+                      f"-np {np_} {variant.name:21s} "
                       f"{shown}  ({run.wall_s:.1f} s)", flush=True)
     return cells
 
@@ -234,6 +252,8 @@ def summarize(cells: Dict[str, Dict[int, Cell]], nps: Sequence[int]) -> Dict[str
                 "median_step_samples_per_s_median": cell.median("median_step_samples_per_s"),
                 "median_step_samples_per_s_repeats": cell.values("median_step_samples_per_s"),
                 "final_loss_instance0": cell.values("final_loss_instance0"),
+                "cpu_ms_per_step_median": cell.median("cpu_ms_per_step"),
+                "minor_faults_per_step_median": cell.median("minor_faults_per_step"),
                 "setup_s_median": cell.median("setup_s"),
                 "errors": [r.error for r in cell.launches if not r.ok],
                 "stray_processes": sum(len(r.stray_processes) for r in cell.launches),
@@ -243,12 +263,18 @@ def summarize(cells: Dict[str, Dict[int, Cell]], nps: Sequence[int]) -> Dict[str
     return per_variant
 
 
+def round_ratios(cells: Dict[str, Dict[int, Cell]], ours: str, plain: str, np_: int
+                 ) -> List[float]:
+    """ours/plain samples/s within each round (launched close together in time)."""
+    plain_by_round = {r.round: r.samples_per_s for r in cells[plain][np_].launches if r.ok}
+    return [r.samples_per_s / plain_by_round[r.round] for r in cells[ours][np_].launches
+            if r.ok and r.round in plain_by_round]
+
+
 def paired_ratio(cells: Dict[str, Dict[int, Cell]], ours: str, plain: str, np_: int
                  ) -> Optional[float]:
-    """Median over rounds of ours/plain within a round (launched close together in time)."""
-    plain_by_round = {r.round: r.samples_per_s for r in cells[plain][np_].launches if r.ok}
-    ratios = [r.samples_per_s / plain_by_round[r.round] for r in cells[ours][np_].launches
-              if r.ok and r.round in plain_by_round]
+    """Median over rounds of ours/plain within a round."""
+    ratios = round_ratios(cells, ours, plain, np_)
     return statistics.median(ratios) if ratios else None
 
 
@@ -259,13 +285,15 @@ def ratios_and_goal(per_variant: Dict[str, Any], cells: Dict[str, Dict[int, Cell
     ``samples_per_s``: ratio of the medians of the wall-clock samples/s (what the goal is judged
     on). Also, to tell a real gap from machine noise: ``median_step``, the same from each
     launch's median step time (insensitive to bursts of load from other jobs), ``paired``, the
-    median over rounds of the ratio between launches of the same round, and ``noise_control``:
+    median over rounds of the ratio between launches of the same round (``paired_range``: the
+    lowest and highest of those), ``cpu_per_step``, plain's CPU time per step / ours (instance 0,
+    all threads: the work a step costs, which other jobs' load hardly moves), and ``noise_control``:
     PopDistStrategy / IPUHorovodStrategy, two strategies that build the very same engine, so
     its distance from 1 shows how large a gap the noise alone produces.
     """
     metrics = {"samples_per_s": "samples_per_s_median",
                "median_step": "median_step_samples_per_s_median"}
-    ratios: Dict[str, Any] = {m: {} for m in (*metrics, "paired")}
+    ratios: Dict[str, Any] = {m: {} for m in (*metrics, "paired", "paired_range", "cpu_per_step")}
     goal: Dict[str, Any] = {
         "threshold": GOAL,
         "statement": ("each of our strategies at least 0.97x of the plain engine it is built "
@@ -286,6 +314,13 @@ def ratios_and_goal(per_variant: Dict[str, Any], cells: Dict[str, Dict[int, Cell
                     else None
         ratios["paired"][key] = {str(n): paired_ratio(cells, variant.name, variant.baseline, n)
                                  for n in nps}
+        ratios["paired_range"][key] = {
+            str(n): (lambda rs: [min(rs), max(rs)] if rs else None)(
+                round_ratios(cells, variant.name, variant.baseline, n)) for n in nps}
+        ratios["cpu_per_step"][key] = {str(n): (lambda o, p: p / o if o and p else None)(
+            per_variant[variant.name]["by_np"][str(n)]["cpu_ms_per_step_median"],
+            per_variant[variant.baseline]["by_np"][str(n)]["cpu_ms_per_step_median"])
+            for n in nps}
         for check, metric in (("checks", "samples_per_s"), ("checks_median_step", "median_step")):
             goal[check][key] = {n: r is not None and r >= GOAL
                                 for n, r in ratios[metric][key].items()}
@@ -304,10 +339,12 @@ def ratios_and_goal(per_variant: Dict[str, Any], cells: Dict[str, Dict[int, Cell
 
 
 def loss_agreement(per_variant: Dict[str, Any], nps: Sequence[int]) -> Dict[str, Any]:
-    """Largest difference between the variants' final losses at each N (same work: ~0)."""
+    """Largest difference between the custom-loop variants' final losses at each N (the same
+    work: ~0)."""
     out = {}
+    loops = {v.name for v in LOOP_VARIANTS}  # fit reports a running mean, on other batches
     for np_ in nps:
-        losses = [loss for v in per_variant.values()
+        losses = [loss for name, v in per_variant.items() if name in loops
                   for loss in v["by_np"][str(np_)]["final_loss_instance0"]]
         out[str(np_)] = max(losses) - min(losses) if losses else None
     return out
@@ -329,37 +366,58 @@ def code_version() -> Dict[str, Any]:
 
 
 def print_table(per_variant: Dict[str, Any], ratios: Dict[str, Any], goal: Dict[str, Any],
-                nps: Sequence[int]) -> None:
+                nps: Sequence[int], global_batch: int) -> None:
     def fmt(value: Optional[float], spec: str) -> str:
         return format(value, spec) if value is not None else "-"
 
     def row(label: str, values: Sequence[str]) -> None:
         print(f"{label:34s}" + "".join(f"{v:>11s}" for v in values))
 
-    print()
+    print(f"\nglobal batch {global_batch}")
     row("samples/s, median of repeats", [f"-np {n}" for n in nps])
     for name, data in per_variant.items():
         row(name, [fmt(data["by_np"][str(n)]["samples_per_s_median"], ".0f") for n in nps])
-    print("ours/plain (! = below the goal); in brackets: median-step ratio, paired ratio")
+    print("ours/plain (! = below the goal); in brackets: median-step ratio, paired ratio "
+          "(its range), CPU per step plain/ours")
     for key, by_np in ratios["samples_per_s"].items():
         row(key, [fmt(by_np[str(n)], ".3f") + ("" if goal["checks"][key][str(n)] else "!")
                   for n in nps])
         row("", [f"[{fmt(ratios['median_step'][key][str(n)], '.2f')},"
                  f"{fmt(ratios['paired'][key][str(n)], '.2f')}]" for n in nps])
+        row("", ["(" + "-".join(fmt(x, ".2f") for x in ratios["paired_range"][key][str(n)] or [])
+                 + ")" for n in nps])
+        row("", [f"cpu {fmt(ratios['cpu_per_step'][key][str(n)], '.2f')}" for n in nps])
     for key, by_np in ratios.get("noise_control", {}).items():
         row(f"{key} (control)", [fmt(by_np[str(n)], ".3f") for n in nps])
-    print(f"goal (>= {GOAL}x at every -np): {'met' if goal['met'] else 'NOT met'}"
+    print(f"goal (>= {GOAL}x at every -np, batch {global_batch}): "
+          f"{'met' if goal['met'] else 'NOT met'}"
           f" (on median step times: {'met' if goal['met_on_median_step'] else 'NOT met'})")
 
 
-def plot(per_variant: Dict[str, Any], ratios: Dict[str, Any],
-         nps: Sequence[int], path: str, title: str) -> None:
-    fig, (ax, rax) = subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [3, 2]})
-    styles = {"popdist": ("tab:blue", "o", "-"), "ipu-horovod": ("tab:cyan", "s", "-"),
-              "horovod": ("black", "D", "--"), "ipu-multi-worker": ("tab:orange", "^", "-"),
-              "mwms": ("tab:red", "v", "--")}
+def plot(batches: Dict[str, Any], nps: Sequence[int], path: str, title: str) -> None:
+    """One row per global batch: samples/s against -np, and ours / plain against the goal."""
+    fig, axes = subplots(len(batches), 2, figsize=(13, 5 * len(batches)), squeeze=False,
+                         gridspec_kw={"width_ratios": [3, 2]})
+    for (batch, result), (ax, rax) in zip(batches.items(), axes):
+        plot_batch(ax, rax, result["variants"], result["ratios"], nps, int(batch))
+    save_figure(fig, path, title)
+
+
+STYLES = {"popdist": ("tab:blue", "o"), "ipu-horovod": ("tab:cyan", "s"),
+          "horovod": ("black", "D"), "ipu-multi-worker": ("tab:orange", "^"),
+          "mwms": ("tab:red", "v")}
+
+
+def style(name: str) -> Tuple[str, str, str]:
+    """Colour and marker by engine; a dashed line for Keras fit."""
+    color, marker = STYLES.get(name.replace("-fit", ""), ("gray", "x"))
+    return color, marker, "--" if name.endswith("-fit") else "-"
+
+
+def plot_batch(ax: Any, rax: Any, per_variant: Dict[str, Any], ratios: Dict[str, Any],
+               nps: Sequence[int], global_batch: int) -> None:
     for name, data in per_variant.items():
-        color, marker, line = styles.get(name, ("gray", "x", "-"))
+        color, marker, line = style(name)
         xs = [n for n in nps if data["by_np"][str(n)]["samples_per_s_median"] is not None]
         ax.plot(xs, [data["by_np"][str(n)]["samples_per_s_median"] for n in xs], line,
                 color=color, marker=marker, label=f"{name}: {data['description']}")
@@ -373,11 +431,11 @@ def plot(per_variant: Dict[str, Any], ratios: Dict[str, Any],
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="lower left")
-    ax.set_title("Training throughput, fixed global batch")
+    ax.set_title(f"Training throughput, global batch {global_batch}")
     for metric, line, suffix in (("samples_per_s", "-", ""),
                                  ("median_step", ":", " (median step)")):
         for key, by_np in ratios[metric].items():
-            color, marker, _ = styles.get(key.split("/")[0], ("gray", "x", "-"))
+            color, marker, _ = style(key.split("/")[0])
             xs = [n for n in nps if by_np[str(n)] is not None]
             rax.plot(xs, [by_np[str(n)] for n in xs], line, color=color, marker=marker,
                      alpha=1.0 if not suffix else 0.5, label=key + suffix)
@@ -393,8 +451,7 @@ def plot(per_variant: Dict[str, Any], ratios: Dict[str, Any],
     rax.set_ylabel("ours / plain engine (medians)")
     rax.grid(True, alpha=0.3)
     rax.legend(fontsize=7, loc="best", framealpha=0.6)
-    rax.set_title("Ratio to the plain engine")
-    save_figure(fig, path, title)
+    rax.set_title(f"Ratio to the plain engine, global batch {global_batch}")
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -405,7 +462,13 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=100, help="timed steps per launch")
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps before timing")
     parser.add_argument("--repeats", type=int, default=3, help="launches per variant and -np")
-    parser.add_argument("--global-batch", type=int, default=128)
+    parser.add_argument("--global-batch", default="128,1024",
+                        help="comma-separated global batches: a small one shows per-step "
+                             "overhead, a large one compute")
+    parser.add_argument("--onednn", choices=("default", "on", "off"), default="default",
+                        help="TensorFlow's oneDNN CPU kernels: its default for this CPU, or "
+                             "TF_ENABLE_ONEDNN_OPTS=1/0 (off: Eigen's kernels, which TensorFlow "
+                             "uses by default on CPUs without AVX512-VNNI, AVX-VNNI or AMX)")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per launch")
     parser.add_argument("--skip-failed", action="store_true",
@@ -414,13 +477,39 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.np_list = [int(n) for n in args.np.split(",") if n.strip()]
     args.variant_list = [v.strip() for v in args.variants.split(",") if v.strip()]
+    args.batch_list = [int(b) for b in args.global_batch.split(",") if b.strip()]
     unknown = [v for v in args.variant_list if v not in BY_NAME]
     if unknown:
         parser.error(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(BY_NAME)}")
-    bad = [n for n in args.np_list if n < 1 or args.global_batch % n]
+    bad = [(b, n) for b in args.batch_list for n in args.np_list if n < 1 or b % n]
     if bad:
-        parser.error(f"--global-batch {args.global_batch} must split evenly over -np {bad}")
+        parser.error(f"each --global-batch must split evenly over each -np; not {bad}")
     return args
+
+
+def measure_batch(variants: Sequence[Variant], args: argparse.Namespace, global_batch: int,
+                  progress: List[int]) -> Dict[str, Any]:
+    """Every variant at every -np for one global batch: the launches, medians, ratios, goal."""
+    cells = run_all(variants, args.np_list, args, global_batch, progress)
+    per_variant = summarize(cells, args.np_list)
+    ratios, goal = ratios_and_goal(per_variant, cells, args.np_list)
+    return {"variants": per_variant, "ratios": ratios, "goal": goal,
+            "final_loss_max_difference_between_variants": loss_agreement(per_variant,
+                                                                         args.np_list),
+            "launches": [vars(run) for by_np in cells.values() for cell in by_np.values()
+                         for run in cell.launches]}
+
+
+def cpu_flags() -> List[str]:
+    """The CPU features that decide TensorFlow's CPU kernels (vector width, oneDNN's default)."""
+    wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile")
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f
+                          if line.startswith("flags")), [])
+    except OSError:
+        return []
+    return [flag for flag in wanted if flag in flags]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -429,38 +518,41 @@ def main(argv: Optional[List[str]] = None) -> int:
     load_before = os.getloadavg()
     code_before = code_version()
     started = time.perf_counter()
-    cells = run_all(variants, args.np_list, args)
-    per_variant = summarize(cells, args.np_list)
-    ratios, goal = ratios_and_goal(per_variant, cells, args.np_list)
+    progress = [0]
+    batches = {str(b): measure_batch(variants, args, b, progress) for b in args.batch_list}
+    onednn = sorted({str(r["onednn"]) for b in batches.values() for r in b["launches"]})
     report = {
         "benchmark": "training_throughput",
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "what": ("samples/s of a small CNN (conv3x3x16-relu-maxpool-conv3x3x32-relu-GAP-dense10, "
                  "SGD) on random 32x32x3 images; wall clock on instance 0 over the timed steps"),
-        "config": {"np": args.np_list, "global_batch": args.global_batch, "steps": args.steps,
+        "config": {"np": args.np_list, "global_batches": args.batch_list, "steps": args.steps,
                    "warmup": args.warmup, "repeats": args.repeats, "seed": args.seed,
-                   "timeout_s": args.timeout,
+                   "timeout_s": args.timeout, "onednn_option": args.onednn,
                    "threads_per_instance": "intra-op max(1, cores // np), inter-op 2"},
-        "variants": per_variant,
-        "ratios": ratios,
-        "goal": goal,
-        "final_loss_max_difference_between_variants": loss_agreement(per_variant, args.np_list),
-        "launches": [vars(run) for by_np in cells.values() for cell in by_np.values()
-                     for run in cell.launches],
+        "batches": batches,
+        "goal_met_at_every_batch": all(b["goal"]["met"] for b in batches.values()),
         "machine": machine_info(load_before, {
+            "cpu_flags": cpu_flags(), "tensorflow_onednn_kernels": onednn,
             "tensorflow": dist_version("tensorflow-cpu", "tensorflow"),
-            "horovod": dist_version("horovod")}),
+            "keras_2": dist_version("tf-keras"), "horovod": dist_version("horovod")}),
         "code": {**code_before, "sources_changed_during_run":
                  code_version()["popdist_launcher_sources_sha256"]
                  != code_before["popdist_launcher_sources_sha256"]},
         "total_wall_s": time.perf_counter() - started,
     }
-    title = (f"global batch {args.global_batch}, {args.steps} timed steps after {args.warmup}, "
-             f"median of {args.repeats}; {report['machine']['logical_cpus']} CPUs "
-             f"({report['machine']['cpu_model']}), shared machine")
-    return finish(report, args.out,
-                  lambda png: plot(per_variant, ratios, args.np_list, png, title),
-                  lambda: print_table(per_variant, ratios, goal, args.np_list),
+    machine = report["machine"]
+    title = (f"{args.steps} timed steps after {args.warmup}, median of {args.repeats}; "
+             f"{machine['logical_cpus']} CPUs ({machine['cpu_model']}: "
+             f"{' '.join(machine['cpu_flags'])}; oneDNN kernels {'/'.join(onednn)}), "
+             f"Python {machine['python']}, TensorFlow {machine['tensorflow']}; shared machine")
+
+    def show() -> None:
+        for batch, result in batches.items():
+            print_table(result["variants"], result["ratios"], result["goal"], args.np_list,
+                        int(batch))
+
+    return finish(report, args.out, lambda png: plot(batches, args.np_list, png, title), show,
                   wall_s=report["total_wall_s"])
 
 
