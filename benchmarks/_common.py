@@ -236,12 +236,38 @@ def git_state() -> Dict[str, Any]:
             "popdist_launcher_changed_since_commit": bool(status) if status is not None else None}
 
 
+ONEDNN_HELP = ("TensorFlow's oneDNN CPU kernels: its default for this CPU, or TF_ENABLE_ONEDNN_OPTS=1/0 "
+               "(off: Eigen's kernels, TensorFlow's default on CPUs without AVX512-VNNI, AVX-VNNI "
+               "or AMX)")
+ONEDNN_CHOICES = ("default", "on", "off")
+
+
+def with_onednn(env: Dict[str, str], choice: str) -> Dict[str, str]:
+    """``env`` with TF_ENABLE_ONEDNN_OPTS set for ``choice`` (one of ONEDNN_CHOICES)."""
+    if choice != "default":
+        env["TF_ENABLE_ONEDNN_OPTS"] = "1" if choice == "on" else "0"
+    return env
+
+
+def cpu_flags() -> List[str]:
+    """The CPU features that decide TensorFlow's CPU kernels (vector width, oneDNN's default)."""
+    wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile")
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f
+                          if line.startswith("flags")), [])
+    except OSError:
+        return []
+    return [flag for flag in wanted if flag in flags]
+
+
 def machine_info(load_before: Sequence[float], extra: Mapping[str, Any]) -> Dict[str, Any]:
     """The training drivers' "machine" entry: platform, CPU, memory and Python, then ``extra``
     (library versions, ...), then the load averages before the run and now."""
     return {
         "platform": platform.platform(),
         "cpu_model": cpu_model(platform.processor()),
+        "cpu_flags": cpu_flags(),
         "logical_cpus": os.cpu_count(),
         "memory_gib": round(psutil.virtual_memory().total / 2 ** 30, 1),
         "python": platform.python_version(),

@@ -82,9 +82,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import (TRAINING_LAUNCHER_PREFIXES, LaunchStats, dist_version,  # noqa: E402
-                     finish, git_state, launch_env, launch_error, machine_info, run_logged,
-                     save_figure, subplots, tool)
+from _common import (ONEDNN_CHOICES, ONEDNN_HELP, TRAINING_LAUNCHER_PREFIXES,  # noqa: E402
+                     LaunchStats, dist_version, finish, git_state, launch_env, launch_error,
+                     machine_info, run_logged, save_figure, subplots, tool, with_onednn)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "_estimator_worker.py")
@@ -182,7 +182,7 @@ def launch(config: Config, steps: int, round_: int, args: argparse.Namespace) ->
                        "--inter-op-threads", "2"]
         load = os.getloadavg()[0]
         rc, wall, _ = run_logged(command(config, worker_args, args.timeout), tmp, args.timeout,
-                                 launch_env(TRAINING_LAUNCHER_PREFIXES))
+                                 with_onednn(launch_env(TRAINING_LAUNCHER_PREFIXES), args.onednn))
         error = launch_error(rc, args.timeout, tmp, result_path)
         if error is not None:
             return Launch(config.name, round_, False, wall, load_1min=load, error=error)
@@ -442,6 +442,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help="steps per window of the median-window throughput (default: the "
                              "largest --iterations; must be a multiple of each)")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds per launch")
+    parser.add_argument("--onednn", choices=ONEDNN_CHOICES, default="default", help=ONEDNN_HELP)
     parser.add_argument("--out", default=DEFAULT_OUT, help="JSON result; the plot goes next to it")
     args = parser.parse_args(argv)
     args.iteration_list = sorted({int(k) for k in args.iterations.split(",") if k.strip()})
@@ -487,7 +488,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                      "optimizer": "MomentumOptimizer(momentum=0.9) (IPUEstimator: inside "
                                   "CrossReplicaOptimizer)",
                      "threads_per_instance": "intra-op max(1, cores // np), inter-op 2",
-                     "summaries": "off", "checkpoints": "at the end only"},
+                     "summaries": "off", "checkpoints": "at the end only",
+                     "onednn": args.onednn},
         "configurations": per_config,
         **summary,
         "launches": [asdict(run) for cell in cells.values() for run in cell.launches],

@@ -40,9 +40,10 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import (TRAINING_LAUNCHER_PREFIXES, finish, launch_env, launch_error,  # noqa: E402
-                     machine_info, run_logged, save_figure, subplots)
-from training_throughput import BY_NAME, command, cpu_flags, reap_group  # noqa: E402
+from _common import (ONEDNN_CHOICES, ONEDNN_HELP, TRAINING_LAUNCHER_PREFIXES,  # noqa: E402
+                     finish, launch_env, launch_error, machine_info, run_logged, save_figure,
+                     subplots, with_onednn)
+from training_throughput import BY_NAME, command, reap_group  # noqa: E402
 
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                            "step_profile.json")
@@ -123,9 +124,7 @@ def profile(variant: str, np_: int, args: argparse.Namespace) -> Dict[str, Any]:
                        "--intra-op-threads", str(max(1, (os.cpu_count() or 1) // np_)),
                        "--inter-op-threads", "2", "--profile-dir", logdir,
                        "--profile-steps", str(args.profile_steps)]
-        env = launch_env(TRAINING_LAUNCHER_PREFIXES)
-        if args.onednn != "default":
-            env["TF_ENABLE_ONEDNN_OPTS"] = "1" if args.onednn == "on" else "0"
+        env = with_onednn(launch_env(TRAINING_LAUNCHER_PREFIXES), args.onednn)
         argv = command(BY_NAME[variant], np_, worker_args, args.timeout)
         rc, wall, pgid = run_logged(argv, tmp, args.timeout, env)
         reap_group(pgid)
@@ -187,7 +186,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=60, help="timed steps before the trace")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--profile-steps", type=int, default=20)
-    parser.add_argument("--onednn", choices=("default", "on", "off"), default="default")
+    parser.add_argument("--onednn", choices=ONEDNN_CHOICES, default="default", help=ONEDNN_HELP)
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds per launch")
     parser.add_argument("--out", default=DEFAULT_OUT)
     args = parser.parse_args(argv)
@@ -214,7 +213,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "config": {k: getattr(args, k) for k in ("np_list", "variant_list", "global_batch",
                                                  "steps", "warmup", "profile_steps", "onednn")},
         "results": results,
-        "machine": machine_info(load_before, {"cpu_flags": cpu_flags()}),
+        "machine": machine_info(load_before, {}),
         "total_wall_s": time.perf_counter() - started,
     }
     title = (f"one step, global batch {args.global_batch}, oneDNN {args.onednn}; "

@@ -72,9 +72,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import (ROOT, TRAINING_LAUNCHER_PREFIXES, LaunchStats, dist_version,  # noqa: E402
-                     finish, git_state, launch_env, launch_error, machine_info, run_logged,
-                     save_figure, subplots, tool)
+from _common import (ONEDNN_CHOICES, ONEDNN_HELP, ROOT, TRAINING_LAUNCHER_PREFIXES,  # noqa: E402
+                     LaunchStats, dist_version, finish, git_state, launch_env, launch_error,
+                     machine_info, run_logged, save_figure, subplots, tool, with_onednn)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "_throughput_worker.py")
@@ -190,9 +190,7 @@ def launch(variant: Variant, np_: int, round_: int, args: argparse.Namespace,
                        "--inter-op-threads", "2"]
         argv = command(variant, np_, worker_args, args.timeout)
         load = os.getloadavg()[0]
-        env = launch_env(TRAINING_LAUNCHER_PREFIXES)
-        if args.onednn != "default":
-            env["TF_ENABLE_ONEDNN_OPTS"] = "1" if args.onednn == "on" else "0"
+        env = with_onednn(launch_env(TRAINING_LAUNCHER_PREFIXES), args.onednn)
         rc, wall, pgid = run_logged(argv, tmp, args.timeout, env)
         strays = reap_group(pgid)
         error = launch_error(rc, args.timeout, tmp, result_path)
@@ -465,10 +463,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--global-batch", default="128,1024",
                         help="comma-separated global batches: a small one shows per-step "
                              "overhead, a large one compute")
-    parser.add_argument("--onednn", choices=("default", "on", "off"), default="default",
-                        help="TensorFlow's oneDNN CPU kernels: its default for this CPU, or "
-                             "TF_ENABLE_ONEDNN_OPTS=1/0 (off: Eigen's kernels, which TensorFlow "
-                             "uses by default on CPUs without AVX512-VNNI, AVX-VNNI or AMX)")
+    parser.add_argument("--onednn", choices=ONEDNN_CHOICES, default="default", help=ONEDNN_HELP)
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per launch")
     parser.add_argument("--skip-failed", action="store_true",
@@ -500,18 +495,6 @@ def measure_batch(variants: Sequence[Variant], args: argparse.Namespace, global_
                          for run in cell.launches]}
 
 
-def cpu_flags() -> List[str]:
-    """The CPU features that decide TensorFlow's CPU kernels (vector width, oneDNN's default)."""
-    wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile")
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f
-                          if line.startswith("flags")), [])
-    except OSError:
-        return []
-    return [flag for flag in wanted if flag in flags]
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     variants = [BY_NAME[name] for name in args.variant_list]
@@ -533,7 +516,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "batches": batches,
         "goal_met_at_every_batch": all(b["goal"]["met"] for b in batches.values()),
         "machine": machine_info(load_before, {
-            "cpu_flags": cpu_flags(), "tensorflow_onednn_kernels": onednn,
+            "tensorflow_onednn_kernels": onednn,
             "tensorflow": dist_version("tensorflow-cpu", "tensorflow"),
             "keras_2": dist_version("tf-keras"), "horovod": dist_version("horovod")}),
         "code": {**code_before, "sources_changed_during_run":
