@@ -3,22 +3,26 @@
 What it measures
 ----------------
 Samples per second of one small CNN (conv 3x3x16 - relu - maxpool - conv 3x3x32 - relu - global
-average pool - dense 10) trained with SGD on random 32x32x3 float32 images, for a fixed *global*
-batch (default 128, split evenly over the instances) with -np 1, 2 and 4 instances. Variants:
+average pool - dense 10) trained with SGD on random 32x32x3 float32 images, for each *global*
+batch of ``--global-batch`` (default 128 and 1024: the small one shows per-step overhead, the
+large one compute; each split evenly over the instances) with -np 1, 2 and 4 instances. Variants:
 
-==================  ===========================================  =========================
-variant             engine                                       started by
-==================  ===========================================  =========================
-popdist             PopDistStrategy (Horovod allreduce)          poprun-lite -np N
-ipu-horovod         IPUHorovodStrategy (Horovod allreduce)       poprun-lite -np N
-ipu-multi-worker    IPUMultiWorkerStrategy (TF collectives)      poprun-lite -np N
-horovod             plain hvd.DistributedGradientTape            horovodrun --gloo -np N
-mwms                plain tf.distribute.MultiWorkerMirrored...   poprun-lite -np N (TF_CONFIG)
-==================  ===========================================  =========================
+=====================  ===========================================  =========================
+variant                engine                                       started by
+=====================  ===========================================  =========================
+popdist                PopDistStrategy (Horovod allreduce)          poprun-lite -np N
+ipu-horovod            IPUHorovodStrategy (Horovod allreduce)       poprun-lite -np N
+ipu-multi-worker       IPUMultiWorkerStrategy (TF collectives)      poprun-lite -np N
+horovod                plain hvd.DistributedGradientTape            horovodrun --gloo -np N
+mwms                   plain tf.distribute.MultiWorkerMirrored...   poprun-lite -np N (TF_CONFIG)
+<each>-fit             the same engine under Keras ``model.fit``;   as above
+                       horovod-fit: Horovod's Keras
+                       DistributedOptimizer and broadcast callback
+=====================  ===========================================  =========================
 
-popdist and ipu-horovod are compared with ``horovod`` and ipu-multi-worker with ``mwms``: the
-issue's goal is that each of our strategies reaches at least 0.97x the samples/s of the plain
-engine it is built on, at every -np.
+popdist and ipu-horovod are compared with ``horovod`` and ipu-multi-worker with ``mwms`` (the
+``-fit`` variants with the ``-fit`` of their engine): the goal is that each of our strategies
+reaches at least 0.97x the samples/s of the plain engine it is built on, at every -np and batch.
 
 How
 ---
@@ -27,32 +31,42 @@ optimizer, seed, global batch and data (generated in memory per replica, cached,
 prefetched, so input is never the bottleneck), ``--warmup`` untimed steps (tracing included), a
 barrier (an all-reduce over every replica), then ``--steps`` timed steps; instance 0 stops the
 clock after reading the last loss back to the host, and reports samples/s = steps x global batch /
-seconds. Each instance uses ``max(1, cores // N)`` intra-op threads and 2 inter-op threads, the
-same for every variant, so N processes do not oversubscribe the machine more than they must.
+seconds, its CPU time (all threads) and minor page faults per step. Each instance uses
+``max(1, cores // N)`` intra-op threads and 2 inter-op threads, the same for every variant, so N
+processes do not oversubscribe the machine more than they must. ``--onednn off`` runs Eigen's
+CPU kernels instead of oneDNN's (TensorFlow's own default on CPUs without AVX512-VNNI, AVX-VNNI or
+AMX, e.g. AVX2-only AMD EPYCs); the machine entry records the CPU's features and which kernels
+TensorFlow ran.
 
 Each (variant, N) is launched ``--repeats`` times; every round runs each N once per variant, in a
 variant order shuffled (seeded) per round and N, so machine noise spreads over all variants; the
-median over repeats is reported. The final loss of instance 0 is recorded too: at one N every variant
-does the same computation, so the losses must agree (a check that the comparison is fair).
+median over repeats is reported. The final loss of instance 0 is recorded too: at one N every
+custom-loop variant does the same computation, so their losses must agree (a check that the
+comparison is fair).
 
 The goal is judged on the ratio of the median wall-clock samples/s. On a shared machine other
-jobs' load easily moves one launch by 10-50%, so two more ratios help tell a real gap from
-noise: ``median_step`` (samples/s at each launch's median step time, which bursts of load barely
-move) and ``paired`` (median over rounds of ours/plain between launches of the same round).
+jobs' load easily moves one launch by 10-50%, so more ratios help tell a real gap from noise:
+``median_step`` (samples/s at each launch's median step time, which bursts of load barely move),
+``paired`` (median over rounds of ours/plain between launches of the same round) with its range
+over the rounds, and ``cpu_per_step`` (plain's CPU time per step over ours: the work a step
+costs, whatever else runs).
 
 Every launch has a timeout; on expiry the launcher's process group (and any descendant it
 started) is stopped, first with SIGTERM then SIGKILL, and the variant is recorded with an error
 (the last line of its stderr), as is a launch that fails. Only loopback addresses are used.
 
 Output: benchmarks/results/training_throughput.json (``--out``) and a plot next to it (same name,
-.png): samples/s against N, one line per variant, and our/plain ratios against the 0.97 goal. The
-JSON also records every launch, the machine, its load average at each launch, and which
+.png): per global batch, samples/s against N, one line per variant, and our/plain ratios against
+the 0.97 goal. The JSON also records every launch, the machine (CPU model and features), the stack
+(Python, TensorFlow, Keras 2, Horovod), its load average at each launch, and which
 popdist_launcher sources were measured (git commit plus a hash of the working tree's sources).
 
 Run: ``PATH=.venv/bin:$PATH .venv/bin/python benchmarks/training_throughput.py``
-(``--steps``, ``--warmup``, ``--np``, ``--repeats``, ``--variants`` to change the defaults). The
-defaults (3 repeats of 5 variants at -np 1, 2, 4: 45 launches, most of each spent starting
-TensorFlow) take about 10-12 minutes on 2 otherwise idle cores, longer while other jobs run.
+(``--steps``, ``--warmup``, ``--np``, ``--repeats``, ``--variants``, ``--global-batch``,
+``--onednn`` to change the defaults). The defaults (3 repeats of 10 variants at -np 1, 2, 4 and
+two batches: 180 launches, most of each spent starting TensorFlow) take about 40 minutes on 2
+otherwise idle cores; ``--variants popdist,ipu-horovod,ipu-multi-worker,horovod,mwms`` (the custom
+loops) half that.
 """
 from __future__ import annotations
 
