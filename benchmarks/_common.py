@@ -79,6 +79,7 @@ def run_logged(argv: List[str], workdir: str, timeout_s: float, env: Dict[str, s
     files ``stdout`` and ``stderr`` there, until it exits or ``timeout_s`` passes (then
     :func:`stop`, which raises if the launcher outlives its SIGKILL). Returns the exit code (None
     on timeout), the seconds it ran and its pid, which is also its process group id."""
+    exit_on_sigterm()
     started = time.perf_counter()
     with open(os.path.join(workdir, "stdout"), "wb") as out, \
             open(os.path.join(workdir, "stderr"), "wb") as err:
@@ -89,7 +90,17 @@ def run_logged(argv: List[str], workdir: str, timeout_s: float, env: Dict[str, s
         except subprocess.TimeoutExpired:
             stop(proc, wait_raises=True)
             rc = None
+        except BaseException:  # Ctrl-C or SIGTERM: the launch in flight is stopped too
+            stop(proc)
+            raise
     return rc, time.perf_counter() - started, proc.pid
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM to a driver raises SystemExit (143) in its main thread, so that the launch it is
+    waiting for is stopped before it exits instead of being left running."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def launch_error(rc: Optional[int], timeout_s: float, workdir: str, result_path: str
