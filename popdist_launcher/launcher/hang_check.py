@@ -6,7 +6,7 @@ which treats it as a dead one."""
 from __future__ import annotations
 
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from popdist_launcher.launcher import console, report
 from popdist_launcher.launcher.attempt import TIMEOUT_EXIT_CODE, Failure, Instance
@@ -23,6 +23,7 @@ class HangCheck:
         self.watch = watch
         self.ranks: Dict[int, int] = {}  # index -> its Horovod rank, as its sampler saw it
         self.since: Dict[int, float] = {}  # index -> when its position last changed
+        self.stall: Optional[Failure] = None  # an instance's watchdog reported a stall
 
     def on_where(self, inst: Instance, payload: bytes) -> None:
         """A WHERE frame: "LEFT RANK POSITION"."""
@@ -128,6 +129,18 @@ class HangCheck:
             then()
             return
         collector.request(insts, "hang check", "hang", after=then)
+
+    def on_stall(self, inst: Instance, reason: str, live: bool) -> None:
+        """A STALL frame while the job is ``live`` (starting or running): the first one is the
+        job's failure once every instance's stacks are in."""
+        if self.stall is not None or not live:
+            return
+        self.stall = self.stall_failure(inst, reason)
+        console.say(f"{inst.who} reports a stalled collective ({reason}); collecting every "
+                    f"instance's Python stacks.")
+        if self.sup.stacks.dump is None:  # the job's failure, when it comes, is the stall
+            self.sup.stacks.request(self.sup.instances, f"{inst.who} reported a stall: "
+                                    f"{reason}", "stall", keep=inst.index)
 
     def stall_failure(self, inst: Instance, reason: str) -> Failure:
         """``inst``'s collectives watchdog fired (``reason``): the job's failure (exit code

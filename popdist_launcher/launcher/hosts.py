@@ -236,6 +236,16 @@ def is_local(name: str) -> bool:
     return name == own or name.split(".")[0] == own.split(".")[0] and "." in name
 
 
+def used_hosts(hosts: Sequence[HostSlots], counts: Sequence[int]) -> List[Tuple[HostSlots, int]]:
+    """The hosts that get instances, each with its count (hosts given 0 are left out)."""
+    return [(h, n) for h, n in zip(hosts, counts) if n]
+
+
+def host_text(hosts: Sequence[Tuple[str, int]], sep: str = ", ") -> str:
+    """(name, number) pairs as "name:number" joined by ``sep`` ("" for none)."""
+    return sep.join(f"{name}:{number}" for name, number in hosts)
+
+
 def describe(hosts: Sequence[HostSlots], counts: Optional[Sequence[int]] = None) -> str:
     if counts is None:
         return ",".join(f"{h.name}:{h.slots}" if h.explicit else h.name for h in hosts)

@@ -24,10 +24,11 @@ import selectors
 import signal
 import socket
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from popdist_launcher.launcher import console, processes, report
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
+from popdist_launcher.launcher.attempt_end import write_attempt_end
 from popdist_launcher.launcher.hang import HangWatch
 from popdist_launcher.launcher.hang_check import HangCheck
 from popdist_launcher.launcher.hub import Conn, Hub
@@ -36,7 +37,6 @@ from popdist_launcher.launcher.output import STDERR, STDOUT, Router
 from popdist_launcher.launcher.spawner import Spawner
 from popdist_launcher.launcher.stacks import StackCollector
 from popdist_launcher.launcher.stdin_forward import StdinForwarder
-from popdist_launcher.launcher.stop_summary import stop_summary
 from popdist_launcher.launcher.spawned import protocol as p
 from popdist_launcher.launcher.plan import Host, LaunchPlan
 from popdist_launcher.launcher.attempt import (
@@ -92,7 +92,6 @@ class Supervisor:
         self._unresponsive_deadline: Optional[float] = None
         self._drain_deadline: Optional[float] = None
         self._running_at_signal: List[int] = []  # for the summary after a stopping signal
-        self._stall: Optional[Failure] = None  # an instance's watchdog reported a stall
 
     # ---- public -------------------------------------------------------------------------------
     def run(self) -> JobResult:
@@ -131,6 +130,15 @@ class Supervisor:
                     f"{self.plan.grace_period:g} s).")
         self._begin_stop(signal.SIGTERM)
 
+    def new_round(self) -> None:
+        """An open world's instances re-form (a Horovod round): the hang clock starts again."""
+        self.hang.restart(time.monotonic())
+
+    @property
+    def rendezvous(self) -> Tuple[str, int]:
+        """The plan's rendezvous address and port."""
+        return self.plan.rendezvous_address, self.plan.rendezvous_port
+
     def engine_failed_to_start(self) -> bool:
         """Whether an engine failed by a known start-up transient before any instance started
         (nothing of the user's program ran): worth starting once more."""
@@ -150,7 +158,7 @@ class Supervisor:
         the stall); it stops the job."""
         if self._outcome.decided or self.state in (JobState.DRAINING,) + FINAL:
             return
-        failure = self._stall or failure
+        failure = self._hangs.stall or failure
         self._outcome.failure = failure
         running = sum(1 for i in self.instances
                       if not i.settled and i.index != failure.cause.instance)
@@ -361,14 +369,8 @@ class Supervisor:
         elif kind == p.WHERE:
             self._hangs.on_where(inst, payload)
         elif kind == p.STALL:
-            reason = payload.decode("utf-8", "replace").strip()
-            if self._stall is None and self.state in (JobState.STARTING, JobState.RUNNING):
-                self._stall = self._hangs.stall_failure(inst, reason)
-                console.say(f"{inst.who} reports a stalled collective ({reason}); collecting "
-                            f"every instance's Python stacks.")
-                if self._stacks.dump is None:  # the job's failure, when it comes, is the stall
-                    self._stacks.request(self.instances, f"{inst.who} reported a stall: "
-                                         f"{reason}", "stall", keep=inst.index)
+            self._hangs.on_stall(inst, payload.decode("utf-8", "replace").strip(),
+                                 self.state in (JobState.STARTING, JobState.RUNNING))
 
     def _on_exit(self, inst: Instance, returncode: int) -> None:
         inst.returncode = returncode
@@ -490,17 +492,6 @@ class Supervisor:
         self._events.close()
 
     def _result(self) -> JobResult:
-        failure = self._outcome.failure
-        if failure is not None:
-            tails = {i.index: {STDERR: self.router.tail(i.index, STDERR),
-                               STDOUT: self.router.tail(i.index, STDOUT)} for i in self.instances}
-            first_errors = {i.index: self.router.first_error(i.index) for i in self.instances}
-            stacks = self.router.stacks if self._stacks.in_report else {}
-            console.write(report.failure_report(failure.cause, self._ends(), tails, stacks,
-                                                self.failure_title, first_errors))
-        elif self._outcome.signal is not None:
-            logs = self.router.logs.folder if self.router.logs is not None else None
-            console.write(stop_summary(signal.Signals(self._outcome.signal).name,
-                                       self._running_at_signal, self._ends(),
-                                       {i.index: i.progress for i in self.instances}, logs))
+        write_attempt_end(self._outcome, self.instances, self.router, self._ends(),
+                          self._stacks.in_report, self.failure_title, self._running_at_signal)
         return self._outcome.result()

@@ -73,7 +73,7 @@ class Layout(NamedTuple):
 
     @property
     def used(self) -> List[Tuple[hostlib.HostSlots, int]]:
-        return [(h, n) for h, n in zip(self.slots, self.counts) if n]
+        return hostlib.used_hosts(self.slots, self.counts)
 
     def instance_hosts(self) -> Tuple[str, ...]:
         """Each instance's host name for --tag-output-host (this machine's name for localhost)."""

@@ -245,20 +245,31 @@ class OpenWorld(World):
                      logs: Optional[LogFiles] = None) -> Instance:
         """Start one more instance of the program on ``host`` with ``env`` on top of what it
         inherits (from a ``Supervisor.watch`` callback, while the job runs), named "instance
-        <tag>", its output tagged ``[tag]`` and logged in ``logs``. Its end is reported to
-        ``on_end``, at once ("not-started") once the job is stopping."""
+        <tag>", its output tagged ``[tag]`` and logged in ``logs``: ``register`` then
+        ``start``."""
+        inst = self.register(host, env, tag, logs)
+        self.start(inst, host)
+        return inst
+
+    def register(self, host: Host, env: Dict[str, str], tag: str,
+                 logs: Optional[LogFiles] = None) -> Instance:
+        """One more instance, its index given, not started yet (``start``)."""
         sup = self.sup
         inst = Instance(len(sup.instances), host.name, f"instance {tag}")
         self._envs[inst.index] = env
         sup.instances.append(inst)
         sup.router.add(inst.index, tag, logs, host.name)
+        return inst
+
+    def start(self, inst: Instance, host: Host) -> None:
+        """Start a registered instance on ``host``. Its end is reported to ``on_end``, at once
+        ("not-started") once the job is stopping."""
         if not self.accepting:
             inst.to(InstanceState.EXITED)
             self.on_end(inst, "not-started", "the job is ending")
-            return inst
-        self._start_by[inst.index] = time.monotonic() + sup.plan.start_timeout
-        sup.start_one(inst.index, host)
-        return inst
+            return
+        self._start_by[inst.index] = time.monotonic() + self.sup.plan.start_timeout
+        self.sup.start_one(inst.index, host)
 
     def stop_instance(self, inst: Instance) -> None:
         """SIGTERM to one instance, SIGKILL after the grace period."""

@@ -54,8 +54,8 @@ class MpiBackend(Backend):
         self.oversubscribe = oversubscribe
 
     def command(self, plan: LaunchPlan, wiring: Wiring) -> List[str]:
-        used = [(h, n) for h, n in zip(self.slots, self.counts) if n]
-        hosts = ",".join(f"{h.name}:{n}" for h, n in used)
+        used = hostlib.used_hosts(self.slots, self.counts)
+        hosts = hostlib.host_text([(h.name, n) for h, n in used], ",")
         contexts = self._contexts(plan.num_instances)
         oversubscribe = self.oversubscribe or any(n > (os.cpu_count() or 1) for n in self.counts)
         argv = mpirun_options(self.mpirun, oversubscribe, self.global_args + self.local_args)

@@ -32,7 +32,7 @@ class SlurmBackend(Backend):
         self.local_args = list(local_args)
 
     def command(self, plan: LaunchPlan, wiring: Wiring) -> List[str]:
-        used = [(h, n) for h, n in zip(self.slots, self.counts) if n]
+        used = hostlib.used_hosts(self.slots, self.counts)
         argv = [self.srun, f"--ntasks={plan.num_instances}", f"--nodes={len(used)}",
                 f"--nodelist={','.join(h.name for h, _ in used)}", "--distribution=block",
                 "--kill-on-bad-exit=1", "--overlap"]

@@ -8,6 +8,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher.launcher import processes
 from popdist_launcher.launcher.elastic.summary import Entry, write
+from popdist_launcher.launcher.hosts import host_text
 from popdist_launcher.launcher.attempt import Instance, JobResult, JobState
 from popdist_launcher.launcher.output import STDERR, STDOUT, Router
 
@@ -49,7 +50,7 @@ class Round:
 
     @property
     def layout(self) -> str:
-        return ", ".join(f"{h}:{n}" for h, n in self.hosts)
+        return host_text(self.hosts)
 
 
 class Ending(NamedTuple):
@@ -140,7 +141,7 @@ def _outlived(failing: List[Tuple[float, str, int]], results: dict, rounds: List
         return None
     said = "; ".join(f"{name} {latest[name].describe() if name in latest else f'exited with {code}'}"
                      for _, name, code in failing)
-    kept = ", ".join(f"{host}:{slots}" for host, slots in last.hosts if host not in blamed)
+    kept = host_text([(host, slots) for host, slots in last.hosts if host not in blamed])
     why = (f"the hosts without a failure ({kept}) carry --min-np {min_np}, so the job outlives "
            f"them as it does in any round" if blamed else
            "the launcher stopped those workers, or their host left the job")

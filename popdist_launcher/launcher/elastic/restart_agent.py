@@ -229,10 +229,8 @@ class RestartAgent(Agent):
                 changes.append(self._blacklist(host, why, decision.forever, decision.streak))
             else:
                 restarted.append(decision)
-        if restarted:
-            streak = max(d.streak for d in restarted)
-            changes.append(f"{why}; restarting in place "
-                           f"({policy.streak_words(streak, self.streaks.limit)})")
+        if restarted:  # the policy's sentence, of the longest streak
+            changes.append(max(restarted, key=lambda d: d.streak).sentence)
         return "; ".join(changes)
 
     def _blacklist(self, host: str, why: str, forever: bool = False, streak: int = 0) -> str:

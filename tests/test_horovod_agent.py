@@ -1,0 +1,252 @@
+"""HorovodAgent driven by hand (the fast unit layer of Horovod mode): a fake driver helper link,
+a fake open world and a fake Supervisor stand in for the processes, the way Horovod's own driver
+tests fake ``create_worker_fn``; the real jobs are in test_elastic_horovod.py. Also the worker
+environment, a pure function (``horovod_env.py``)."""
+from __future__ import annotations
+
+from popdist_launcher.launcher.attempt import Instance, InstanceState, JobResult, JobState
+from popdist_launcher.launcher.elastic.horovod_agent import LOST_CODE, NOT_RUN_CODE, HorovodAgent
+from popdist_launcher.launcher.elastic.horovod_env import GLOO_TIMEOUT_S, JobEnv, worker_env
+from popdist_launcher.launcher.elastic.horovod_job import HorovodJob
+from popdist_launcher.launcher.elastic.membership import Blacklist, Membership, MembershipLog
+from popdist_launcher.launcher.output import OutputOptions, Router
+from popdist_launcher.launcher.plan import Host
+from popdist_launcher.launcher.spawned import peer_sockets
+from popdist_launcher.launcher.spawned.protocol import CUT_PEERS, UNSET_ENV
+
+RENDEZVOUS = ("127.0.0.1", 4242)
+
+
+# ---- the worker environment ---------------------------------------------------------------------
+def start_frame(wid=0, rank=0, size=2, local_rank=0, local_size=2, round_number=1,
+                hostname="hostA"):
+    return {"kind": "START", "wid": wid, "round": round_number, "hostname": hostname,
+            "rank": rank, "size": size, "local_rank": local_rank, "local_size": local_size,
+            "cross_rank": 0, "cross_size": 1}
+
+
+def test_worker_env_sets_horovods_slot_and_popdists_replicas_from_the_rank():
+    job = JobEnv("job1", 2, 4, RENDEZVOUS, "s" * 32)
+    env = worker_env(start_frame(wid=5, rank=3, size=4, local_rank=1, local_size=2,
+                                 round_number=3), "eth1", job)
+    assert {k: env[k] for k in ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK",
+                                "HOROVOD_LOCAL_SIZE", "HOROVOD_HOSTNAME", "HOROVOD_GLOO_IFACE",
+                                "HOROVOD_GLOO_RENDEZVOUS_PORT", "HOROVOD_ELASTIC")} == {
+        "HOROVOD_RANK": "3", "HOROVOD_SIZE": "4", "HOROVOD_LOCAL_RANK": "1",
+        "HOROVOD_LOCAL_SIZE": "2", "HOROVOD_HOSTNAME": "hostA", "HOROVOD_GLOO_IFACE": "eth1",
+        "HOROVOD_GLOO_RENDEZVOUS_PORT": "4242", "HOROVOD_ELASTIC": "1"}
+    assert env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == "127.0.0.1:4242/" + "s" * 32
+    assert env["HOROVOD_GLOO_TIMEOUT_SECONDS"] == str(GLOO_TIMEOUT_S)
+    # 2 replicas per instance: 8 in all, this worker's from 6; 2 resets before round 3
+    assert {k: env[k] for k in ("POPDIST_NUM_TOTAL_REPLICAS", "POPDIST_NUM_LOCAL_REPLICAS",
+                                "POPDIST_REPLICA_INDEX_OFFSET", "POPDIST_NUM_IPUS_PER_REPLICA",
+                                "POPDIST_NUM_INSTANCES", "POPDIST_INSTANCE_INDEX",
+                                "POPRUN_RESTART_COUNT")} == {
+        "POPDIST_NUM_TOTAL_REPLICAS": "8", "POPDIST_NUM_LOCAL_REPLICAS": "2",
+        "POPDIST_REPLICA_INDEX_OFFSET": "6", "POPDIST_NUM_IPUS_PER_REPLICA": "4",
+        "POPDIST_NUM_INSTANCES": "4", "POPDIST_INSTANCE_INDEX": "3", "POPRUN_RESTART_COUNT": "2"}
+    assert env[UNSET_ENV] == "TF_CONFIG"  # no fixed cluster in an elastic job
+
+
+def test_worker_env_lets_x_win_and_keeps_tf_config_when_x_gives_it():
+    exported = (("HOROVOD_GLOO_TIMEOUT_SECONDS", "7"), ("TF_CONFIG", "{}"), ("MINE", "1"))
+    env = worker_env(start_frame(), None, JobEnv("job1", 1, 1, RENDEZVOUS, "s" * 32,
+                                                 exported_env=exported))
+    assert env["HOROVOD_GLOO_TIMEOUT_SECONDS"] == "7" and env["MINE"] == "1"
+    assert env["TF_CONFIG"] == "{}" and UNSET_ENV not in env
+    assert "HOROVOD_GLOO_IFACE" not in env  # no interface known: Gloo picks
+
+
+def test_worker_env_places_the_worker_by_its_rank_on_its_host():
+    env = worker_env(start_frame(rank=1, local_rank=1), None,
+                     JobEnv("job1", 1, 1, RENDEZVOUS, "s" * 32, placement="bind=core"))
+    assert env["POPRUN_PLACEMENT"] == "bind=core index=1 local=1/2 replicas=1"
+    assert "POPRUN_PLACEMENT" not in worker_env(start_frame(), None,
+                                                JobEnv("job1", 1, 1, RENDEZVOUS, "s" * 32))
+
+
+# ---- the agent, with fakes of its collaborators -------------------------------------------------
+class FakeLink:
+    """The driver helper's link: what the launcher sends it."""
+
+    def __init__(self):
+        self.sent, self.sock, self.closed = [], object(), False
+
+    def send(self, kind, **fields):
+        self.sent.append((kind, fields))
+        return True
+
+    def close_socket(self):
+        self.sock = None
+
+    def close(self):
+        self.closed = True
+
+
+class FakeWorld:
+    """The open world: instances registered and started, stopped, sent frames, closed."""
+
+    def __init__(self):
+        self.instances, self.envs, self.started, self.stopped, self.frames = [], {}, [], [], []
+        self.closed = False
+
+    def register(self, host, env, tag, logs=None):
+        inst = Instance(len(self.instances), host.name, f"instance {tag}")
+        self.instances.append(inst)
+        self.envs[tag] = env
+        return inst
+
+    def start(self, inst, host):
+        self.started.append((inst.index, host.name))
+
+    def stop_instance(self, inst):
+        self.stopped.append(inst.index)
+
+    def send_to(self, inst, kind, payload=b""):
+        self.frames.append((inst.index, kind, payload))
+
+    def close(self):
+        self.closed = True
+
+
+class FakeSupervisor:
+    rendezvous = RENDEZVOUS
+
+    def __init__(self):
+        self.rounds, self.stops = 0, []
+
+    def new_round(self):
+        self.rounds += 1
+
+    def request_stop(self, reason):
+        self.stops.append(reason)
+
+    def unwatch(self, fileobj):
+        pass
+
+
+class FakeProbes:
+    """Every host answers, at its own address, but those lost."""
+
+    def __init__(self, names):
+        self.hosts = {n: Host(n, f"10.0.0.{i + 1}") for i, n in enumerate(names)}
+        self.pushed = [(n, 2) for n in names]
+        self.lost = {}
+
+    def usable(self, name):
+        return None if name in self.lost else self.hosts.get(name)
+
+    def lose(self, name, why):
+        first = name not in self.lost
+        self.lost[name] = why
+        return first
+
+    def refresh(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def horovod_agent(tmp_path, monkeypatch):
+    from popdist_launcher import launch
+    from popdist_launcher.launcher import options
+
+    monkeypatch.setenv(peer_sockets.SWITCH_ENV, "1")
+    words = ["-np", "3", "--min-np", "2", "--max-np", "4", "-H", "localhost:4",
+             "--elastic-mode", "horovod", "--output-dir", str(tmp_path), "true"]
+    agent = HorovodAgent(options.build(launch.cli.make_context("poprun-lite", words).params,
+                                       {"PATH": "/usr/bin:/bin"}))
+    initial = [("hostA", 2), ("hostB", 2)]
+    agent.job = HorovodJob(Router(0, OutputOptions()), MembershipLog(str(tmp_path)), FakeWorld(),
+                           FakeSupervisor(), FakeLink(),
+                           Membership(initial, Blacklist(None)), FakeProbes(["hostA", "hostB"]),
+                           None)
+    return agent
+
+
+def exited(agent, wid, code):
+    """The world reports that worker ``wid``'s program exited with ``code``."""
+    inst = agent.workers[wid].inst
+    inst.to(InstanceState.CONNECTED)
+    inst.returncode = code
+    inst.to(InstanceState.EXITED)
+    agent.worker_ended(inst, "exited", "")
+
+
+def test_agent_start_exit_retry_blacklist_and_done(tmp_path, monkeypatch):
+    agent = horovod_agent(tmp_path, monkeypatch)
+    job, link, world = agent.job, agent.job.driver, agent.job.world
+    agent.on_frame({"kind": "ROUND", "round": 1, "size": 3, "hosts": [["hostA", 2], ["hostB", 1]]})
+    for wid, host, local in ((0, "hostA", 0), (1, "hostA", 1), (2, "hostB", 0)):
+        agent.on_frame(start_frame(wid, wid, 3, local, 2 if host == "hostA" else 1, 1, host))
+    assert job.supervisor.rounds == 1  # the hang clock starts again with each round
+    assert world.started == [(0, "hostA"), (1, "hostA"), (2, "hostB")]
+    assert world.envs["2"]["HOROVOD_RANK"] == "2" and world.envs["2"]["POPDIST_NUM_INSTANCES"] == "3"
+
+    # the program on hostB fails: the slot is blamed, the survivors' connections cut once
+    exited(agent, 2, 1)
+    assert link.sent[-1] == ("EXITED", {"wid": 2, "code": 1, "how": "exited", "blame": "slot",
+                                        "what": "exited with code 1", "mark": 0})
+    notice = peer_sockets.notice(RENDEZVOUS, ["10.0.0.1", "10.0.0.2"])
+    assert world.frames == [(0, CUT_PEERS, notice), (1, CUT_PEERS, notice)]
+
+    # the driver retries the slot (the others cannot carry --min-np without it); it fails again
+    agent.on_frame({"kind": "RETRY", "wid": 3, "sentence": "hostB[0] exited with 1"})
+    agent.on_frame(start_frame(3, 2, 3, 0, 1, 1, "hostB"))
+    agent.progressed(world.instances[0], 4)  # a commit between the two failures
+    exited(agent, 3, 1)
+    assert link.sent[-1][1]["blame"] == "slot" and link.sent[-1][1]["mark"] == 1
+    assert len(world.frames) == 2  # once a round
+
+    # hostB is blacklisted; round 2 forms on hostA; a START for a lost host never runs
+    agent.on_frame({"kind": "BLACKLIST", "host": "hostB", "cooldown": None, "forever": True,
+                    "limit": 2})
+    agent.on_frame({"kind": "ROUND", "round": 2, "size": 2, "hosts": [["hostA", 2]]})
+    job.probes.lost["hostC"] = "no answer"
+    agent.on_frame(start_frame(4, 0, 2, 0, 1, 2, "hostC"))
+    assert link.sent[-1] == ("EXITED", {"wid": 4, "code": NOT_RUN_CODE, "how": "start-failed",
+                                        "blame": "host"})
+    assert 4 not in agent.workers and len(world.instances) == 4
+
+    # the driver stops a worker; then both survivors end well and the driver is done
+    agent.on_frame({"kind": "STOP", "wid": 1})
+    assert world.stopped == [1]
+    for wid in (0, 1):
+        exited(agent, wid, 0)
+        assert link.sent[-1][1]["blame"] == "none"
+    results = {"hostA[0]": [0, 3.0], "hostA[1]": [0, 3.0], "hostB[0]": [1, 2.0]}
+    agent.on_frame({"kind": "DONE", "results": results, "error": None})
+    assert world.closed and link.sock is None
+    code, text = agent.verdict(JobResult(JobState.SUCCEEDED, 0, None, None))
+    assert code == 0, text
+    assert "job succeeded: round 2's workers on hostA:2 exited 0" in text
+    assert "the hosts without a failure (hostA:2) carry --min-np 2" in text
+    log = (tmp_path / "membership.log").read_text()
+    assert "round 1: 3 instance(s) on hostA:2, hostB:1\n" in log
+    assert "instance 2 (rank 2 of 3) on hostB exited with code 1\n" in log
+    assert "hostB[0] exited with 1: instance 3's slot is started again (the other hosts " \
+        "cannot carry --min-np 2)\n" in log
+    assert "hostB blacklisted for the rest of the job (it failed --host-failure-limit 2 " \
+        "times in a row without progress)\n" in log
+    assert "round 2: 2 instance(s) on hostA:2 (was 3 on hostA:2, hostB:1)\n" in log
+
+
+def test_agent_lost_worker_loses_its_host_and_a_fatal_frame_stops_the_job(tmp_path, monkeypatch):
+    agent = horovod_agent(tmp_path, monkeypatch)
+    job, link = agent.job, agent.job.driver
+    agent.on_frame({"kind": "ROUND", "round": 1, "size": 2, "hosts": [["hostA", 1], ["hostB", 1]]})
+    agent.on_frame(start_frame(0, 0, 2, 0, 1, 1, "hostA"))
+    agent.on_frame(start_frame(1, 1, 2, 0, 1, 1, "hostB"))
+    agent.worker_ended(agent.workers[1].inst, "lost", "was lost: its host stopped answering")
+    assert link.sent[-1][1] == {"wid": 1, "code": LOST_CODE, "how": "lost", "blame": "host",
+                                "what": "was lost: its host stopped answering", "mark": 0}
+    assert job.probes.lost == {"hostB": "was lost: its host stopped answering"}
+    agent.on_frame({"kind": "ALIVE"})
+    agent.on_frame({"kind": "FATAL", "reason": "hostB: too many failures."})
+    assert job.supervisor.stops == ["the elastic job cannot go on: hostB: too many failures."]
+    code, text = agent.verdict(JobResult(JobState.STOPPED, 1, None, None))
+    assert code == 1
+    assert text.count("job failed: hostB: too many failures. Hosts lost: hostB (was lost: its "
+                      "host stopped answering).") == 1
+
