@@ -1,6 +1,7 @@
 """The package's shape, read from its source (no process started). The launcher: the console
 script is launch.py's ``main``; no module imports or reads another module's private name;
-``spawned/`` (what runs in other processes) imports nothing from ``elastic/``. The whole package:
+``spawned/`` (what runs in other processes) imports nothing from ``elastic/``; ``wire/`` (what
+the processes say to each other) imports nothing of the package. The whole package:
 every module says what it does; no import circle between units (a subpackage, or a module
 directly in ``popdist_launcher/`` or ``launcher/``) beyond the known ones listed below; no unit
 imports another subpackage's private modules beyond those listed; files at most 500 lines and
@@ -20,7 +21,8 @@ LAUNCHER = PACKAGE / "launcher"
 
 
 def launcher_files():
-    return [PACKAGE / "launch.py", PACKAGE / "__main__.py", *sorted(LAUNCHER.rglob("*.py"))]
+    return [PACKAGE / "launch.py", PACKAGE / "__main__.py", *sorted(LAUNCHER.rglob("*.py")),
+            *sorted((PACKAGE / "wire").rglob("*.py"))]
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -112,6 +114,18 @@ def test_spawned_imports_nothing_from_elastic():
             if any(t == "popdist_launcher.launcher.elastic"
                    or t.startswith("popdist_launcher.launcher.elastic.") for t in targets):
                 found.append(f"{path.relative_to(ROOT)}: {module} {names}")
+    assert found == []
+
+
+def test_wire_imports_nothing_of_the_package_but_itself():
+    """wire/ is the bottom layer: the launcher, the wrapper, the helper and the collectives
+    import it, and it imports none of them."""
+    found = []
+    for path in sorted((PACKAGE / "wire").rglob("*.py")):
+        for target in imported_modules(path):
+            if target != "popdist_launcher.wire" \
+                    and not target.startswith("popdist_launcher.wire."):
+                found.append(f"{path.relative_to(ROOT)}: {target}")
     assert found == []
 
 

@@ -21,7 +21,7 @@ from typing import Callable, Dict, List, Optional
 import pytest
 
 from popdist_launcher.launcher import ports
-from popdist_launcher.launcher.spawned import netinfo, rendezvous
+from popdist_launcher.wire import netinfo, rendezvous
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = Path(__file__).parent / "workers" / "elastic_probe.py"

@@ -17,7 +17,7 @@ from popdist_launcher.launcher.elastic.setup import ElasticOptions
 from popdist_launcher.launcher.output import OutputOptions
 from popdist_launcher.launcher.plan import PlanError, check_counts, parse_exports, resolve_program
 from popdist_launcher.launcher.remote import SshOptions, agent_from_environ
-from popdist_launcher.launcher.spawned.placement import encode as encode_placement
+from popdist_launcher.wire.placement_text import encode as encode_placement
 from popdist_launcher.launcher.topology import HostOptions, Layout, TopologyError
 
 LOCALHOST = "localhost"

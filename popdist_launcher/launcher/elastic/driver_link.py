@@ -11,7 +11,7 @@ import sys
 from typing import List, Optional
 
 from popdist_launcher.launcher import processes
-from popdist_launcher.launcher.spawned import rendezvous
+from popdist_launcher.wire import rendezvous
 
 HELPER_MODULE = "popdist_launcher.launcher.spawned.elastic_driver"
 HELPER_EXIT_S = 2.0  # after its socket closed, before the helper's group is killed

@@ -34,8 +34,8 @@ from popdist_launcher.launcher.output import LogFiles, Router
 from popdist_launcher.launcher.plan import Host, LaunchPlan
 from popdist_launcher.launcher.remote import RemoteError, resolve
 from popdist_launcher.launcher.spawned import peer_sockets, rendezvous
-from popdist_launcher.launcher.spawned import placement as placing
-from popdist_launcher.launcher.spawned.protocol import CUT_PEERS, UNSET_ENV
+from popdist_launcher.wire import placement_text as placing
+from popdist_launcher.wire.protocol import CUT_PEERS, UNSET_ENV
 from popdist_launcher.launcher.supervisor import Supervisor
 from popdist_launcher.launcher.topology import LOOPBACK, TopologyError, launcher_address
 from popdist_launcher.launcher.world import OpenWorld

@@ -7,7 +7,7 @@ import sys
 import threading
 from typing import Set
 
-from popdist_launcher.launcher.spawned.rendezvous import make_server
+from popdist_launcher.wire.rendezvous import make_server
 
 log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_S = 60.0  # reading one rendezvous request from a connected worker

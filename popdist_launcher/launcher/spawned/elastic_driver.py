@@ -56,7 +56,7 @@ from popdist_launcher.launcher.spawned.driver_hosts import (LauncherHostManager,
                                                             Slot, Verdict)
 from popdist_launcher.launcher.spawned.driver_rendezvous import AdoptedRendezvous
 from popdist_launcher.launcher.spawned.launcher_link import LauncherLink
-from popdist_launcher.launcher.spawned.rendezvous import MIN_SECRET_CHARS, SECRET_ENV
+from popdist_launcher.wire.rendezvous import MIN_SECRET_CHARS, SECRET_ENV
 
 log = logging.getLogger(__name__)
 
