@@ -153,7 +153,7 @@ def hosts_at_start(p: Mapping[str, Any],
     cannot be read is one sentence (PlanError or TopologyError)."""
     script = p["host_discovery_script"]
     if script:
-        from popdist_launcher.launcher import discovery_script
+        from popdist_launcher.launcher.elastic.discovery import script as discovery_script
         try:
             found = discovery_script.run_discovery(
                 script, elastic_setup.slots_per_host(p),

@@ -1,5 +1,5 @@
 """The launcher's end of the helper process that runs Horovod's ElasticDriver
-(``spawned/elastic_driver.py``): start it, exchange its JSON lines, and end it."""
+(``elastic/helper/elastic_driver.py``): start it, exchange its JSON lines, and end it."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,7 @@ from typing import List, Optional
 from popdist_launcher.launcher import processes
 from popdist_launcher.wire import rendezvous
 
-HELPER_MODULE = "popdist_launcher.launcher.spawned.elastic_driver"
+HELPER_MODULE = "popdist_launcher.launcher.elastic.helper.elastic_driver"
 HELPER_EXIT_S = 2.0  # after its socket closed, before the helper's group is killed
 SEND_BUFFER = 1 << 20  # a megabyte the helper has not read: it is stuck
 

@@ -24,7 +24,7 @@ from popdist_launcher.launcher import hosts as hostlib
 from popdist_launcher.launcher import console, ports, processes
 from popdist_launcher.launcher.agent import Agent
 from popdist_launcher.launcher.attempt import Instance, JobResult
-from popdist_launcher.launcher.elastic.discovery import Poller
+from popdist_launcher.launcher.elastic.discovery.poller import Poller
 from popdist_launcher.launcher.elastic.driver_link import DriverLink
 from popdist_launcher.launcher.elastic.horovod_hosts import HostProbes
 from popdist_launcher.launcher.elastic.horovod_rounds import Ending, Round, Worker, summary
@@ -33,12 +33,13 @@ from popdist_launcher.launcher.options import JobOptions
 from popdist_launcher.launcher.output import LogFiles, Router
 from popdist_launcher.launcher.plan import Host, LaunchPlan
 from popdist_launcher.launcher.remote import RemoteError, resolve
-from popdist_launcher.launcher.spawned import peer_sockets, rendezvous
-from popdist_launcher.wire import placement_text as placing
-from popdist_launcher.wire.protocol import CUT_PEERS, UNSET_ENV
+from popdist_launcher.launcher.spawned import peer_sockets
 from popdist_launcher.launcher.supervisor import Supervisor
 from popdist_launcher.launcher.topology import LOOPBACK, TopologyError, launcher_address
 from popdist_launcher.launcher.world import OpenWorld
+from popdist_launcher.wire import placement_text as placing
+from popdist_launcher.wire import rendezvous
+from popdist_launcher.wire.protocol import CUT_PEERS, UNSET_ENV
 
 GLOO_TIMEOUT_S = 30   # HOROVOD_GLOO_TIMEOUT_SECONDS unless -x sets it: how long survivors wait
 #                       in a collective for a peer that stopped answering

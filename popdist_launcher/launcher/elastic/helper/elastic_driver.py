@@ -2,7 +2,7 @@
 a helper process, with every worker started and watched by the launcher over a socketpair.
 
 Usage (by the launcher only), with the rendezvous secret in $POPRUN_RENDEZVOUS_SECRET:
-python -m popdist_launcher.launcher.spawned.elastic_driver CONTROL_FD RENDEZVOUS_FD SETTINGS_JSON
+python -m popdist_launcher.launcher.elastic.helper.elastic_driver CONTROL_FD RENDEZVOUS_FD SETTINGS_JSON
 
 CONTROL_FD is the helper's end of a socketpair carrying one JSON object per line (key "kind"):
 from the launcher HOSTS (usable hosts in rank order), ALLOW (more rendezvous client addresses) and
@@ -51,11 +51,11 @@ from horovod.runner.elastic.rendezvous import create_rendezvous_handler
 from horovod.runner.elastic.worker import (HostUpdateResult, WorkerNotificationClient,
                                            WorkerNotificationService)
 
-from popdist_launcher.launcher import failure_policy as policy
-from popdist_launcher.launcher.spawned.driver_hosts import (LauncherHostManager, PushedHosts,
+from popdist_launcher.launcher.elastic import failure_policy as policy
+from popdist_launcher.launcher.elastic.helper.driver_hosts import (LauncherHostManager, PushedHosts,
                                                             Slot, Verdict)
-from popdist_launcher.launcher.spawned.driver_rendezvous import AdoptedRendezvous
-from popdist_launcher.launcher.spawned.launcher_link import LauncherLink
+from popdist_launcher.launcher.elastic.helper.driver_rendezvous import AdoptedRendezvous
+from popdist_launcher.launcher.elastic.helper.launcher_link import LauncherLink
 from popdist_launcher.wire.rendezvous import MIN_SECRET_CHARS, SECRET_ENV
 
 log = logging.getLogger(__name__)

@@ -10,8 +10,8 @@ from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 from horovod.runner.elastic.discovery import HostDiscovery, HostManager
 from horovod.runner.elastic.worker import HostUpdateResult
 
-from popdist_launcher.launcher import failure_policy as policy
-from popdist_launcher.launcher.spawned.launcher_link import LauncherLink
+from popdist_launcher.launcher.elastic import failure_policy as policy
+from popdist_launcher.launcher.elastic.helper.launcher_link import LauncherLink
 
 Slot = Tuple[str, int]  # (hostname, local_rank): Horovod's identity of a worker
 
