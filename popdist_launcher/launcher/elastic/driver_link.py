@@ -12,6 +12,7 @@ from typing import List, Optional
 
 from popdist_launcher.launcher import processes
 from popdist_launcher.wire import rendezvous
+from popdist_launcher.wire.helper_settings import HelperSettings
 
 HELPER_MODULE = "popdist_launcher.launcher.elastic.helper.elastic_driver"
 HELPER_EXIT_S = 2.0  # after its socket closed, before the helper's group is killed
@@ -21,11 +22,11 @@ SEND_BUFFER = 1 << 20  # a megabyte the helper has not read: it is stuck
 class DriverLink:
     """The helper process and its socket; ``fileno`` is the socket's, to watch for its frames."""
 
-    def __init__(self, listener: socket.socket, settings: dict, secret: str) -> None:
+    def __init__(self, listener: socket.socket, settings: HelperSettings, secret: str) -> None:
         ours, theirs = socket.socketpair()
         self.helper = subprocess.Popen(
             [sys.executable, "-m", HELPER_MODULE, str(theirs.fileno()), str(listener.fileno()),
-             json.dumps(settings, separators=(",", ":"))],
+             settings.encode()],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             pass_fds=(theirs.fileno(), listener.fileno()), process_group=0, close_fds=True,
             env={**os.environ, rendezvous.SECRET_ENV: secret})

@@ -39,6 +39,7 @@ from popdist_launcher.launcher.topology import LOOPBACK, TopologyError, launcher
 from popdist_launcher.launcher.world import OpenWorld
 from popdist_launcher.wire import placement_text as placing
 from popdist_launcher.wire import rendezvous
+from popdist_launcher.wire.helper_settings import HelperSettings
 from popdist_launcher.wire.protocol import CUT_PEERS, UNSET_ENV
 
 GLOO_TIMEOUT_S = 30   # HOROVOD_GLOO_TIMEOUT_SECONDS unless -x sets it: how long survivors wait
@@ -164,7 +165,7 @@ class HorovodAgent(Agent):
             grace_period=options.grace_period, job_id=self.job_id,
             rendezvous_secret=self.secret, tf_config_mode="none", placement=options.placement)
 
-    def _driver_settings(self, initial: Sequence[Tuple[str, int]]) -> dict:
+    def _driver_settings(self, initial: Sequence[Tuple[str, int]]) -> HelperSettings:
         """The driver's settings: horovodrun's elastic options, and the addresses whose
         connections to the rendezvous it accepts."""
         elastic = self.elastic
@@ -175,12 +176,12 @@ class HorovodAgent(Agent):
                     allowed.add(resolve(name, self.layout.ssh))
                 except RemoteError:
                     pass  # its probe names the problem
-        return {"np": self.options.num_instances, "min_np": elastic.min_np,
-                "max_np": elastic.max_np, "elastic_timeout": elastic.elastic_timeout,
-                "reset_limit": elastic.reset_limit, "failure_limit": elastic.host_failure_limit,
-                "cooldown_range": list(elastic.cooldown_range) if elastic.cooldown_range
-                else None, "allowed": sorted(allowed),
-                "start_timeout": self.options.start_timeout}
+        return HelperSettings(
+            np=self.options.num_instances, min_np=elastic.min_np, max_np=elastic.max_np,
+            elastic_timeout=elastic.elastic_timeout, reset_limit=elastic.reset_limit,
+            failure_limit=elastic.host_failure_limit, allowed=sorted(allowed),
+            cooldown_range=tuple(elastic.cooldown_range) if elastic.cooldown_range else None,
+            start_timeout=self.options.start_timeout)
 
     def _close(self) -> None:
         self._close_driver_socket()
