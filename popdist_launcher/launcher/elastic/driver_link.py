@@ -12,6 +12,7 @@ from typing import List, Optional
 
 from popdist_launcher.launcher import processes
 from popdist_launcher.wire import rendezvous
+from popdist_launcher.wire import helper_frames as frames
 from popdist_launcher.wire.helper_settings import HelperSettings
 
 HELPER_MODULE = "popdist_launcher.launcher.elastic.helper.elastic_driver"
@@ -39,11 +40,11 @@ class DriverLink:
     def fileno(self) -> int:
         return self.sock.fileno() if self.sock is not None else -1
 
-    def send(self, kind: str, **fields) -> bool:
-        """Send one message; False when the helper has stopped reading (its buffer is full)."""
+    def send(self, frame: frames.Frame) -> bool:
+        """Send one frame; False when the helper has stopped reading (its buffer is full)."""
         if self.sock is None:
             return True
-        data = (json.dumps({"kind": kind, **fields}) + "\n").encode()
+        data = frames.encode(frame)
         try:
             sent = self.sock.send(data)
         except BlockingIOError:
@@ -63,16 +64,16 @@ class DriverLink:
         if not data:
             return None
         *lines, self._incoming = (self._incoming + data).split(b"\n")
-        frames = []
+        received = []
         for line in lines:
             try:
                 frame = json.loads(line) if line.strip() else None
             except ValueError:
-                frame = {"kind": "FATAL", "reason": f"the elastic driver sent {line[:80]!r}, "
-                                                    f"which is no message"}
+                frame = {"kind": frames.Fatal.KIND,
+                         "reason": f"the elastic driver sent {line[:80]!r}, which is no message"}
             if frame is not None:
-                frames.append(frame)
-        return frames
+                received.append(frame)
+        return received
 
     def exit_status(self) -> Optional[int]:
         """The helper's exit status, None while it runs."""

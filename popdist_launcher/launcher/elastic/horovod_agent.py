@@ -39,6 +39,7 @@ from popdist_launcher.launcher.topology import LOOPBACK, TopologyError, launcher
 from popdist_launcher.launcher.world import OpenWorld
 from popdist_launcher.wire import placement_text as placing
 from popdist_launcher.wire import rendezvous
+from popdist_launcher.wire import helper_frames as frames
 from popdist_launcher.wire.helper_settings import HelperSettings
 from popdist_launcher.wire.protocol import CUT_PEERS, UNSET_ENV
 
@@ -113,8 +114,8 @@ class HorovodAgent(Agent):
             self.membership = Membership(initial, Blacklist(None), self.poller)
             self.probes = HostProbes(
                 self.layout, self.address, self.iface, self.membership.usable,
-                push=lambda hosts: self._send("HOSTS", hosts=[[n, s] for n, s in hosts]),
-                allow=lambda addresses: self._send("ALLOW", addresses=addresses),
+                push=lambda hosts: self._send(frames.Hosts(hosts=[[n, s] for n, s in hosts])),
+                allow=lambda addresses: self._send(frames.Allow(addresses=addresses)),
                 event=self._event, watch=self.supervisor.watch, unwatch=self.supervisor.unwatch,
                 initial=remote)
             self.log.record(f"elastic job (Horovod's driver, backend {self.layout.backend.name}): "
@@ -202,8 +203,8 @@ class HorovodAgent(Agent):
             self.driver.close_socket()
 
     # ---- the driver ---------------------------------------------------------------------------
-    def _send(self, kind: str, **fields) -> None:
-        if self.driver is not None and not self.driver.send(kind, **fields):
+    def _send(self, frame: frames.Frame) -> None:
+        if self.driver is not None and not self.driver.send(frame):
             self._give_up("the elastic driver (helper process) stopped reading the launcher's "
                           "messages")
 
@@ -226,28 +227,28 @@ class HorovodAgent(Agent):
 
     def _on_driver(self) -> None:
         self.heard = time.monotonic()
-        frames = self.driver.read()
-        if frames is None:
+        received = self.driver.read()
+        if received is None:
             self._close_driver_socket()
             if self.done is None and self.fatal is None:
                 code = self.driver.exit_status()
                 self._give_up("the elastic driver (helper process) ended without a result"
                               + (f" ({processes.describe_exit(code)})" if code is not None else ""))
             return
-        for frame in frames:
+        for frame in received:
             self._on_frame(frame)
 
     def _on_frame(self, frame: dict) -> None:
         kind = frame["kind"]
-        if kind == "ROUND":
+        if kind == frames.Round.KIND:
             self._on_round(frame)
-        elif kind == "START":
+        elif kind == frames.Start.KIND:
             self._on_start(frame)
-        elif kind == "STOP":
+        elif kind == frames.Stop.KIND:
             worker = self.workers.get(int(frame["wid"]))
             if worker is not None:
                 self.world.stop_instance(worker.inst)
-        elif kind == "BLACKLIST":
+        elif kind == frames.Blacklist.KIND:
             cooldown = frame.get("cooldown")
             how_long = "for the rest of the job" if cooldown is None else \
                 f"for {float(cooldown):.1f} s (--blacklist-cooldown-range)"
@@ -255,15 +256,15 @@ class HorovodAgent(Agent):
                 how_long += (f" (it failed --host-failure-limit {frame['limit']} times in a "
                              f"row without progress)")
             self._event(f"{frame['host']} blacklisted {how_long}")
-        elif kind == "RETRY":
+        elif kind == frames.Retry.KIND:
             self._event(f"{frame['sentence']}: instance {frame['wid']}'s slot is started again "
                         f"(the other hosts cannot carry --min-np {self.elastic.min_np})")
-        elif kind == "FATAL":
+        elif kind == frames.Fatal.KIND:
             self.fatal = str(frame["reason"])
             self.supervisor.request_stop(f"the elastic job cannot go on: {self.fatal}")
-        elif kind == "ALIVE":
+        elif kind == frames.Alive.KIND:
             pass  # the heartbeat: self.heard is set on every read
-        elif kind == "DONE":
+        elif kind == frames.Done.KIND:
             self.done = frame
             self._close_driver_socket()
             self.world.close()
@@ -286,7 +287,8 @@ class HorovodAgent(Agent):
         host = self.probes.usable(name)
         round_number = int(frame["round"])
         if host is None:  # lost since the driver last saw HOSTS
-            self._send("EXITED", wid=wid, code=NOT_RUN_CODE, how="start-failed", blame="host")
+            self._send(frames.Exited(wid=wid, code=NOT_RUN_CODE, how="start-failed",
+                                     blame="host"))
             return
         logs = None
         if self.root_fd is not None:
@@ -350,8 +352,8 @@ class HorovodAgent(Agent):
         worker.blame = self._blame(worker)
         if worker.blame != "none" and how in ("exited", "lost"):
             self._cut_survivors(worker)  # before the driver can start a round without it
-        self._send("EXITED", wid=worker.wid, code=worker.code, how=how, blame=worker.blame,
-                   what=worker.describe(), mark=self.mark)
+        self._send(frames.Exited(wid=worker.wid, code=worker.code, how=how,
+                                 blame=worker.blame, what=worker.describe(), mark=self.mark))
         where = f"instance {worker.wid} (rank {worker.rank} of {worker.size}) on " \
                 f"{worker.hostname}"
         if worker.blame == "none":

@@ -13,6 +13,7 @@ from horovod.runner.elastic.worker import HostUpdateResult
 from popdist_launcher.launcher.elastic import failure_policy as policy
 from popdist_launcher.launcher.elastic.helper import horovod_seams as seams
 from popdist_launcher.launcher.elastic.helper.launcher_link import LauncherLink
+from popdist_launcher.wire import helper_frames as frames
 
 Slot = Tuple[str, int]  # (hostname, local_rank): Horovod's identity of a worker
 
@@ -110,8 +111,8 @@ class LauncherHostManager(HostManager):
         if decision.action == policy.BLACKLIST:
             self._take_out(host, decision.forever)
         elif decision.action == policy.RESTART:
-            self.link.send("RETRY", host=host, wid=last.wid, streak=decision.streak,
-                           limit=self.streaks.limit, sentence=decision.sentence)
+            self.link.send(frames.Retry(host=host, wid=last.wid, streak=decision.streak,
+                                        limit=self.streaks.limit, sentence=decision.sentence))
         else:
             self.give_up(decision.sentence)
 
@@ -127,5 +128,5 @@ class LauncherHostManager(HostManager):
             if self._cooldown_range and not forever:
                 ends = seams.cooldown_end(self, host)
                 cooldown = round(max(0.0, ends - time.time()), 3)
-            self.link.send("BLACKLIST", host=host, cooldown=cooldown, forever=forever,
-                           limit=self.streaks.limit)
+            self.link.send(frames.Blacklist(host=host, cooldown=cooldown, forever=forever,
+                                            limit=self.streaks.limit))

@@ -4,7 +4,7 @@ a helper process, with every worker started and watched by the launcher over a s
 Usage (by the launcher only), with the rendezvous secret in $POPRUN_RENDEZVOUS_SECRET:
 python -m popdist_launcher.launcher.elastic.helper.elastic_driver CONTROL_FD RENDEZVOUS_FD SETTINGS_JSON
 
-CONTROL_FD is the helper's end of a socketpair carrying one JSON object per line (key "kind"):
+CONTROL_FD is the helper's end of a socketpair carrying frames (wire/helper_frames.py):
 from the launcher HOSTS (usable hosts in rank order), ALLOW (more rendezvous client addresses) and
 EXITED (one per START: exit code, blame, how in words, the job's progress mark); to the launcher
 ROUND, START, STOP, BLACKLIST, RETRY, FATAL (one sentence, always followed by DONE), DONE, and
@@ -56,6 +56,7 @@ from popdist_launcher.launcher.elastic.helper import workers as workers_seam
 from popdist_launcher.launcher.elastic.helper.driver_rendezvous import (AdoptedRendezvous,
                                                                         rendezvous_handler)
 from popdist_launcher.launcher.elastic.helper.launcher_link import LauncherLink
+from popdist_launcher.wire import helper_frames as frames
 from popdist_launcher.wire.helper_settings import HelperSettings
 from popdist_launcher.wire.rendezvous import MIN_SECRET_CHARS, SECRET_ENV
 
@@ -152,8 +153,9 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
             self._gate = JoinGate(joining, time.monotonic()) \
                 if joining and len(joining) < self.world_size() else None
             self._gate_cond.notify_all()
-        self._link.send("ROUND", round=self.round(), size=self.world_size(),
-                        hosts=[[host, len(slots)] for host, slots in self.host_assignments.items()])
+        self._link.send(frames.Round(
+            round=self.round(), size=self.world_size(),
+            hosts=[[host, len(slots)] for host, slots in self.host_assignments.items()]))
         seams.start_worker_processes(self, pending_slots)
 
     # ---- the survivors of a reset wait for the new workers ------------------------------------
@@ -261,7 +263,7 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
         except Exception as exc:
             if not self.finished():
                 self._fatal = self._why_no_round(exc, seams.min_num_proc(self), "--min-np")
-                self._link.send("FATAL", reason=self._fatal)
+                self._link.send(frames.Fatal(reason=self._fatal))
                 self.stop(self._fatal)
 
     def _get_host_assignments(self, current_hosts):
@@ -295,7 +297,7 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
     def _give_up(self, reason: str) -> None:
         """End the job with ``reason`` (FATAL); no round starts after it."""
         self._fatal = reason
-        self._link.send("FATAL", reason=reason)
+        self._link.send(frames.Fatal(reason=reason))
         self.stop(reason)
 
     def resume(self) -> None:
@@ -306,7 +308,7 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
         except Exception as exc:
             if not self.finished():
                 self._fatal = self._why_no_round(exc, seams.min_num_proc(self), "--min-np")
-                self._link.send("FATAL", reason=self._fatal)
+                self._link.send(frames.Fatal(reason=self._fatal))
             raise
 
     def stop(self, error_message: Optional[str] = None) -> None:
@@ -315,7 +317,7 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
     def start_failed(self, exc: Exception, num_proc: int) -> str:
         """The FATAL reason when the first round cannot start; sent once."""
         self._fatal = self._why_no_round(exc, num_proc, "-np")
-        self._link.send("FATAL", reason=self._fatal)
+        self._link.send(frames.Fatal(reason=self._fatal))
         return self._fatal
 
     def _why_no_round(self, exc: Exception, needed: int, option: str) -> str:
@@ -392,7 +394,7 @@ def _configure_logging() -> None:
 
 
 def _end(link: LauncherLink, error: Optional[str], results: dict) -> None:
-    link.send("DONE", error=error, results=results)
+    link.send(frames.Done(error=error, results=results))
     logging.shutdown()
     os._exit(0 if error is None else 1)
 
@@ -400,7 +402,7 @@ def _end(link: LauncherLink, error: Optional[str], results: dict) -> None:
 def _heartbeat(link: LauncherLink) -> None:
     while True:
         time.sleep(HEARTBEAT_S)
-        link.send("ALIVE")
+        link.send(frames.Alive())
 
 
 def main(argv: Sequence[str]) -> None:
@@ -412,7 +414,7 @@ def main(argv: Sequence[str]) -> None:
     link = LauncherLink(control)
 
     def fatal(reason: str) -> None:
-        link.send("FATAL", reason=reason)
+        link.send(frames.Fatal(reason=reason))
         _end(link, reason, {})
 
     problem = seams.version_problem()
@@ -433,18 +435,17 @@ def main(argv: Sequence[str]) -> None:
     allowed = set(settings.allowed)
     workers = workers_seam.LauncherWorkers(link)
 
-    def handle(frame: dict) -> None:
-        kind = frame["kind"]
-        if kind == "HOSTS":
-            discovery.push(frame["hosts"])
-        elif kind == "ALLOW":
-            allowed.update(str(a) for a in frame["addresses"])
-        elif kind == "EXITED":
-            workers.exited(int(frame["wid"]), int(frame["code"]), str(frame["blame"]),
-                           str(frame.get("what") or f"exited with {frame['code']}"),
-                           int(frame.get("mark", 0)))
+    def handle(frame: frames.Frame) -> None:
+        if isinstance(frame, frames.Hosts):
+            discovery.push(frame.hosts)
+        elif isinstance(frame, frames.Allow):
+            allowed.update(str(a) for a in frame.addresses)
+        elif isinstance(frame, frames.Exited):
+            workers.exited(int(frame.wid), int(frame.code), str(frame.blame),
+                           str(frame.what or f"exited with {frame.code}"), int(frame.mark))
         else:
-            log.error("ignored a frame of unknown kind %r from the launcher", kind)
+            log.error("ignored a %s frame from the launcher, which only the helper sends",
+                      frame.KIND)
 
     threading.Thread(target=link.read_forever, args=(handle,), name="launcher",
                      daemon=True).start()

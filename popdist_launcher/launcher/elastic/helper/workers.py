@@ -12,6 +12,7 @@ from popdist_launcher.launcher.elastic.helper import horovod_seams as seams
 from popdist_launcher.launcher.elastic.helper.driver_hosts import (LauncherHostManager, Slot,
                                                                    Verdict)
 from popdist_launcher.launcher.elastic.helper.launcher_link import LauncherLink
+from popdist_launcher.wire import helper_frames as frames
 
 if TYPE_CHECKING:
     from popdist_launcher.launcher.elastic.helper.elastic_driver import LauncherElasticDriver
@@ -50,7 +51,7 @@ class LauncherWorkers:
             if wid is None or wid not in self._ended or wid in self._stopped:
                 return
             self._stopped.add(wid)
-        self._link.send("STOP", wid=wid)
+        self._link.send(frames.Stop(wid=wid))
 
     def mark_late(self, slot: Slot, start_timeout: float) -> None:
         """Stop the latest worker of ``slot``, which did not reach hvd.init() in time: its end
@@ -71,17 +72,18 @@ class LauncherWorkers:
             self._ended[wid] = ended
             self._current[slot] = wid
         self._host_manager.blame(slot, None)
-        self._link.send("START", wid=wid, round=self._driver.round(),
-                        hostname=slot_info.hostname, rank=slot_info.rank, size=slot_info.size,
-                        local_rank=slot_info.local_rank, local_size=slot_info.local_size,
-                        cross_rank=slot_info.cross_rank, cross_size=slot_info.cross_size)
+        self._link.send(frames.Start(
+            wid=wid, round=self._driver.round(), hostname=slot_info.hostname,
+            rank=slot_info.rank, size=slot_info.size, local_rank=slot_info.local_rank,
+            local_size=slot_info.local_size, cross_rank=slot_info.cross_rank,
+            cross_size=slot_info.cross_size))
         while not ended.wait(POLL_S):
             if any(event.is_set() for event in events):
                 with self._lock:  # the job ends or the host is blacklisted
                     stop = wid not in self._stopped
                     self._stopped.add(wid)
                 if stop:
-                    self._link.send("STOP", wid=wid)
+                    self._link.send(frames.Stop(wid=wid))
         with self._lock:
             code, blame, what, mark = self._exits.pop(wid)
             del self._ended[wid]
