@@ -150,12 +150,11 @@ CLASSES_OVER_THE_BAR: Dict[str, int] = {
 # Import circles between units that exist today, each the largest set of units it may join.
 # The library's: the package root (popdist_launcher/__init__) and the compat layer are imported
 # by the subpackages and import them back (the compat layer's hooks reach into ipu/, tf_config),
-# and ipu/ and strategies/ import each other. The launcher's: backends and the plan; the agent, the
-# elastic package and the options.
+# and ipu/ and strategies/ import each other. The launcher's: the agent, the elastic package and
+# the options.
 KNOWN_CIRCLES: List[FrozenSet[str]] = [
     frozenset({"popdist_launcher", "compat", "collectives", "ipu", "runtime", "strategies",
                "tf_config"}),
-    frozenset({"launcher.backends", "launcher.plan"}),
     frozenset({"launcher.agent", "launcher.elastic", "launcher.options"}),
 ]
 

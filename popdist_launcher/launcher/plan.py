@@ -13,7 +13,7 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 from popdist_launcher import _contract as c
 from popdist_launcher import tf_config
 from popdist_launcher.launcher import console
-from popdist_launcher.launcher.backends.detect import which
+from popdist_launcher.launcher.executables import which
 from popdist_launcher.wire import placement_text as placing
 from popdist_launcher.wire import rendezvous
 from popdist_launcher.wire.rendezvous import horovod_ranks

@@ -11,7 +11,7 @@ from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.backends.mpi import EngineError
 from popdist_launcher.wire import placement_text as placement
 from popdist_launcher.wire.protocol import SECRET_ENV
-from popdist_launcher.launcher.backends.detect import which
+from popdist_launcher.launcher.executables import which
 from popdist_launcher.launcher.plan import Host, LaunchPlan
 
 
