@@ -37,7 +37,7 @@ from popdist_launcher.launcher import cli_values
 from popdist_launcher.launcher.output import OutputDirError
 from popdist_launcher.launcher.backends.detect import BACKENDS
 from popdist_launcher.launcher.plan import PlanError
-from popdist_launcher.launcher.spawned.placement import BIND_MODES
+from popdist_launcher.wire.placement_text import BIND_MODES
 
 PROG = console.NAME
 ENV_PREFIX = "POPRUN"

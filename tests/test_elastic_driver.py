@@ -21,7 +21,7 @@ from typing import Callable, Dict, List, Optional
 import pytest
 
 from popdist_launcher.launcher import ports
-from popdist_launcher.launcher.spawned import netinfo, rendezvous
+from popdist_launcher.wire import netinfo, rendezvous
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = Path(__file__).parent / "workers" / "elastic_probe.py"
@@ -48,7 +48,7 @@ class FakeLauncher:
                     **settings}
         with open(self.log_path, "w") as log:
             self.helper = subprocess.Popen(
-                [sys.executable, "-m", "popdist_launcher.launcher.spawned.elastic_driver",
+                [sys.executable, "-m", "popdist_launcher.launcher.elastic.helper.elastic_driver",
                  str(helper_end.fileno()), str(listener.fileno()), json.dumps(settings)],
                 cwd=ROOT, pass_fds=(helper_end.fileno(), listener.fileno()), stdout=log,
                 stderr=log, start_new_session=True,
@@ -426,9 +426,9 @@ def test_the_driver_builds_the_host_manager_named_in_its_module():
 
 
 def test_rank_order_follows_hosts_and_a_failure_blacklists_when_others_carry_the_job():
-    from popdist_launcher.launcher import failure_policy
-    from popdist_launcher.launcher.spawned import driver_hosts
-    from popdist_launcher.launcher.spawned.launcher_link import LauncherLink
+    from popdist_launcher.launcher.elastic import failure_policy
+    from popdist_launcher.launcher.elastic.helper import driver_hosts
+    from popdist_launcher.launcher.elastic.helper.launcher_link import LauncherLink
 
     Verdict = driver_hosts.Verdict
     discovery = driver_hosts.PushedHosts()
@@ -479,7 +479,7 @@ def test_workers_that_go_on_keep_the_lowest_ranks():
     every worker that goes on through the reset: rank 0 holds the last commit."""
     from horovod.runner.elastic.discovery import DiscoveredHosts
 
-    from popdist_launcher.launcher.spawned import elastic_driver
+    from popdist_launcher.launcher.elastic.helper import elastic_driver
 
     class Driver(elastic_driver.LauncherElasticDriver):
         def __init__(self) -> None:  # only what the assignment reads

@@ -1,4 +1,4 @@
-"""The failure policy of both elastic modes (popdist_launcher/launcher/failure_policy.py), without
+"""The failure policy of both elastic modes (popdist_launcher/launcher/elastic/failure_policy.py), without
 a process: a fake list of monitor results (which host failed, the job's progress mark then) is
 played through it, as torch's SimpleElasticAgentTest plays fake worker-group results through
 its agent, and every decision is checked."""
@@ -6,7 +6,7 @@ from typing import List, Sequence, Tuple
 
 import pytest
 
-from popdist_launcher.launcher import failure_policy as policy
+from popdist_launcher.launcher.elastic import failure_policy as policy
 from popdist_launcher.launcher.hang import FIRST_STEP_S, HANG_FLOOR_S, HangWatch
 
 BLACKLIST, RESTART, END = policy.BLACKLIST, policy.RESTART, policy.END

@@ -12,7 +12,8 @@ from popdist_launcher.launcher.elastic.membership import Blacklist, Membership, 
 from popdist_launcher.launcher.output import OutputOptions, Router
 from popdist_launcher.launcher.plan import Host
 from popdist_launcher.launcher.spawned import peer_sockets
-from popdist_launcher.launcher.spawned.protocol import CUT_PEERS, UNSET_ENV
+from popdist_launcher.wire import helper_frames as frames
+from popdist_launcher.wire.protocol import CUT_PEERS, UNSET_ENV
 
 RENDEZVOUS = ("127.0.0.1", 4242)
 
@@ -72,8 +73,8 @@ class FakeLink:
     def __init__(self):
         self.sent, self.sock, self.closed = [], object(), False
 
-    def send(self, kind, **fields):
-        self.sent.append((kind, fields))
+    def send(self, frame):
+        self.sent.append(frame)
         return True
 
     def close_socket(self):
@@ -186,8 +187,8 @@ def test_agent_start_exit_retry_blacklist_and_done(tmp_path, monkeypatch):
 
     # the program on hostB fails: the slot is blamed, the survivors' connections cut once
     exited(agent, 2, 1)
-    assert link.sent[-1] == ("EXITED", {"wid": 2, "code": 1, "how": "exited", "blame": "slot",
-                                        "what": "exited with code 1", "mark": 0})
+    assert link.sent[-1] == frames.Exited(wid=2, code=1, how="exited", blame="slot",
+                                          what="exited with code 1", mark=0)
     notice = peer_sockets.notice(RENDEZVOUS, ["10.0.0.1", "10.0.0.2"])
     assert world.frames == [(0, CUT_PEERS, notice), (1, CUT_PEERS, notice)]
 
@@ -196,7 +197,7 @@ def test_agent_start_exit_retry_blacklist_and_done(tmp_path, monkeypatch):
     agent.on_frame(start_frame(3, 2, 3, 0, 1, 1, "hostB"))
     agent.progressed(world.instances[0], 4)  # a commit between the two failures
     exited(agent, 3, 1)
-    assert link.sent[-1][1]["blame"] == "slot" and link.sent[-1][1]["mark"] == 1
+    assert link.sent[-1].blame == "slot" and link.sent[-1].mark == 1
     assert len(world.frames) == 2  # once a round
 
     # hostB is blacklisted; round 2 forms on hostA; a START for a lost host never runs
@@ -205,8 +206,8 @@ def test_agent_start_exit_retry_blacklist_and_done(tmp_path, monkeypatch):
     agent.on_frame({"kind": "ROUND", "round": 2, "size": 2, "hosts": [["hostA", 2]]})
     job.probes.lost["hostC"] = "no answer"
     agent.on_frame(start_frame(4, 0, 2, 0, 1, 2, "hostC"))
-    assert link.sent[-1] == ("EXITED", {"wid": 4, "code": NOT_RUN_CODE, "how": "start-failed",
-                                        "blame": "host"})
+    assert link.sent[-1] == frames.Exited(wid=4, code=NOT_RUN_CODE, how="start-failed",
+                                          blame="host")
     assert 4 not in agent.workers and len(world.instances) == 4
 
     # the driver stops a worker; then both survivors end well and the driver is done
@@ -214,7 +215,7 @@ def test_agent_start_exit_retry_blacklist_and_done(tmp_path, monkeypatch):
     assert world.stopped == [1]
     for wid in (0, 1):
         exited(agent, wid, 0)
-        assert link.sent[-1][1]["blame"] == "none"
+        assert link.sent[-1].blame == "none"
     results = {"hostA[0]": [0, 3.0], "hostA[1]": [0, 3.0], "hostB[0]": [1, 2.0]}
     agent.on_frame({"kind": "DONE", "results": results, "error": None})
     assert world.closed and link.sock is None
@@ -239,8 +240,8 @@ def test_agent_lost_worker_loses_its_host_and_a_fatal_frame_stops_the_job(tmp_pa
     agent.on_frame(start_frame(0, 0, 2, 0, 1, 1, "hostA"))
     agent.on_frame(start_frame(1, 1, 2, 0, 1, 1, "hostB"))
     agent.worker_ended(agent.workers[1].inst, "lost", "was lost: its host stopped answering")
-    assert link.sent[-1][1] == {"wid": 1, "code": LOST_CODE, "how": "lost", "blame": "host",
-                                "what": "was lost: its host stopped answering", "mark": 0}
+    assert link.sent[-1] == frames.Exited(wid=1, code=LOST_CODE, how="lost", blame="host",
+                                          what="was lost: its host stopped answering", mark=0)
     assert job.probes.lost == {"hostB": "was lost: its host stopped answering"}
     agent.on_frame({"kind": "ALIVE"})
     agent.on_frame({"kind": "FATAL", "reason": "hostB: too many failures."})

@@ -1,5 +1,4 @@
-"""Elastic membership (launcher/elastic/membership.py, launcher/discovery_script.py, launcher/elastic/discovery.py,
-launcher/spawned/discovery.py): the host discovery
+"""Elastic membership (launcher/elastic/membership.py, launcher/elastic/discovery/): the host discovery
 script's answers (strict parsing, real scripts that fail, hang or print garbage, nothing left
 running), the blacklist's cooldown maths, the periodic poller and the membership log."""
 import os
@@ -16,8 +15,8 @@ import pytest
 
 from conftest import alive, wait_gone
 from popdist_launcher.launcher import console
-from popdist_launcher.launcher import discovery_script as ds
-from popdist_launcher.launcher.elastic import discovery as d
+from popdist_launcher.launcher.elastic.discovery import script as ds
+from popdist_launcher.launcher.elastic.discovery import poller as d
 from popdist_launcher.launcher.elastic import membership as m
 
 EXPECTED = "'host' or 'host:slots'"
@@ -437,7 +436,7 @@ def test_discovery_process_ends_with_its_parent_and_kills_its_script(polled):
     parent = subprocess.Popen(
         [sys.executable, "-c",
          "import sys, time\n"
-         "from popdist_launcher.launcher.elastic.discovery import Poller\n"
+         "from popdist_launcher.launcher.elastic.discovery.poller import Poller\n"
          "poller = Poller('./d.sh', 1, interval=0.1, timeout=600)\n"
          "poller.start()\n"
          "print(poller.pid, flush=True)\n"

@@ -16,6 +16,7 @@ from popdist_launcher.launcher.backends.slurm import SlurmBackend
 from popdist_launcher.launcher.hosts import HostSlots
 from popdist_launcher.launcher.plan import Host, build_plan
 from popdist_launcher.launcher.spawned import placement
+from popdist_launcher.wire import placement_text
 
 THREADS = placement.THREAD_VARS
 PROBE = """
@@ -116,13 +117,13 @@ def test_gpu_blocks_one_per_local_replica_or_shared_round_robin():
 
 
 def placed(root, options, local, size, replicas=1, env=None, allowed=range(8), index=None):
-    text = placement.for_instance(options, local if index is None else index, local, size,
+    text = placement_text.for_instance(options, local if index is None else index, local, size,
                                   replicas)
     return placement.place(text, env or {}, allowed, root, host="nodeA")
 
 
 def test_place_numa_with_gpus_and_report(two_socket_host):
-    options = placement.encode("numa", True, "auto", True)
+    options = placement_text.encode("numa", True, "auto", True)
     result = [placed(two_socket_host, options, j, 4, replicas=1) for j in range(4)]
     assert [r.cpus for r in result] == [[0, 1, 4, 5], [2, 3, 6, 7]] * 2
     assert result[1].env == {"OMP_NUM_THREADS": "2", "TF_NUM_INTRAOP_THREADS": "2",
@@ -135,7 +136,7 @@ def test_place_numa_with_gpus_and_report(two_socket_host):
 
 
 def test_place_leaves_what_the_user_set(two_socket_host):
-    options = placement.encode("core", True, "auto", True)
+    options = placement_text.encode("core", True, "auto", True)
     user = {"OMP_NUM_THREADS": "3", "TF_FORCE_GPU_ALLOW_GROWTH": "false",
             "CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b,GPU-c,GPU-d"}
     result = placed(two_socket_host, options, 1, 2, replicas=2, env=user, index=5)
@@ -147,25 +148,25 @@ def test_place_leaves_what_the_user_set(two_socket_host):
 
 
 def test_place_unbound_budget_no_gpu_and_opt_outs(two_socket_host, tmp_path):
-    on = placement.encode("none", True, "auto", False)
+    on = placement_text.encode("none", True, "auto", False)
     result = placed(tmp_path / "bare", on, 0, 3, allowed=[0, 1, 2, 3, 4, 5, 6])
     assert result.cpus is None and result.report == "" and result.notes == []
     assert result.env == {"OMP_NUM_THREADS": "2", "TF_NUM_INTRAOP_THREADS": "2",
                           "TF_NUM_INTEROP_THREADS": "2"}  # 7 CPUs // 3, no GPU: nothing set
     one = placed(tmp_path / "bare", on, 2, 3, allowed=[0])
     assert one.env["OMP_NUM_THREADS"] == "1"
-    off = placement.encode("none", False, "none", False)
-    assert off == "" and placement.for_instance(off, 0, 0, 1, 1) == ""
-    gpus_only = placed(two_socket_host, placement.encode("none", False, "2", False), 0, 1)
+    off = placement_text.encode("none", False, "none", False)
+    assert off == "" and placement_text.for_instance(off, 0, 0, 1, 1) == ""
+    gpus_only = placed(two_socket_host, placement_text.encode("none", False, "2", False), 0, 1)
     assert gpus_only.env == {"CUDA_VISIBLE_DEVICES": "0,1", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
     # Too few GPUs: shared round-robin, and one note per host (from local instance 0).
-    short = [placed(two_socket_host, placement.encode("none", False, "auto", False), j, 3,
+    short = [placed(two_socket_host, placement_text.encode("none", False, "auto", False), j, 3,
                     replicas=2) for j in range(3)]
     assert [r.env["CUDA_VISIBLE_DEVICES"] for r in short] == ["0,1", "2,3", "0,1"]
     assert short[0].notes == ["poprun-lite: note: host nodeA has 4 GPU(s) for 3 instance(s) x 2; "
                               "instances share them round-robin (memory growth on)."]
     assert short[1].notes == short[2].notes == []
-    crowded = placed(two_socket_host, placement.encode("core", True, "none", False), 0, 9,
+    crowded = placed(two_socket_host, placement_text.encode("core", True, "none", False), 0, 9,
                      allowed=[0, 1])
     assert crowded.notes == ["poprun-lite: note: --bind-to core on host nodeA: 9 instances "
                              "share 2 cores round-robin."]
@@ -174,13 +175,13 @@ def test_place_unbound_budget_no_gpu_and_opt_outs(two_socket_host, tmp_path):
 def test_the_plan_tells_each_instance_its_place_on_its_host():
     hosts = (Host("a", "10.0.0.1", local=False), Host("b", "10.0.0.2", local=False))
     plan = build_plan(["prog"], 3, [1, 2, 3], ("10.0.0.9", 9), num_replicas=6, hosts=hosts,
-                      counts=[2, 1], placement=placement.encode("core", True, "auto", False))
-    assert [plan.instance_env(i)[placement.PLACEMENT_ENV] for i in range(3)] == [
+                      counts=[2, 1], placement=placement_text.encode("core", True, "auto", False))
+    assert [plan.instance_env(i)[placement_text.PLACEMENT_ENV] for i in range(3)] == [
         "bind=core threads=1 gpus=auto report=0 index=0 local=0/2 replicas=2",
         "bind=core threads=1 gpus=auto report=0 index=1 local=1/2 replicas=2",
         "bind=core threads=1 gpus=auto report=0 index=2 local=0/1 replicas=2"]
     bare = build_plan(["prog"], 1, [1], ("10.0.0.9", 9), placement="")
-    assert placement.PLACEMENT_ENV not in bare.instance_env(0)
+    assert placement_text.PLACEMENT_ENV not in bare.instance_env(0)
 
 
 def test_engines_leave_binding_to_the_wrappers(tmp_path, monkeypatch):
@@ -194,7 +195,7 @@ def test_engines_leave_binding_to_the_wrappers(tmp_path, monkeypatch):
         plan = build_plan(["prog"], 4, [1, 2, 3, 4], ("10.0.0.9", 9), counts=[2, 2],
                           hosts=(Host("n1", "10.0.0.1", local=False),
                                  Host("n2", "10.0.0.2", local=False)),
-                          placement=placement.encode(bind, True, "auto", False))
+                          placement=placement_text.encode(bind, True, "auto", False))
         argv = SlurmBackend(slots, [2, 2]).command(plan, wiring)
         assert ("--cpu-bind=none" in argv) is expected, argv
         mpirun = MpiBackend(slots, [2, 2]).command(plan, wiring)

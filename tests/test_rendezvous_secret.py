@@ -2,7 +2,7 @@
 without it can neither read nor write (nor poison the rank addresses), and real Horovod
 instances that have it in HOROVOD_GLOO_RENDEZVOUS_ADDR still rendezvous and allreduce.
 
-The server runs as the launcher starts it (python -m popdist_launcher.launcher.spawned.rendezvous on an inherited
+The server runs as the launcher starts it (python -m popdist_launcher.wire.rendezvous on an inherited
 listening socket, the secret in its environment), and inside a real poprun-lite job."""
 import http.client
 import json
@@ -15,7 +15,7 @@ import pytest
 
 from conftest import poprun
 from popdist_launcher.launcher import ports
-from popdist_launcher.launcher.spawned import rendezvous
+from popdist_launcher.wire import rendezvous
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZE = 2
@@ -40,7 +40,7 @@ def server():
               "local_size": SIZE, "cross_rank": 0, "cross_size": 1} for r in range(SIZE)]
     env = dict(os.environ, **{rendezvous.SECRET_ENV: secret})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "popdist_launcher.launcher.spawned.rendezvous", str(sock.fileno()),
+        [sys.executable, "-m", "popdist_launcher.wire.rendezvous", str(sock.fileno()),
          json.dumps(slots), json.dumps(["127.0.0.1"])],
         cwd=ROOT, env=env, stdin=subprocess.PIPE, pass_fds=(sock.fileno(),))
     sock.close()
@@ -120,7 +120,7 @@ def test_the_server_refuses_to_start_without_a_secret():
     sock = ports.listen_socket("127.0.0.1")
     env = {k: v for k, v in os.environ.items() if k != rendezvous.SECRET_ENV}
     proc = subprocess.run(
-        [sys.executable, "-m", "popdist_launcher.launcher.spawned.rendezvous", str(sock.fileno()), "[]", "[]"],
+        [sys.executable, "-m", "popdist_launcher.wire.rendezvous", str(sock.fileno()), "[]", "[]"],
         cwd=ROOT, env=env, stdin=subprocess.DEVNULL, pass_fds=(sock.fileno(),),
         capture_output=True, text=True, timeout=120)
     sock.close()

@@ -18,7 +18,7 @@ from popdist_launcher.launcher import output as out, report
 from popdist_launcher.launcher.backends.base import WRAPPER_CODE, Backend, Launch, Wiring
 from popdist_launcher.launcher.backends.ssh import SshBackend
 from popdist_launcher.launcher.hub import Hub
-from popdist_launcher.launcher.spawned import protocol as p
+from popdist_launcher.wire import protocol as p
 from popdist_launcher.launcher.attempt import JobState
 from popdist_launcher.launcher.supervisor import Supervisor
 from popdist_launcher.launcher.plan import Host, build_plan

@@ -4,7 +4,7 @@ A plain ``hvd.init()`` needs Horovod's rank variables and, for Gloo, a rendezvou
 poprun-lite the launcher provides both, and under Open MPI's mpirun MPI does; other launchers give
 only their own variables. ``prepare()`` then sets Horovod's variables from the instance's place
 (``runtime.foreign_launch``) and instance 0 serves Horovod's own rendezvous server
-(``launcher/spawned/rendezvous.py``, behind a secret in the URL path) until it exits.
+(``wire/rendezvous.py``, behind a secret in the URL path) until it exits.
 
 Where the rendezvous lives: $POPDIST_RENDEZVOUS_ADDR=HOST:PORT when set (every instance must get
 the same value; HOST must reach instance 0), else torchrun's MASTER_ADDR on port MASTER_PORT+1
@@ -35,8 +35,8 @@ import time
 from typing import List, MutableMapping, Optional, Sequence, Tuple
 
 from popdist_launcher import runtime
-from popdist_launcher.launcher.spawned import netinfo
-from popdist_launcher.launcher.spawned import rendezvous as rendezvous_server
+from popdist_launcher.wire import netinfo
+from popdist_launcher.wire import rendezvous as rendezvous_server
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from popdist_launcher.launcher.backends.base import Wiring
 from popdist_launcher.launcher.options import JobOptions
 from popdist_launcher.launcher.output import LogFiles, Router, open_output_dir
 from popdist_launcher.launcher.plan import LaunchPlan, build_plan, format_topology, horovod_tuning
-from popdist_launcher.launcher.spawned import rendezvous
+from popdist_launcher.wire import rendezvous
 from popdist_launcher.launcher.attempt import JobResult, JobState
 from popdist_launcher.launcher.supervisor import Supervisor
 from popdist_launcher.launcher.topology import Layout

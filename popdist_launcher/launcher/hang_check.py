@@ -12,7 +12,7 @@ from popdist_launcher.launcher import console, report
 from popdist_launcher.launcher.attempt import TIMEOUT_EXIT_CODE, Failure, Instance
 from popdist_launcher.launcher.hang import HangWatch
 from popdist_launcher.launcher.hang_decision import UNKNOWN, Verdict, describe_groups, parse
-from popdist_launcher.launcher.spawned import protocol as p
+from popdist_launcher.wire import protocol as p
 
 
 class HangCheck:

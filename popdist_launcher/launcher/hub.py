@@ -7,7 +7,7 @@ import selectors
 import socket
 from typing import List, Optional, Tuple
 
-from popdist_launcher.launcher.spawned import protocol as p
+from popdist_launcher.wire import protocol as p
 
 
 class Conn:

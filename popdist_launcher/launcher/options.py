@@ -17,7 +17,7 @@ from popdist_launcher.launcher.elastic.setup import ElasticOptions
 from popdist_launcher.launcher.output import OutputOptions
 from popdist_launcher.launcher.plan import PlanError, check_counts, parse_exports, resolve_program
 from popdist_launcher.launcher.remote import SshOptions, agent_from_environ
-from popdist_launcher.launcher.spawned.placement import encode as encode_placement
+from popdist_launcher.wire.placement_text import encode as encode_placement
 from popdist_launcher.launcher.topology import HostOptions, Layout, TopologyError
 
 LOCALHOST = "localhost"
@@ -153,7 +153,7 @@ def hosts_at_start(p: Mapping[str, Any],
     cannot be read is one sentence (PlanError or TopologyError)."""
     script = p["host_discovery_script"]
     if script:
-        from popdist_launcher.launcher import discovery_script
+        from popdist_launcher.launcher.elastic.discovery import script as discovery_script
         try:
             found = discovery_script.run_discovery(
                 script, elastic_setup.slots_per_host(p),

@@ -13,11 +13,11 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 from popdist_launcher import _contract as c
 from popdist_launcher import tf_config
 from popdist_launcher.launcher import console
-from popdist_launcher.launcher.backends.detect import which
-from popdist_launcher.launcher.spawned import placement as placing
-from popdist_launcher.launcher.spawned import rendezvous
-from popdist_launcher.launcher.spawned.rendezvous import horovod_ranks
-from popdist_launcher.launcher.spawned.protocol import UNSET_ENV
+from popdist_launcher.launcher.executables import which
+from popdist_launcher.wire import placement_text as placing
+from popdist_launcher.wire import rendezvous
+from popdist_launcher.wire.rendezvous import horovod_ranks
+from popdist_launcher.wire.protocol import UNSET_ENV
 
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"  # compiled on first use (re caches it): not at start-up
 

@@ -167,9 +167,9 @@ def probe_hosts(hosts: Sequence[str], ports_per_host: Sequence[int], options: Ss
 def probe_command(host: str, ports: int, options: SshOptions, subnet: Optional[str] = None,
                   iface: Optional[str] = None,
                   port_range: Optional[Tuple[int, int]] = None) -> List[str]:
-    """The ssh command that runs the host probe (spawned/netinfo.py) on ``host``, asking for
+    """The ssh command that runs the host probe (host_probe.py) on ``host``, asking for
     ``ports`` free ports; raises RemoteError when the host's name does not resolve."""
-    words = [sys.executable, "-m", "popdist_launcher.launcher.spawned.netinfo",
+    words = [sys.executable, "-m", "popdist_launcher.launcher.host_probe",
              "--ports", str(ports), "--peer", resolve(host, options)]
     if subnet:
         words += ["--subnet", subnet]

@@ -15,7 +15,7 @@ from popdist_launcher.launcher import console, processes
 from popdist_launcher.launcher.attempt import Started
 from popdist_launcher.launcher.backends.base import Launch
 from popdist_launcher.launcher.plan import LaunchPlan
-from popdist_launcher.launcher.spawned import rendezvous
+from popdist_launcher.wire import rendezvous
 
 
 class Spawner:
@@ -200,7 +200,7 @@ class Spawner:
         allowed = json.dumps(sorted({h.address for h in plan.hosts}))
         console.debug("first rendezvous connection: starting Horovod's rendezvous server")
         self._rendezvous_proc = subprocess.Popen(
-            [sys.executable, "-m", "popdist_launcher.launcher.spawned.rendezvous",
+            [sys.executable, "-m", "popdist_launcher.wire.rendezvous",
              str(sock.fileno()), slots,
              allowed],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, pass_fds=(sock.fileno(),),

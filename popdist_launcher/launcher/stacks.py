@@ -9,7 +9,7 @@ from popdist_launcher.launcher import console, report
 from popdist_launcher.launcher.attempt import Instance, InstanceState
 from popdist_launcher.launcher.hub import Hub
 from popdist_launcher.launcher.output import Router
-from popdist_launcher.launcher.spawned import protocol as p
+from popdist_launcher.wire import protocol as p
 
 DUMP_WAIT_SECONDS = 4.0  # how long stacks are waited for
 

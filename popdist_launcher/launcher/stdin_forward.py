@@ -7,7 +7,7 @@ import selectors
 from typing import Callable, List, Optional, Tuple
 
 from popdist_launcher.launcher.hub import Conn, Hub
-from popdist_launcher.launcher.spawned import protocol as p
+from popdist_launcher.wire import protocol as p
 
 
 class StdinForwarder:

@@ -37,7 +37,7 @@ from popdist_launcher.launcher.output import STDERR, STDOUT, Router
 from popdist_launcher.launcher.spawner import Spawner
 from popdist_launcher.launcher.stacks import StackCollector
 from popdist_launcher.launcher.stdin_forward import StdinForwarder
-from popdist_launcher.launcher.spawned import protocol as p
+from popdist_launcher.wire import protocol as p
 from popdist_launcher.launcher.plan import Host, LaunchPlan
 from popdist_launcher.launcher.attempt import (
     FINAL, TIMEOUT_EXIT_CODE, TRANSITIONS, UNRESPONSIVE_SECONDS, Failure, Instance, InstanceState,

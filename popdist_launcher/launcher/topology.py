@@ -154,7 +154,7 @@ def launcher_address(subnet: Optional[str], iface: Optional[str],
                      peer: Optional[str]) -> Tuple[str, str]:
     """The launcher host's (address, interface) in ``subnet`` / on ``iface``, or the one that
     reaches ``peer``; TopologyError when there is none."""
-    from popdist_launcher.launcher.spawned import netinfo
+    from popdist_launcher.wire import netinfo
 
     try:
         return netinfo.choose(subnet, iface, peer)

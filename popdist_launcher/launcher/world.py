@@ -16,7 +16,7 @@ from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.hub import Conn
 from popdist_launcher.launcher.output import LogFiles, Router
 from popdist_launcher.launcher.plan import Host, LaunchPlan
-from popdist_launcher.launcher.spawned import protocol as p
+from popdist_launcher.wire import protocol as p
 
 
 class Supervision(Protocol):

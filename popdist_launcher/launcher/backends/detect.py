@@ -8,18 +8,10 @@ import sys
 from importlib.machinery import PathFinder
 from typing import Mapping, Optional
 
+from popdist_launcher.launcher.executables import which
+
 # The dynamic string table, where a library names what it links, sits near the file's start.
 _SCAN_LIMIT = 2 << 20
-
-
-def which(name: str) -> Optional[str]:
-    """The executable ``name`` on PATH, as PATH names it; ``shutil.which`` without importing
-    shutil (the launcher's start-up path)."""
-    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        path = os.path.join(folder or ".", name)
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    return None
 
 
 def find_mpirun() -> Optional[str]:

@@ -15,7 +15,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from popdist_launcher.launcher import hosts as hostlib
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.backends.detect import find_mpirun
-from popdist_launcher.launcher.spawned.protocol import SECRET_ENV
+from popdist_launcher.wire.protocol import SECRET_ENV
 from popdist_launcher.launcher.plan import LaunchPlan
 from popdist_launcher.launcher.remote import SshOptions
 

@@ -9,9 +9,9 @@ from typing import List, Sequence
 from popdist_launcher.launcher import hosts as hostlib
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.backends.mpi import EngineError
-from popdist_launcher.launcher.spawned import placement
-from popdist_launcher.launcher.spawned.protocol import SECRET_ENV
-from popdist_launcher.launcher.backends.detect import which
+from popdist_launcher.wire import placement_text as placement
+from popdist_launcher.wire.protocol import SECRET_ENV
+from popdist_launcher.launcher.executables import which
 from popdist_launcher.launcher.plan import Host, LaunchPlan
 
 

@@ -1,5 +1,5 @@
 """The launcher's end of the helper process that runs Horovod's ElasticDriver
-(``spawned/elastic_driver.py``): start it, exchange its JSON lines, and end it."""
+(``elastic/helper/elastic_driver.py``): start it, exchange its JSON lines, and end it."""
 from __future__ import annotations
 
 import json
@@ -11,9 +11,11 @@ import sys
 from typing import List, Optional
 
 from popdist_launcher.launcher import processes
-from popdist_launcher.launcher.spawned import rendezvous
+from popdist_launcher.wire import rendezvous
+from popdist_launcher.wire import helper_frames as frames
+from popdist_launcher.wire.helper_settings import HelperSettings
 
-HELPER_MODULE = "popdist_launcher.launcher.spawned.elastic_driver"
+HELPER_MODULE = "popdist_launcher.launcher.elastic.helper.elastic_driver"
 HELPER_EXIT_S = 2.0  # after its socket closed, before the helper's group is killed
 SEND_BUFFER = 1 << 20  # a megabyte the helper has not read: it is stuck
 
@@ -21,11 +23,11 @@ SEND_BUFFER = 1 << 20  # a megabyte the helper has not read: it is stuck
 class DriverLink:
     """The helper process and its socket; ``fileno`` is the socket's, to watch for its frames."""
 
-    def __init__(self, listener: socket.socket, settings: dict, secret: str) -> None:
+    def __init__(self, listener: socket.socket, settings: HelperSettings, secret: str) -> None:
         ours, theirs = socket.socketpair()
         self.helper = subprocess.Popen(
             [sys.executable, "-m", HELPER_MODULE, str(theirs.fileno()), str(listener.fileno()),
-             json.dumps(settings, separators=(",", ":"))],
+             settings.encode()],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             pass_fds=(theirs.fileno(), listener.fileno()), process_group=0, close_fds=True,
             env={**os.environ, rendezvous.SECRET_ENV: secret})
@@ -38,11 +40,11 @@ class DriverLink:
     def fileno(self) -> int:
         return self.sock.fileno() if self.sock is not None else -1
 
-    def send(self, kind: str, **fields) -> bool:
-        """Send one message; False when the helper has stopped reading (its buffer is full)."""
+    def send(self, frame: frames.Frame) -> bool:
+        """Send one frame; False when the helper has stopped reading (its buffer is full)."""
         if self.sock is None:
             return True
-        data = (json.dumps({"kind": kind, **fields}) + "\n").encode()
+        data = frames.encode(frame)
         try:
             sent = self.sock.send(data)
         except BlockingIOError:
@@ -62,16 +64,16 @@ class DriverLink:
         if not data:
             return None
         *lines, self._incoming = (self._incoming + data).split(b"\n")
-        frames = []
+        received = []
         for line in lines:
             try:
                 frame = json.loads(line) if line.strip() else None
             except ValueError:
-                frame = {"kind": "FATAL", "reason": f"the elastic driver sent {line[:80]!r}, "
-                                                    f"which is no message"}
+                frame = {"kind": frames.Fatal.KIND,
+                         "reason": f"the elastic driver sent {line[:80]!r}, which is no message"}
             if frame is not None:
-                frames.append(frame)
-        return frames
+                received.append(frame)
+        return received
 
     def exit_status(self) -> Optional[int]:
         """The helper's exit status, None while it runs."""

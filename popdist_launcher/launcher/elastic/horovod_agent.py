@@ -1,5 +1,5 @@
 """Horovod elastic jobs: Horovod's ElasticDriver runs in a helper process
-(``spawned/elastic_driver.py``, ``driver_link.py``) and asks for workers; the agent starts each
+(``elastic/helper/elastic_driver.py``, ``driver_link.py``) and asks for workers; the agent starts each
 one through the backend and its wrapper (an open-world Supervisor), tells the driver how each
 ended, and keeps the hosts the driver sees current (discovery script, host probes, lost hosts).
 In the agent shape (``agent.py``) the whole job is one attempt: the driver re-forms the workers
@@ -30,13 +30,15 @@ from popdist_launcher.launcher.elastic.horovod_rounds import Ending, Round, Work
 from popdist_launcher.launcher.options import JobOptions
 from popdist_launcher.launcher.output import LogFiles
 from popdist_launcher.launcher.remote import RemoteError, resolve
-from popdist_launcher.launcher.spawned import peer_sockets, rendezvous
-from popdist_launcher.launcher.spawned.protocol import CUT_PEERS
+from popdist_launcher.launcher.spawned import peer_sockets
 from popdist_launcher.launcher.topology import LOOPBACK, TopologyError, launcher_address
+from popdist_launcher.wire import helper_frames as frames
+from popdist_launcher.wire import rendezvous
+from popdist_launcher.wire.protocol import CUT_PEERS
 
 LOST_CODE = 255       # the exit code the driver records for a lost worker (as ssh's)
 NOT_RUN_CODE = 1      # ... for one that never ran
-HEARTBEAT_S = 1.0  # the driver helper's heartbeat (spawned/elastic_driver.py sends ALIVE)
+HEARTBEAT_S = 1.0  # the driver helper's heartbeat (elastic/helper/elastic_driver.py sends ALIVE)
 DRIVER_SILENT_S = 10.0  # no message for this long: the helper is stopped or stuck
 
 
@@ -134,18 +136,18 @@ class HorovodAgent(Agent):
             logs.close()
 
     # ---- the driver ---------------------------------------------------------------------------
-    def _send(self, kind: str, **fields) -> None:
-        if not self.job.driver.send(kind, **fields):
+    def _send(self, frame: frames.Frame) -> None:
+        if not self.job.driver.send(frame):
             self._give_up("the elastic driver (helper process) stopped reading the launcher's "
                           "messages")
 
     def push_hosts(self, hosts: Hosts) -> None:
         """The usable hosts, to the driver."""
-        self._send("HOSTS", hosts=[[n, s] for n, s in hosts])
+        self._send(frames.Hosts(hosts=[[n, s] for n, s in hosts]))
 
     def allow(self, addresses: List[str]) -> None:
         """A new host's addresses, whose workers' connections the rendezvous accepts."""
-        self._send("ALLOW", addresses=addresses)
+        self._send(frames.Allow(addresses=addresses))
 
     def deadline(self) -> Optional[float]:
         """The driver helper's heartbeat is due by then (while its socket is open)."""
@@ -168,15 +170,15 @@ class HorovodAgent(Agent):
     def on_driver(self) -> None:
         """The driver helper's socket is readable."""
         self.heard = time.monotonic()
-        frames = self.job.driver.read()
-        if frames is None:
+        received = self.job.driver.read()
+        if received is None:
             self.job.close_driver_socket()
             if self.done is None and self.fatal is None:
                 code = self.job.driver.exit_status()
                 self._give_up("the elastic driver (helper process) ended without a result"
                               + (f" ({processes.describe_exit(code)})" if code is not None else ""))
             return
-        for frame in frames:
+        for frame in received:
             self.on_frame(frame)
 
     def on_frame(self, frame: dict) -> None:
@@ -233,7 +235,8 @@ class HorovodAgent(Agent):
         host = self.job.probes.usable(name)
         round_number = int(frame["round"])
         if host is None:  # lost since the driver last saw HOSTS
-            self._send("EXITED", wid=wid, code=NOT_RUN_CODE, how="start-failed", blame="host")
+            self._send(frames.Exited(wid=wid, code=NOT_RUN_CODE, how="start-failed",
+                                     blame="host"))
             return
         logs = None
         if self.root_fd is not None:
@@ -269,8 +272,8 @@ class HorovodAgent(Agent):
         worker.blame = self._blame(worker)
         if worker.blame != "none" and how in ("exited", "lost"):
             self._cut_survivors(worker)  # before the driver can start a round without it
-        self._send("EXITED", wid=worker.wid, code=worker.code, how=how, blame=worker.blame,
-                   what=worker.describe(), mark=self.mark)
+        self._send(frames.Exited(wid=worker.wid, code=worker.code, how=how,
+                                 blame=worker.blame, what=worker.describe(), mark=self.mark))
         where = f"instance {worker.wid} (rank {worker.rank} of {worker.size}) on " \
                 f"{worker.hostname}"
         if worker.blame == "none":
@@ -344,10 +347,10 @@ class HorovodAgent(Agent):
         job.probes.refresh()
 
 
-# the driver helper's frames (spawned/elastic_driver.py), each to its handler
+# the driver helper's frames (wire/helper_frames.py), each to its handler
 FRAMES: Dict[str, Callable[[HorovodAgent, dict], None]] = {
-    "ROUND": HorovodAgent._on_round, "START": HorovodAgent._on_start,
-    "STOP": HorovodAgent._on_stop, "BLACKLIST": HorovodAgent._on_blacklist,
-    "RETRY": HorovodAgent._on_retry, "FATAL": HorovodAgent._on_fatal,
-    "ALIVE": HorovodAgent._on_alive, "DONE": HorovodAgent._on_done,
+    frames.Round.KIND: HorovodAgent._on_round, frames.Start.KIND: HorovodAgent._on_start,
+    frames.Stop.KIND: HorovodAgent._on_stop, frames.Blacklist.KIND: HorovodAgent._on_blacklist,
+    frames.Retry.KIND: HorovodAgent._on_retry, frames.Fatal.KIND: HorovodAgent._on_fatal,
+    frames.Alive.KIND: HorovodAgent._on_alive, frames.Done.KIND: HorovodAgent._on_done,
 }

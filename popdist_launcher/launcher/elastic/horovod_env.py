@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher import _contract as c
-from popdist_launcher.launcher.spawned import placement as placing
-from popdist_launcher.launcher.spawned import rendezvous
-from popdist_launcher.launcher.spawned.protocol import UNSET_ENV
+from popdist_launcher.wire import placement_text as placing
+from popdist_launcher.wire import rendezvous
+from popdist_launcher.wire.protocol import UNSET_ENV
 
 GLOO_TIMEOUT_S = 30   # HOROVOD_GLOO_TIMEOUT_SECONDS unless -x sets it: how long survivors wait
 #                       in a collective for a peer that stopped answering

@@ -10,7 +10,7 @@ from typing import List, Optional, Protocol, Sequence, Tuple
 
 from popdist_launcher.launcher import hosts as hostlib
 from popdist_launcher.launcher.attempt import Instance
-from popdist_launcher.launcher.elastic.discovery import Poller
+from popdist_launcher.launcher.elastic.discovery.poller import Poller
 from popdist_launcher.launcher.elastic.driver_link import DriverLink
 from popdist_launcher.launcher.elastic.horovod_hosts import Hosts, HostProbes
 from popdist_launcher.launcher.elastic.membership import Blacklist, Membership, MembershipLog
@@ -21,6 +21,7 @@ from popdist_launcher.launcher.remote import RemoteError, resolve
 from popdist_launcher.launcher.supervisor import Supervisor
 from popdist_launcher.launcher.topology import LOOPBACK
 from popdist_launcher.launcher.world import OpenWorld
+from popdist_launcher.wire.helper_settings import HelperSettings
 
 DISCOVERY_INTERVAL_S = 1.0  # horovodrun's
 DISCOVERY_TIMEOUT_S = 10.0
@@ -135,7 +136,7 @@ def base_plan(options: JobOptions, job_id: str, secret: str, address: str,
         rendezvous_secret=secret, tf_config_mode="none", placement=options.placement)
 
 
-def driver_settings(options: JobOptions, where: Where) -> dict:
+def driver_settings(options: JobOptions, where: Where) -> HelperSettings:
     """The driver's settings: horovodrun's elastic options, and the addresses whose
     connections to the rendezvous it accepts."""
     elastic = options.elastic
@@ -146,9 +147,9 @@ def driver_settings(options: JobOptions, where: Where) -> dict:
                 allowed.add(resolve(name, options.layout.ssh))
             except RemoteError:
                 pass  # its probe names the problem
-    return {"np": options.num_instances, "min_np": elastic.min_np,
-            "max_np": elastic.max_np, "elastic_timeout": elastic.elastic_timeout,
-            "reset_limit": elastic.reset_limit, "failure_limit": elastic.host_failure_limit,
-            "cooldown_range": list(elastic.cooldown_range) if elastic.cooldown_range
-            else None, "allowed": sorted(allowed),
-            "start_timeout": options.start_timeout}
+    return HelperSettings(
+        np=options.num_instances, min_np=elastic.min_np, max_np=elastic.max_np,
+        elastic_timeout=elastic.elastic_timeout, reset_limit=elastic.reset_limit,
+        failure_limit=elastic.host_failure_limit, allowed=sorted(allowed),
+        cooldown_range=tuple(elastic.cooldown_range) if elastic.cooldown_range else None,
+        start_timeout=options.start_timeout)

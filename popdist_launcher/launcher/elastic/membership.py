@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from popdist_launcher.launcher import console
-from popdist_launcher.launcher.elastic.discovery import Answer, Hosts, Poller
+from popdist_launcher.launcher.elastic.discovery.poller import Answer, Hosts, Poller
 
 
 class Blacklist:

@@ -15,9 +15,9 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tu
 from popdist_launcher.launcher import console
 from popdist_launcher.launcher.agent import Agent
 from popdist_launcher.launcher.attempt import JobResult, JobState
-from popdist_launcher.launcher import failure_policy as policy
+from popdist_launcher.launcher.elastic import failure_policy as policy
 from popdist_launcher.launcher.elastic import membership, summary
-from popdist_launcher.launcher.elastic.discovery import Poller
+from popdist_launcher.launcher.elastic.discovery.poller import Poller
 from popdist_launcher.launcher.loop import EventLoop
 from popdist_launcher.launcher.options import JobOptions
 from popdist_launcher.launcher.supervisor import STOPPING_SIGNALS, Supervisor

@@ -1,1 +1,2 @@
-"""What runs in processes other than the launcher: the per-instance wrapper and its wire format."""
+"""What runs around the user's program in its own process: the per-instance wrapper, its program,
+its CPU placement and its peer sockets."""

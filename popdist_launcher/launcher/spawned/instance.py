@@ -28,7 +28,7 @@ import os
 import sys
 
 from popdist_launcher.launcher import console
-from popdist_launcher.launcher.spawned import protocol as p
+from popdist_launcher.wire import protocol as p
 from popdist_launcher.launcher.spawned.wrapper import CHUNK, serve
 
 

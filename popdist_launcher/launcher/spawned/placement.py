@@ -1,7 +1,7 @@
 """Where one instance runs on its host: its CPUs (``--bind-to``), its thread budget and its GPUs.
 
-The launcher only says what was asked (:func:`encode`, in the instance's environment as
-``POPRUN_PLACEMENT``); each instance's wrapper works it out on its own host (:func:`place`, a pure
+The launcher only says what was asked (``wire/placement_text.py``, in the instance's environment
+as ``POPRUN_PLACEMENT``); each instance's wrapper works it out on its own host (:func:`place`, a pure
 function of the options, the program's environment, the CPUs the wrapper may use and a root
 folder holding ``sys/devices/system/...``, ``proc/driver/nvidia`` and ``dev``), binds itself and
 extends the program's environment before starting it. Standard library only, and the launcher's
@@ -10,9 +10,8 @@ extends the program's environment before starting it. Standard library only, and
 import os
 
 from popdist_launcher.launcher import console
+from popdist_launcher.wire.placement_text import decode
 
-PLACEMENT_ENV = "POPRUN_PLACEMENT"
-BIND_MODES = ("none", "core", "numa")
 THREAD_VARS = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
 GPU_ENV = "CUDA_VISIBLE_DEVICES"
 GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"
@@ -20,22 +19,6 @@ GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"
 # has few of them (see benchmarks/cpu_placement.py), so two threads suffice and the instance's
 # threads stay near its budget instead of doubling it.
 MAX_INTEROP = 2
-
-
-def encode(bind: str, threads: bool, gpus: str, report: bool) -> str:
-    """The launcher's half: the options, as the value of POPRUN_PLACEMENT ("" = nothing to do).
-    ``gpus`` is "auto" (one per local replica), "none" or a count per instance."""
-    if bind == "none" and not threads and gpus == "none" and not report:
-        return ""
-    return f"bind={bind} threads={int(threads)} gpus={gpus} report={int(report)}"
-
-
-def for_instance(options: str, index: int, local_index: int, local_size: int,
-                 local_replicas: int) -> str:
-    """``options`` (from :func:`encode`) with the instance's index, its place among its host's
-    instances and its number of replicas."""
-    return f"{options} index={index} local={local_index}/{local_size} " \
-           f"replicas={local_replicas}" if options else ""
 
 
 def parse_cpulist(text: str) -> "list[int]":
@@ -168,10 +151,6 @@ class Placement:
         self.env = env        # variables to add to the program's environment
         self.report = report  # the --report-bindings line ("" unless asked for)
         self.notes = notes    # lines the user must see (sharing)
-
-
-def decode(text: str) -> dict:
-    return dict(word.split("=", 1) for word in text.split() if "=" in word)
 
 
 def place(text: str, env, allowed, root: str = "/", host: str = "") -> Placement:

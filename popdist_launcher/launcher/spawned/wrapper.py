@@ -9,7 +9,8 @@ import time
 
 from popdist_launcher.launcher import console
 from popdist_launcher.launcher.spawned import placement
-from popdist_launcher.launcher.spawned import protocol as p
+from popdist_launcher.wire.placement_text import PLACEMENT_ENV
+from popdist_launcher.wire import protocol as p
 from popdist_launcher.launcher.spawned.program import (PR_SET_CHILD_SUBREAPER, SIGKILL,
                                                        kill_descendants, killpg, prctl, spawn)
 
@@ -84,7 +85,7 @@ class Wrapper:
         env.pop(p.SECRET_ENV, None)
         for name in env.pop(p.UNSET_ENV, "").split():
             env.pop(name, None)
-        placing = env.pop(placement.PLACEMENT_ENV, "")
+        placing = env.pop(PLACEMENT_ENV, "")
         if placing:
             self.place(placing, env)
         stack_r, stack_w = os.pipe()

@@ -10,8 +10,10 @@ from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 from horovod.runner.elastic.discovery import HostDiscovery, HostManager
 from horovod.runner.elastic.worker import HostUpdateResult
 
-from popdist_launcher.launcher import failure_policy as policy
-from popdist_launcher.launcher.spawned.launcher_link import LauncherLink
+from popdist_launcher.launcher.elastic import failure_policy as policy
+from popdist_launcher.launcher.elastic.helper import horovod_seams as seams
+from popdist_launcher.launcher.elastic.helper.launcher_link import LauncherLink
+from popdist_launcher.wire import helper_frames as frames
 
 Slot = Tuple[str, int]  # (hostname, local_rank): Horovod's identity of a worker
 
@@ -65,12 +67,12 @@ class LauncherHostManager(HostManager):
         self._verdicts: Dict[Slot, Verdict] = {}
 
     def update_available_hosts(self) -> HostUpdateResult:
-        previous = set(self._current_hosts.host_assignment_order)
+        previous = set(seams.current_hosts(self).host_assignment_order)
         result = super().update_available_hosts()
         # Horovod keeps the previous hosts first, in their order, and appends new ones in set
         # order: put the new ones in the order HOSTS lists them.
-        listed = list(self._current_hosts.host_slots)
-        order = self._current_hosts.host_assignment_order
+        listed = list(seams.current_hosts(self).host_slots)
+        order = seams.current_hosts(self).host_assignment_order
         new = sorted((h for h in order if h not in previous), key=listed.index)
         order[:] = [h for h in order if h in previous] + new
         return result
@@ -85,6 +87,13 @@ class LauncherHostManager(HostManager):
                 self._verdicts[slot] = verdict
 
     def blacklist(self, host: str) -> None:
+        """Horovod's name (its worker registry calls it once per failed slot): what happens is
+        the failure policy's, in :meth:`decide_for_failed_host`."""
+        self.decide_for_failed_host(host)
+
+    def decide_for_failed_host(self, host: str) -> None:
+        """A worker on ``host`` failed: blacklist the host, start the worker again in place
+        (RETRY) or end the job (FATAL), as the failure policy decides."""
         with self._blame_lock:
             verdicts = [(slot, v) for slot, v in self._verdicts.items() if slot[0] == host]
             for slot, _ in verdicts:
@@ -100,24 +109,24 @@ class LauncherHostManager(HostManager):
                          any(v.on_host for _, v in verdicts)),
             known, self.min_np, self.streaks, max(v.mark for _, v in verdicts), out)
         if decision.action == policy.BLACKLIST:
-            self._blacklist(host, decision.forever)
+            self._take_out(host, decision.forever)
         elif decision.action == policy.RESTART:
-            self.link.send("RETRY", host=host, wid=last.wid, streak=decision.streak,
-                           limit=self.streaks.limit, sentence=decision.sentence)
+            self.link.send(frames.Retry(host=host, wid=last.wid, streak=decision.streak,
+                                        limit=self.streaks.limit, sentence=decision.sentence))
         else:
             self.give_up(decision.sentence)
 
-    def _blacklist(self, host: str, forever: bool) -> None:
+    def _take_out(self, host: str, forever: bool) -> None:
         was_blacklisted = self.is_blacklisted(host)
         super().blacklist(host)
         if forever and self._cooldown_range:
             # Horovod keeps the end of the cooldown only in the host's state (0.28.x): a host
             # at --host-failure-limit never comes back.
-            self._hosts_state[host]._cooldown_period_end_ts = float("inf")
+            seams.never_end_cooldown(self, host)
         if not was_blacklisted or forever:
             cooldown = None
             if self._cooldown_range and not forever:
-                ends = self._hosts_state[host]._cooldown_period_end_ts
+                ends = seams.cooldown_end(self, host)
                 cooldown = round(max(0.0, ends - time.time()), 3)
-            self.link.send("BLACKLIST", host=host, cooldown=cooldown, forever=forever,
-                           limit=self.streaks.limit)
+            self.link.send(frames.Blacklist(host=host, cooldown=cooldown, forever=forever,
+                                            limit=self.streaks.limit))

@@ -1,14 +1,14 @@
-"""The elastic driver helper's end of its socketpair to the launcher: JSON lines (key "kind")
+"""The elastic driver helper's end of its socketpair to the launcher: frames (wire/helper_frames.py)
 out under a lock, in on a thread; the helper ends when the launcher is gone."""
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
 import threading
 from typing import Callable
 
+from popdist_launcher.wire import helper_frames as frames
 log = logging.getLogger(__name__)
 
 
@@ -19,15 +19,15 @@ class LauncherLink:
         self._sock = sock
         self._lock = threading.Lock()
 
-    def send(self, kind: str, **fields) -> None:
-        data = (json.dumps({"kind": kind, **fields}) + "\n").encode()
+    def send(self, frame: frames.Frame) -> None:
+        data = frames.encode(frame)
         try:
             with self._lock:
                 self._sock.sendall(data)
         except OSError:
             os._exit(0)  # the launcher is gone: nothing left to drive
 
-    def read_forever(self, handle: Callable[[dict], None]) -> None:
+    def read_forever(self, handle: Callable[[frames.Frame], None]) -> None:
         """Call ``handle`` with every frame; end the process when the launcher closes its end."""
         pending = b""
         while True:
@@ -43,8 +43,7 @@ class LauncherLink:
                 if not line.strip():
                     continue
                 try:
-                    frame = json.loads(line)
-                    handle(frame)
+                    handle(frames.decode(line))
                 except (ValueError, KeyError, TypeError) as exc:
                     log.error("ignored a frame from the launcher that is not valid (%s): %r",
                               exc, line[:200])

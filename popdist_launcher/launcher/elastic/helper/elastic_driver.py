@@ -2,15 +2,15 @@
 a helper process, with every worker started and watched by the launcher over a socketpair.
 
 Usage (by the launcher only), with the rendezvous secret in $POPRUN_RENDEZVOUS_SECRET:
-python -m popdist_launcher.launcher.spawned.elastic_driver CONTROL_FD RENDEZVOUS_FD SETTINGS_JSON
+python -m popdist_launcher.launcher.elastic.helper.elastic_driver CONTROL_FD RENDEZVOUS_FD SETTINGS_JSON
 
-CONTROL_FD is the helper's end of a socketpair carrying one JSON object per line (key "kind"):
+CONTROL_FD is the helper's end of a socketpair carrying frames (wire/helper_frames.py):
 from the launcher HOSTS (usable hosts in rank order), ALLOW (more rendezvous client addresses) and
 EXITED (one per START: exit code, blame, how in words, the job's progress mark); to the launcher
 ROUND, START, STOP, BLACKLIST, RETRY, FATAL (one sentence, always followed by DONE), DONE, and
 ALIVE every HEARTBEAT_S (the launcher ends the job when the helper falls silent).
-SETTINGS_JSON: np, min_np, max_np, elastic_timeout, reset_limit, cooldown_range, failure_limit,
-allowed, and start_timeout (how long the survivors of a reset are held for a new worker).
+SETTINGS_JSON: the job's HelperSettings (wire/helper_settings.py: horovodrun's elastic options,
+the rendezvous client addresses, and how long the survivors of a reset wait for a new worker).
 RENDEZVOUS_FD is a listening TCP socket the launcher bound: Horovod's elastic rendezvous handler
 is served on it, behind the secret, for the whole job. The helper ignores SIGINT (the launcher forwards signals to the workers it started),
 never installs Horovod's signal handlers, and exits at once when CONTROL_FD reaches end of file.
@@ -26,14 +26,13 @@ before then is a failure of its host, and the round forms again without it, so t
 survivors never enter a rendezvous that cannot complete), and every wait of ours and every
 connection to a worker is bounded.
 
-Here: the driver, the workers it asks the launcher for, and ``main``; the socketpair's frames are
-``launcher_link.py``'s, hosts and blame ``driver_hosts.py``'s, the rendezvous server
-``driver_rendezvous.py``'s.
+Here: the driver and ``main``; the socketpair's frames are ``launcher_link.py``'s, hosts and
+blame ``driver_hosts.py``'s, the rendezvous server and its handler ``driver_rendezvous.py``'s,
+the workers it asks the launcher for ``workers.py``'s, and every private name of Horovod's it
+touches ``horovod_seams.py``'s.
 """
 from __future__ import annotations
 
-import itertools
-import json
 import logging
 import os
 import signal
@@ -43,30 +42,31 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-import horovod
 from horovod.runner.common.util import network
 from horovod.runner.common.util.timeout import TimeoutException
 from horovod.runner.elastic import driver as horovod_driver
-from horovod.runner.elastic.rendezvous import create_rendezvous_handler
 from horovod.runner.elastic.worker import (HostUpdateResult, WorkerNotificationClient,
                                            WorkerNotificationService)
 
-from popdist_launcher.launcher import failure_policy as policy
-from popdist_launcher.launcher.spawned.driver_hosts import (LauncherHostManager, PushedHosts,
-                                                            Slot, Verdict)
-from popdist_launcher.launcher.spawned.driver_rendezvous import AdoptedRendezvous
-from popdist_launcher.launcher.spawned.launcher_link import LauncherLink
-from popdist_launcher.launcher.spawned.rendezvous import MIN_SECRET_CHARS, SECRET_ENV
+from popdist_launcher.launcher.elastic import failure_policy as policy
+from popdist_launcher.launcher.elastic.helper.driver_hosts import (LauncherHostManager, PushedHosts,
+                                                            Slot)
+from popdist_launcher.launcher.elastic.helper import horovod_seams as seams
+from popdist_launcher.launcher.elastic.helper import workers as workers_seam
+from popdist_launcher.launcher.elastic.helper.driver_rendezvous import (AdoptedRendezvous,
+                                                                        rendezvous_handler)
+from popdist_launcher.launcher.elastic.helper.launcher_link import LauncherLink
+from popdist_launcher.wire import helper_frames as frames
+from popdist_launcher.wire.helper_settings import HelperSettings
+from popdist_launcher.wire.rendezvous import MIN_SECRET_CHARS, SECRET_ENV
 
 log = logging.getLogger(__name__)
 
-HOROVOD_SERIES = "0.28."
 LOG_LEVEL_ENV = "POPRUN_ELASTIC_DRIVER_LOG"  # e.g. INFO: Horovod's own driver log on stderr
 CONNECT_TIMEOUT_S = 5.0  # every socket Horovod's notification client opens to a worker
 PROBE_TIMEOUT_S = 3.0  # probing a worker's notification addresses (horovod: 20 s x 3 attempts)
-POLL_S = 0.25  # how often a worker's thread looks at the driver's shutdown and host events
+POLL_S = workers_seam.POLL_S
 HEARTBEAT_S = 1.0  # ALIVE to the launcher (horovod_agent.HEARTBEAT_S)
-GLOO_GLOBAL_SCOPE = "global"  # the HTTP store scope of Gloo's global context (gloo_context.h)
 STOPPED_WAIT_S = 60.0  # a stopped new worker's end (the launcher's grace period, then SIGKILL)
 
 
@@ -111,7 +111,7 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
         self._start_timeout = start_timeout
         self._gate_cond = threading.Condition()
         self._gate: Optional[JoinGate] = None
-        self._workers: Optional["LauncherWorkers"] = None
+        self._workers: Optional[workers_seam.LauncherWorkers] = None
         self._absorbed = threading.local()  # a worker thread whose end the gate took
         self._fatal: Optional[str] = None
         self._ended_lock = threading.Lock()
@@ -122,14 +122,14 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
         self._notice_now = threading.Event()
         super().__init__(rendezvous, discovery, min_np, max_np, timeout=elastic_timeout,
                          reset_limit=reset_limit, cooldown_range=cooldown_range, verbose=0)
-        self._host_manager.link = link
-        self._host_manager.min_np = min_np
-        self._host_manager.streaks = policy.FailureStreaks(failure_limit)
-        self._host_manager.give_up = self._give_up
+        seams.host_manager(self).link = link
+        seams.host_manager(self).min_np = min_np
+        seams.host_manager(self).streaks = policy.FailureStreaks(failure_limit)
+        seams.host_manager(self).give_up = self._give_up
         threading.Thread(target=self._notify_forever, name="notifier", daemon=True).start()
 
     def round(self) -> int:
-        return self._worker_registry.last_rendezvous()
+        return seams.worker_registry(self).last_rendezvous()
 
     def slot_ended(self, slot: Slot) -> None:
         """The worker of ``slot`` ended: the next round starts that slot again if it is still
@@ -137,15 +137,15 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
         for the new worker's notification service."""
         with self._ended_lock:
             self._ended_slots.add(slot)
-        with self._wait_hosts_cond:
-            self._worker_clients.pop(slot, None)
+        with seams.hosts_lock(self):
+            seams.worker_clients(self).pop(slot, None)
 
     def _activate_workers(self, min_num_proc: int) -> None:
-        with self._wait_hosts_cond:
+        with seams.hosts_lock(self):
             self._notice = None  # this round takes the hosts as they are now
         current_hosts = self.wait_for_available_slots(min_num_proc)
         pending_slots = self._update_host_assignments(current_hosts)
-        self._worker_registry.reset(self.world_size())
+        seams.worker_registry(self).reset(self.world_size())
         # Survivors of a reset (the workers not started now) wait for the new ones in
         # rank_and_size: see hold_survivors.
         joining = {(s.hostname, s.local_rank): s.rank for s in pending_slots}
@@ -153,9 +153,10 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
             self._gate = JoinGate(joining, time.monotonic()) \
                 if joining and len(joining) < self.world_size() else None
             self._gate_cond.notify_all()
-        self._link.send("ROUND", round=self.round(), size=self.world_size(),
-                        hosts=[[host, len(slots)] for host, slots in self.host_assignments.items()])
-        self._start_worker_processes(pending_slots)
+        self._link.send(frames.Round(
+            round=self.round(), size=self.world_size(),
+            hosts=[[host, len(slots)] for host, slots in self.host_assignments.items()]))
+        seams.start_worker_processes(self, pending_slots)
 
     # ---- the survivors of a reset wait for the new workers ------------------------------------
     def arrived(self, key: str) -> None:
@@ -254,15 +255,15 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
                     time.monotonic() < deadline:
                 self._gate_cond.wait(POLL_S)
         for host in dict.fromkeys(host for host, _ in sorted(failed | set(late))):
-            self._host_manager.blacklist(host)  # the policy: blacklist, RETRY or FATAL
+            seams.host_manager(self).decide_for_failed_host(host)  # blacklist, RETRY or FATAL
         if self.finished():
             return
         try:
-            self._activate_workers(self._min_num_proc)
+            self._activate_workers(seams.min_num_proc(self))
         except Exception as exc:
             if not self.finished():
-                self._fatal = self._why_no_round(exc, self._min_num_proc, "--min-np")
-                self._link.send("FATAL", reason=self._fatal)
+                self._fatal = self._why_no_round(exc, seams.min_num_proc(self), "--min-np")
+                self._link.send(frames.Fatal(reason=self._fatal))
                 self.stop(self._fatal)
 
     def _get_host_assignments(self, current_hosts):
@@ -271,8 +272,8 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
         Rank 0 is the source of every state sync, so it must hold the last commit (Horovod
         alone gives rank 0 to a worker restarted in place on the first host)."""
         by_host, ordered = super()._get_host_assignments(current_hosts)
-        kept = {(host, s.local_rank): s.rank for host, slots in self._host_assignments.items()
-                for s in slots}
+        kept = {(host, s.local_rank): s.rank
+                for host, slots in seams.host_assignments(self).items() for s in slots}
 
         def key(slot_info):
             previous = kept.get((slot_info.hostname, slot_info.local_rank))
@@ -288,15 +289,15 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
             ended, self._ended_slots = self._ended_slots, set()
         # Keep every host (Horovod checks that one previous host is left), drop ended slots so
         # that they count as new.
-        self._host_assignments = {
+        seams.set_host_assignments(self, {
             host: [s for s in slots if (host, s.local_rank) not in ended]
-            for host, slots in self._host_assignments.items()}
+            for host, slots in seams.host_assignments(self).items()})
         return super()._update_host_assignments(current_hosts)
 
     def _give_up(self, reason: str) -> None:
         """End the job with ``reason`` (FATAL); no round starts after it."""
         self._fatal = reason
-        self._link.send("FATAL", reason=reason)
+        self._link.send(frames.Fatal(reason=reason))
         self.stop(reason)
 
     def resume(self) -> None:
@@ -306,8 +307,8 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
             super().resume()
         except Exception as exc:
             if not self.finished():
-                self._fatal = self._why_no_round(exc, self._min_num_proc, "--min-np")
-                self._link.send("FATAL", reason=self._fatal)
+                self._fatal = self._why_no_round(exc, seams.min_num_proc(self), "--min-np")
+                self._link.send(frames.Fatal(reason=self._fatal))
             raise
 
     def stop(self, error_message: Optional[str] = None) -> None:
@@ -316,19 +317,20 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
     def start_failed(self, exc: Exception, num_proc: int) -> str:
         """The FATAL reason when the first round cannot start; sent once."""
         self._fatal = self._why_no_round(exc, num_proc, "-np")
-        self._link.send("FATAL", reason=self._fatal)
+        self._link.send(frames.Fatal(reason=self._fatal))
         return self._fatal
 
     def _why_no_round(self, exc: Exception, needed: int, option: str) -> str:
-        with self._wait_hosts_cond:
-            hosts = self._host_manager.current_hosts
+        with seams.hosts_lock(self):
+            hosts = seams.host_manager(self).current_hosts
             usable = ", ".join(f"{h}:{hosts.get_slots(h)}" for h in hosts.host_assignment_order)
-            blacklisted = [h for h in hosts.host_slots if self._host_manager.is_blacklisted(h)]
+            manager = seams.host_manager(self)
+            blacklisted = [h for h in hosts.host_slots if manager.is_blacklisted(h)]
         state = f"usable now: {usable or 'none'}" + (
             f"; blacklisted: {', '.join(blacklisted)}" if blacklisted else "")
         if isinstance(exc, TimeoutException):
             return (f"fewer than {option} {needed} slots were usable for --elastic-timeout "
-                    f"{self._timeout:g} s ({state}).")
+                    f"{seams.elastic_timeout(self):g} s ({state}).")
         if "previous set" in str(exc):
             return (f"no host of round {self.round()} is usable any more, so no worker is left "
                     f"to pass the training state to new ones ({state}).")
@@ -336,15 +338,15 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
 
     def register_worker_server(self, host, slot, addresses, secret_key) -> None:
         client = BoundedNotificationClient(addresses, secret_key)  # probes: not under the lock
-        with self._wait_hosts_cond:
-            self._worker_clients[(host, slot)] = client
+        with seams.hosts_lock(self):
+            seams.worker_clients(self)[(host, slot)] = client
         self._notice_now.set()
 
     def _notify_workers_host_changes(self, current_hosts, update_res) -> None:
         # Called by Horovod's discovery thread with the hosts condition held: decide here (as
         # Horovod does), connect from the notifier thread.
         next_host_assignments = {}
-        if current_hosts.count_available_slots() >= self._min_num_proc:
+        if current_hosts.count_available_slots() >= seams.min_num_proc(self):
             next_host_assignments, _ = self._get_host_assignments(current_hosts)
         if next_host_assignments == self.host_assignments:
             return
@@ -353,7 +355,7 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
         update_res |= HostUpdateResult.added
         # Strictly increasing timestamps: Horovod's whole seconds would make a second change
         # within one second look old to the workers.
-        self._notice_time = max(horovod_driver._epoch_time_s(), self._notice_time + 1)
+        self._notice_time = max(seams.epoch_time_s(), self._notice_time + 1)
         self._notice = (self._notice_time, update_res | (self._notice[1] if self._notice else 0))
         self._notice_now.set()
 
@@ -364,7 +366,7 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
         while True:
             self._notice_now.wait(horovod_driver.DISCOVER_HOSTS_FREQUENCY_SECS)
             self._notice_now.clear()
-            with self._wait_hosts_cond:
+            with seams.hosts_lock(self):
                 coordinator = self.get_coordinator_info()
                 client = coordinator and self.get_worker_client(coordinator)
                 notice = self._notice
@@ -374,114 +376,6 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
                 client.notify_hosts_updated(*notice)
             except Exception as exc:  # rank 0 died or is unreachable: its peers reset
                 log.info("could not notify rank 0 of a host change: %s", exc)
-
-
-class LauncherWorkers:
-    """Horovod's create_worker_fn: each worker is a START to the launcher, and its end is the
-    launcher's EXITED for it."""
-
-    def __init__(self, link: LauncherLink) -> None:
-        self._link = link
-        self._driver: Optional[LauncherElasticDriver] = None
-        self._host_manager: Optional[LauncherHostManager] = None
-        self._ids = itertools.count(1)
-        self._lock = threading.Lock()
-        self._ended: Dict[int, threading.Event] = {}
-        self._exits: Dict[int, Tuple[int, str]] = {}
-        self._current: Dict[Slot, int] = {}  # the latest worker id of each slot
-        self._stopped: Set[int] = set()  # STOP sent
-        self._late: Dict[int, str] = {}  # stopped as failed: how, in words
-
-    def bind(self, driver: LauncherElasticDriver) -> None:
-        """The driver whose rounds the workers belong to (built once the first HOSTS came)."""
-        self._driver = driver
-        self._host_manager = driver._host_manager
-        driver._workers = self
-
-    def stop_slot(self, slot: Slot) -> None:
-        """Stop the latest worker of ``slot`` if it runs (its end is not a failure)."""
-        with self._lock:
-            wid = self._current.get(slot)
-            if wid is None or wid not in self._ended or wid in self._stopped:
-                return
-            self._stopped.add(wid)
-        self._link.send("STOP", wid=wid)
-
-    def mark_late(self, slot: Slot, start_timeout: float) -> None:
-        """Stop the latest worker of ``slot``, which did not reach hvd.init() in time: its end
-        counts as its failure."""
-        with self._lock:
-            wid = self._current.get(slot)
-            if wid is None or wid not in self._ended:
-                return
-            self._late[wid] = (f"did not reach hvd.init() within --start-timeout "
-                               f"{start_timeout:g} s")
-        self.stop_slot(slot)
-
-    def create_worker(self, slot_info, events: List[threading.Event]) -> Tuple[int, float]:
-        slot = (slot_info.hostname, slot_info.local_rank)
-        ended = threading.Event()
-        with self._lock:
-            wid = next(self._ids)
-            self._ended[wid] = ended
-            self._current[slot] = wid
-        self._host_manager.blame(slot, None)
-        self._link.send("START", wid=wid, round=self._driver.round(),
-                        hostname=slot_info.hostname, rank=slot_info.rank, size=slot_info.size,
-                        local_rank=slot_info.local_rank, local_size=slot_info.local_size,
-                        cross_rank=slot_info.cross_rank, cross_size=slot_info.cross_size)
-        while not ended.wait(POLL_S):
-            if any(event.is_set() for event in events):
-                with self._lock:  # the job ends or the host is blacklisted
-                    stop = wid not in self._stopped
-                    self._stopped.add(wid)
-                if stop:
-                    self._link.send("STOP", wid=wid)
-        with self._lock:
-            code, blame, what, mark = self._exits.pop(wid)
-            del self._ended[wid]
-            stopped = wid in self._stopped
-            self._stopped.discard(wid)
-            late = self._late.pop(wid, None)
-            latest = self._current.get(slot) == wid
-        if latest:
-            if late is None and code == 0 and not stopped and self._driver.joining(slot):
-                late = "exited 0 before its round formed"  # no success: the round never ran
-            failed = late is not None or (code != 0 and blame != "none")
-            self._host_manager.blame(slot, Verdict(wid, blame == "host", mark, late or what)
-                                     if failed else None)
-            self._driver.slot_ended(slot)
-            self._driver.absorb_end(slot)  # a new worker whose survivors are held
-        return code, time.time()
-
-    def exited(self, wid: int, code: int, blame: str, what: str, mark: int) -> None:
-        with self._lock:
-            ended = self._ended.get(wid)
-            if ended is None:
-                log.error("the launcher reported the exit of worker %s, which is not running", wid)
-                return
-            self._exits[wid] = (code, blame, what, mark)
-        ended.set()
-
-
-def rendezvous_handler(driver: LauncherElasticDriver) -> type:
-    """Horovod's elastic rendezvous handler, with a survivor's rank_and_size answer held until
-    the round's new workers have reached Gloo's rendezvous (their PUTs under its global
-    scope, which this handler serves too)."""
-    base = create_rendezvous_handler(driver)
-
-    class HoldingRendezvousHandler(base):
-        def _get_rank_and_size(self, host, local_rank):
-            driver.record_ready(host, local_rank)
-            driver.hold_survivors()
-            return driver.get_slot_info(host, local_rank).to_response_string().encode("ascii")
-
-        def _put_value(self, scope, key, value):
-            super()._put_value(scope, key, value)
-            if scope == GLOO_GLOBAL_SCOPE:
-                driver.arrived(key)
-
-    return HoldingRendezvousHandler
 
 
 def _configure_logging() -> None:
@@ -499,22 +393,8 @@ def _configure_logging() -> None:
         logging.getLogger("popdist_launcher").setLevel(logging.WARNING)  # ours, not Horovod's
 
 
-def _settings(text: str) -> dict:
-    settings = json.loads(text)
-    cooldown = settings.get("cooldown_range")
-    return {"np": int(settings["np"]), "min_np": int(settings["min_np"]),
-            "max_np": None if settings.get("max_np") is None else int(settings["max_np"]),
-            "elastic_timeout": float(settings.get("elastic_timeout", 600)),
-            "reset_limit": None if settings.get("reset_limit") is None
-            else int(settings["reset_limit"]),
-            "cooldown_range": None if cooldown is None else (int(cooldown[0]), int(cooldown[1])),
-            "failure_limit": int(settings["failure_limit"]),
-            "start_timeout": float(settings.get("start_timeout", 120)),
-            "allowed": [str(a) for a in settings.get("allowed", [])]}
-
-
 def _end(link: LauncherLink, error: Optional[str], results: dict) -> None:
-    link.send("DONE", error=error, results=results)
+    link.send(frames.Done(error=error, results=results))
     logging.shutdown()
     os._exit(0 if error is None else 1)
 
@@ -522,7 +402,7 @@ def _end(link: LauncherLink, error: Optional[str], results: dict) -> None:
 def _heartbeat(link: LauncherLink) -> None:
     while True:
         time.sleep(HEARTBEAT_S)
-        link.send("ALIVE")
+        link.send(frames.Alive())
 
 
 def main(argv: Sequence[str]) -> None:
@@ -534,59 +414,58 @@ def main(argv: Sequence[str]) -> None:
     link = LauncherLink(control)
 
     def fatal(reason: str) -> None:
-        link.send("FATAL", reason=reason)
+        link.send(frames.Fatal(reason=reason))
         _end(link, reason, {})
 
-    if not horovod.__version__.startswith(HOROVOD_SERIES):
-        fatal(f"elastic mode needs Horovod {HOROVOD_SERIES}x; found {horovod.__version__}.")
+    problem = seams.version_problem()
+    if problem:
+        fatal(problem)
     secret = os.environ.get(SECRET_ENV, "")
     if len(secret) < MIN_SECRET_CHARS:
         fatal(f"the elastic driver needs the job's rendezvous secret in ${SECRET_ENV} (at least "
               f"{MIN_SECRET_CHARS} characters); the launcher sets it.")
     try:
-        settings = _settings(argv[2])
-        if settings["cooldown_range"]:
-            from horovod.runner.elastic.discovery import HostState
-            HostState._validate_cooldown_range(settings["cooldown_range"])
+        settings = HelperSettings.decode(argv[2])
+        if settings.cooldown_range:
+            seams.validate_cooldown_range(settings.cooldown_range)
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         fatal(f"the elastic driver's settings are not valid ({' '.join(str(exc).split())}).")
 
     discovery = PushedHosts()
-    allowed = set(settings["allowed"])
-    workers = LauncherWorkers(link)
+    allowed = set(settings.allowed)
+    workers = workers_seam.LauncherWorkers(link)
 
-    def handle(frame: dict) -> None:
-        kind = frame["kind"]
-        if kind == "HOSTS":
-            discovery.push(frame["hosts"])
-        elif kind == "ALLOW":
-            allowed.update(str(a) for a in frame["addresses"])
-        elif kind == "EXITED":
-            workers.exited(int(frame["wid"]), int(frame["code"]), str(frame["blame"]),
-                           str(frame.get("what") or f"exited with {frame['code']}"),
-                           int(frame.get("mark", 0)))
+    def handle(frame: frames.Frame) -> None:
+        if isinstance(frame, frames.Hosts):
+            discovery.push(frame.hosts)
+        elif isinstance(frame, frames.Allow):
+            allowed.update(str(a) for a in frame.addresses)
+        elif isinstance(frame, frames.Exited):
+            workers.exited(int(frame.wid), int(frame.code), str(frame.blame),
+                           str(frame.what or f"exited with {frame.code}"), int(frame.mark))
         else:
-            log.error("ignored a frame of unknown kind %r from the launcher", kind)
+            log.error("ignored a %s frame from the launcher, which only the helper sends",
+                      frame.KIND)
 
     threading.Thread(target=link.read_forever, args=(handle,), name="launcher",
                      daemon=True).start()
     threading.Thread(target=_heartbeat, args=(link,), name="heartbeat", daemon=True).start()
     # Built once the hosts are known: Horovod's discovery thread polls at once, then every 1 s.
-    if not discovery.received.wait(settings["elastic_timeout"]):
+    if not discovery.received.wait(settings.elastic_timeout):
         fatal(f"the launcher sent no hosts within --elastic-timeout "
-              f"{settings['elastic_timeout']:g} s.")
-    horovod_driver.HostManager = LauncherHostManager  # the class ElasticDriver builds
+              f"{settings.elastic_timeout:g} s.")
+    seams.use_host_manager(LauncherHostManager)
     rendezvous = AdoptedRendezvous(int(argv[1]), allowed, secret)
-    driver = LauncherElasticDriver(link, rendezvous, discovery, settings["min_np"],
-                                   settings["max_np"], settings["elastic_timeout"],
-                                   settings["reset_limit"], settings["cooldown_range"],
-                                   settings["failure_limit"], settings["start_timeout"])
+    driver = LauncherElasticDriver(link, rendezvous, discovery, settings.min_np,
+                                   settings.max_np, settings.elastic_timeout,
+                                   settings.reset_limit, settings.cooldown_range,
+                                   settings.failure_limit, settings.start_timeout)
     workers.bind(driver)
     rendezvous.start(rendezvous_handler(driver))  # requests so far wait in the backlog
     try:
-        driver.start(settings["np"], workers.create_worker)
+        driver.start(settings.np, workers.create_worker)
     except Exception as exc:
-        reason = driver.start_failed(exc, settings["np"])
+        reason = driver.start_failed(exc, settings.np)
         driver.stop()
         _end(link, reason, {})
     results = driver.get_results()

@@ -1,18 +1,10 @@
-"""Which address and interface a host is reached at, and free ports there.
-
-Run on each remote host over ssh before a multi-host job starts (one round trip per host):
-
-    python -m popdist_launcher.launcher.spawned.netinfo --ports K [--subnet CIDR | --iface NAME] [--peer ADDR]
-
-prints one JSON line {"address", "iface", "ports", "hostname"}. The launcher calls the same
-functions in-process for its own host. Interface addresses come from psutil (every IPv4 address
-of an interface, not only its first).
+"""Which address and interface a host is reached at (launcher/host_probe.py asks it on each
+host; the launcher and the collectives call it in-process). Interface addresses come from psutil
+(every IPv4 address of an interface, not only its first).
 """
 from __future__ import annotations
 
-import json
 import socket
-import sys
 from typing import List, Optional, Tuple
 
 
@@ -83,36 +75,3 @@ def hostname_address() -> str:
         return socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)[0][4][0]
     except (socket.gaierror, IndexError):
         return ""
-
-
-def free_ports(count: int, port_range: Optional[Tuple[int, int]] = None) -> List[int]:
-    from popdist_launcher.launcher import ports
-
-    with ports.reserve(count, port_range=port_range) as reservation:
-        return list(reservation.ports)
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m popdist_launcher.launcher.spawned.netinfo")
-    parser.add_argument("--ports", type=int, default=0)
-    parser.add_argument("--subnet")
-    parser.add_argument("--iface")
-    parser.add_argument("--peer")
-    parser.add_argument("--port-range")
-    args = parser.parse_args(argv)
-    try:
-        address, iface = choose(args.subnet, args.iface, args.peer)
-        span = tuple(int(p) for p in args.port_range.split("-")) if args.port_range else None
-        found = free_ports(args.ports, span) if args.ports else []
-    except (NetInfoError, OSError, ValueError) as exc:
-        print(json.dumps({"error": str(exc)}))
-        return 1
-    print(json.dumps({"address": address, "iface": iface, "ports": found,
-                      "hostname": socket.gethostname(), "hostname_address": hostname_address()}))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,5 @@
 """The one failure policy of elastic jobs, asked by restart mode (``restart_agent.py``), Horovod
-mode (``horovod_agent.py``) and the driver helper (``spawned/elastic_driver.py``) alike: given
+mode (``horovod_agent.py``) and the driver helper (``elastic/helper/elastic_driver.py``) alike: given
 the host a failure is blamed on, the hosts and their slots, --min-np, the failure streaks and
 the job's progress, it answers blacklist, restart in place, or end (with the sentence).
 

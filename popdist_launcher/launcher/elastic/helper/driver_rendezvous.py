@@ -1,5 +1,5 @@
 """Horovod's elastic rendezvous server in the elastic driver helper, on the listening socket
-the launcher bound, answering only requests that carry the job's secret."""
+the launcher bound, answering only requests that carry the job's secret, and its handler."""
 from __future__ import annotations
 
 import logging
@@ -7,10 +7,13 @@ import sys
 import threading
 from typing import Set
 
-from popdist_launcher.launcher.spawned.rendezvous import make_server
+from horovod.runner.elastic.rendezvous import create_rendezvous_handler
+
+from popdist_launcher.wire.rendezvous import make_server
 
 log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_S = 60.0  # reading one rendezvous request from a connected worker
+GLOO_GLOBAL_SCOPE = "global"  # the HTTP store scope of Gloo's global context (gloo_context.h)
 
 
 class AdoptedRendezvous:
@@ -42,3 +45,23 @@ class AdoptedRendezvous:
 
     def stop(self) -> None:
         self._server.shutdown()
+
+
+def rendezvous_handler(driver) -> type:
+    """Horovod's elastic rendezvous handler, with a survivor's rank_and_size answer held until
+    the round's new workers have reached Gloo's rendezvous (their PUTs under its global
+    scope, which this handler serves too)."""
+    base = create_rendezvous_handler(driver)
+
+    class HoldingRendezvousHandler(base):
+        def _get_rank_and_size(self, host, local_rank):
+            driver.record_ready(host, local_rank)
+            driver.hold_survivors()
+            return driver.get_slot_info(host, local_rank).to_response_string().encode("ascii")
+
+        def _put_value(self, scope, key, value):
+            super()._put_value(scope, key, value)
+            if scope == GLOO_GLOBAL_SCOPE:
+                driver.arrived(key)
+
+    return HoldingRendezvousHandler

@@ -18,7 +18,7 @@ sends). Requests are also accepted only from the job's hosts' addresses and loop
 
 Usage (by the launcher only), with the secret in $POPRUN_RENDEZVOUS_SECRET (never in argv, which
 every local user can read; without it the server refuses to start):
-python -m popdist_launcher.launcher.spawned.rendezvous FD SLOTS_JSON [ALLOWED_JSON]
+python -m popdist_launcher.wire.rendezvous FD SLOTS_JSON [ALLOWED_JSON]
 """
 from __future__ import annotations
 

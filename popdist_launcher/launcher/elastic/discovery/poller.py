@@ -1,5 +1,5 @@
 """The host discovery script every second, in a child process (``Poller``, see
-``spawned/discovery.py``), its answers read without blocking; one run is ``discovery_script``'s.
+``discovery/poll.py``), its answers read without blocking; one run is ``discovery/script.py``'s.
 
 Standard library only: this runs in the launcher, which never imports Horovod.
 """
@@ -12,12 +12,12 @@ import subprocess
 import sys
 from typing import List, NamedTuple, Optional
 
-from popdist_launcher.launcher.discovery_script import Hosts, describe_exit
+from popdist_launcher.launcher.elastic.discovery.script import Hosts, describe_exit
 from popdist_launcher.launcher.processes import signal_group
 
 # An Answer's kind besides DiscoveryError's: a good answer, the discovery process ended.
 OK, POLLER = "ok", "poller"
-POLLER_MODULE = "popdist_launcher.launcher.spawned.discovery"
+POLLER_MODULE = "popdist_launcher.launcher.elastic.discovery.poll"
 POLLER_STOP_GRACE_SECONDS = 5.0
 
 
@@ -31,7 +31,7 @@ class Answer(NamedTuple):
 
 class Poller:
     """Runs the discovery script every ``interval`` seconds in a child process (its own process
-    group; see ``spawned/discovery.py``) and hands its answers over a non-blocking pipe.
+    group; see ``discovery/poll.py``) and hands its answers over a non-blocking pipe.
 
     Register :meth:`fileno` in a selector and call :meth:`read` when it is readable. The child
     ends by itself when this process dies. If the child ends otherwise (someone killed it), the
