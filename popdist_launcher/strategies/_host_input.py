@@ -14,6 +14,9 @@ from typing import Callable, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from popdist_launcher.strategies._common import check_replication_mode
+from popdist_launcher.strategies._tf_internal import input_util
+
 _PER_WORKER = tf.distribute.InputReplicationMode.PER_WORKER
 _PER_REPLICA = tf.distribute.InputReplicationMode.PER_REPLICA
 
@@ -63,3 +66,15 @@ def for_dataset_fn(replica_devices: Sequence[str], dataset_fn: Callable, options
         return dataset_fn(input_context).prefetch(buffer_size(options))
 
     return prefetched_dataset_fn, direct_options(options)
+
+
+def datasets_from_function(extended, dataset_fn: Callable, options):
+    """``distribute_datasets_from_function`` for a strategy's ``extended`` whose instance is one
+    input pipeline (its ``_make_input_context``): TensorFlow's, with :func:`for_dataset_fn`."""
+    check_replication_mode(options)
+    input_workers = extended._input_workers_with_options(options)  # noqa: SLF001
+    dataset_fn, options = for_dataset_fn(extended.worker_devices, dataset_fn, options)
+    return input_util.get_distributed_datasets_from_function(
+        dataset_fn=dataset_fn, input_workers=input_workers,
+        input_contexts=[extended._make_input_context()],  # noqa: SLF001
+        strategy=extended._container_strategy(), options=options)  # noqa: SLF001

@@ -67,13 +67,7 @@ class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceE
             input_context=self._make_input_context(), options=options)
 
     def _distribute_datasets_from_function(self, dataset_fn, options):
-        check_replication_mode(options)
-        input_workers = self._input_workers_with_options(options)
-        dataset_fn, options = _host_input.for_dataset_fn(self.worker_devices, dataset_fn, options)
-        return input_util.get_distributed_datasets_from_function(
-            dataset_fn=dataset_fn, input_workers=input_workers,
-            input_contexts=[self._make_input_context()], strategy=self._container_strategy(),
-            options=options)
+        return _host_input.datasets_from_function(self, dataset_fn, options)
 
     def _warn_if_sharded_twice(self, dataset) -> None:
         """Once per strategy, on the chief: a dataset the program sharded is sharded again."""

@@ -239,13 +239,7 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
             type(self._container_strategy()).__name__, self._num_instances, self._num_instances)
 
     def _distribute_datasets_from_function(self, dataset_fn, options):
-        check_replication_mode(options)
-        input_workers = self._input_workers_with_options(options)
-        dataset_fn, options = _host_input.for_dataset_fn(self.worker_devices, dataset_fn, options)
-        return input_util.get_distributed_datasets_from_function(
-            dataset_fn=dataset_fn, input_workers=input_workers,
-            input_contexts=[self._make_input_context()], strategy=self._container_strategy(),
-            options=options)
+        return _host_input.datasets_from_function(self, dataset_fn, options)
 
     def _make_dataset_iterator(self, dataset):
         self._warn_if_not_sharded(dataset)
