@@ -172,29 +172,27 @@ def package_files() -> List[pathlib.Path]:
 
 def unit_of(dotted: str) -> str:
     """The unit a module belongs to: a subpackage of ``popdist_launcher`` or of ``launcher``, or
-    a module directly in either (``popdist_launcher`` itself for the package's __init__). The
-    package's private modules and folders (``_startup``, ``_import_table``, ``_keras2``,
-    ``_estimator_compat/`` ...: the import table, its finder and the compatibility modules it
-    applies) are one unit, ``compat``, the layer the rest stands on."""
+    a module directly in either (``popdist_launcher`` itself for the package's __init__)."""
     parts = dotted.split(".")
     if len(parts) == 1:
         return "popdist_launcher"
-    if parts[1].startswith("_") and not parts[1].startswith("__"):
-        return "compat"
     if parts[1] == "launcher":
         return "launcher" if len(parts) == 2 else f"launcher.{parts[2]}"
     return parts[1]
 
 
 def imported_modules(path: pathlib.Path) -> Iterable[str]:
-    """Every module of ours that ``path`` imports (``from m import n`` gives m.n when n is one)."""
+    """Every module of ours that ``path`` imports. ``from m import n`` is an import of the
+    submodule m.n where n is one (Python runs m's __init__ on the way, as for any import of
+    m.n, but the code depends on m.n only) and of m itself where n is a name m defines (e.g.
+    ``from popdist_launcher import report_progress`` imports the package's __init__)."""
     for module, names in imports(path):
         if not module.startswith("popdist_launcher"):
             continue
-        yield module
-        for name in names:
-            if is_module(f"{module}.{name}"):
-                yield f"{module}.{name}"
+        submodules = [f"{module}.{name}" for name in names if is_module(f"{module}.{name}")]
+        yield from submodules
+        if not names or len(submodules) < len(names):
+            yield module
 
 
 @functools.lru_cache(maxsize=None)

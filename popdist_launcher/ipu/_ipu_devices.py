@@ -148,7 +148,7 @@ def watch(config_module=None) -> None:
     """Turn the import table's ``ipu-devices`` switch on when the IPU layer imports: the mapping
     is installed once TensorFlow's graph module has imported, the IPU device listing once
     TensorFlow has (standard library only until then)."""
-    from popdist_launcher._startup import switch_on
+    from popdist_launcher.compat.startup import switch_on
     switch_on("ipu-devices")
 
 

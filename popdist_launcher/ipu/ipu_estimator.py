@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import tensorflow as tf
 
-from popdist_launcher import runtime
+from popdist_launcher import runtime, tf_config
 from popdist_launcher.whereabouts import long_phase
 from popdist_launcher.ipu import _estimator_hooks as estimator_hooks
 from popdist_launcher.ipu.ipu_run_config import RunConfig
@@ -557,14 +557,14 @@ def _job_model_dir(num_instances: int) -> str:
     """One model_dir for an estimator built without one, the same on every instance of the job
     (tf.estimator would give each process a temporary folder of its own, and the instances that
     do not write checkpoints would never see the chief's)."""
-    from popdist_launcher import _contract, tf_config
+    from popdist_launcher.wire import contract
 
     parsed = tf_config.from_environ()
     addresses = [a for tasks in (parsed.cluster.values() if parsed else ()) for a in tasks]
     hosts = {a.rsplit(":", 1)[0] for a in addresses}
     if parsed is None and os.environ.get("HOROVOD_LOCAL_SIZE") == str(num_instances):
         hosts = {"this host"}  # no TF_CONFIG (--tf-config none): all instances are local ones
-    job_id = os.environ.get(_contract.JOB_ID)
+    job_id = os.environ.get(contract.JOB_ID)
     if len(hosts) != 1 or not job_id:
         where = f"on {len(hosts)} hosts" if len(hosts) > 1 else "without poprun-lite's job id"
         raise ValueError(

@@ -24,10 +24,10 @@ METHOD_NAMES = ("set_gradient_accumulation_options", "set_pipelining_options",
 
 def install() -> None:
     """Add the IPU methods to tf.keras.Model (once per process). Under Keras 3 (TensorFlow
-    2.16+, popdist_launcher._keras2) Keras trains as it is and each IPU method raises the one
+    2.16+, popdist_launcher.compat.keras2) Keras trains as it is and each IPU method raises the one
     sentence that says it needs Keras 2."""
-    from popdist_launcher import _keras2
-    if _keras2.keras_3_active():
+    from popdist_launcher.compat import keras2
+    if keras2.keras_3_active():
         install_keras_3()
         return
     from popdist_launcher.ipu.keras.extensions.extensions_base import (METHODS, OVERRIDES,
@@ -43,7 +43,7 @@ def install() -> None:
         setattr(model_class, name, override)
     # Graphcore's Keras has an ``ipu`` module (keras.ipu.PipelineStage ...): give Keras ours.
     from popdist_launcher.ipu import keras as ipu_keras
-    keras = _keras2.package()
+    keras = keras2.package()
     # ``from tensorflow import keras`` resolves to keras.api._v2.keras, another module object.
     for namespace in (importlib.import_module(keras), tf.keras,
                       importlib.import_module("tensorflow.keras"),
@@ -56,8 +56,8 @@ def install_keras_3() -> None:
     """Under Keras 3 (nothing under Keras 2): Keras 3's fit / evaluate / predict given datasets
     grouped by local replica under PopDist and IPUHorovod strategies, and the IPU methods'
     one-sentence refusals (once per process)."""
-    from popdist_launcher import _keras2
-    if not _keras2.keras_3_active():
+    from popdist_launcher.compat import keras2
+    if not keras2.keras_3_active():
         return
     model_class = tf.keras.Model
     if getattr(model_class, "_popdist_keras_3", False):
@@ -86,8 +86,8 @@ def _grouping(method):
 
 def _refusal(name: str):
     def method(self, *args, **kwargs):
-        from popdist_launcher import _keras2
-        raise _keras2.Keras3Error(_keras2.keras_3_message(f"Model.{name}"))
+        from popdist_launcher.compat import keras2
+        raise keras2.Keras3Error(keras2.keras_3_message(f"Model.{name}"))
     method.__name__ = name
     method.__doc__ = f"Graphcore's Model.{name}: Keras 2 only (Keras3Error under Keras 3)."
     return method

@@ -41,8 +41,8 @@ class PipelineStage:
         self._outer: Optional[int] = None
 
     def __enter__(self) -> "PipelineStage":
-        from popdist_launcher import _keras2
-        base_layer = _keras2.import_src("engine.base_layer")
+        from popdist_launcher.compat import keras2
+        base_layer = keras2.import_src("engine.base_layer")
         if not getattr(base_layer.Layer.__call__, "_records_stage", False):
             base_layer.Layer.__call__ = _record_stage(base_layer.Layer.__call__)
         self._outer = getattr(_active, "stage", None)
