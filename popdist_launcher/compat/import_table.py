@@ -14,7 +14,7 @@ An entry applies while all of its switches are on (``when``). Switches:
   entries below: ``popdist_launcher.compat.ipu_program.decide``, at TensorFlow's import, or the first
   import of such a name): Keras optimizers are TensorFlow 2.6's, NumPy has its 1.x names.
 - ``ipu-devices``: the IPU layer has imported, or TensorFlow in an IPU program
-  (``ipu._ipu_devices.watch``): ops placed on ``/device:IPU:N`` and ``tf.config``'s IPU device
+  (``ipu_runtime.ipu_devices.watch``): ops placed on ``/device:IPU:N`` and ``tf.config``'s IPU device
   listings.
 - ``estimator-removed``: TensorFlow 2.16+ without tf.estimator's support modules
   (``estimator.install``).
@@ -129,8 +129,9 @@ ALIASES = (
     Alias("tensorflow.pywrap_tensorflow", "tensorflow.python.training.py_checkpoint_reader",
           children=False, shadows=False),
     # The parts of contrib Graphcore's TF1 applications use (popdist_launcher.compat.tf_contrib).
-    Alias("tensorflow.contrib.compiler.xla", f"{IPU_TARGET}.ipu_compiler", children=False,
-          shadows=False),  # contrib's xla.compile is ipu_compiler.compile
+    *(Alias(name, f"{IPU_TARGET}.ipu_compiler", children=False, shadows=False)
+      for name in ("tensorflow.contrib.compiler.xla",  # contrib's xla.compile is ipu_compiler's
+                   "popdist_launcher.compat.tf_contrib.compiler.xla")),
     Alias("tensorflow.contrib", "popdist_launcher.compat.tf_contrib", shadows=False, message=(
         "tensorflow.contrib, beyond its layers initializers, compiler.xla, data.AUTOTUNE, "
         "framework checkpoint functions and rnn cells, was removed in TensorFlow 2 and is not "
@@ -168,7 +169,7 @@ HOOKS = (
     # switches on keras-2, whichever of these imports first.
     Hook("tensorflow", "popdist_launcher.compat.keras_compat:install"),
     Hook("keras", "popdist_launcher.compat.keras_compat:install"),
-    Hook("popdist_launcher.ipu.config", "popdist_launcher.compat.keras_compat:install"),
+    Hook("popdist_launcher.ipu_runtime.config", "popdist_launcher.compat.keras_compat:install"),
     Hook(f"{KERAS_2}.src.engine.training", "popdist_launcher.compat.keras_compat:patch_compile",
          when=("keras-2",)),
     Hook(f"{KERAS_2}.losses", "popdist_launcher.compat.keras_compat:add_losses_utils", when=("keras-2",)),
@@ -190,11 +191,14 @@ HOOKS = (
     Hook("tensorflow", "popdist_launcher.compat.tf_removed:install"),
     Hook("tensorflow", "popdist_launcher.compat.estimator:install"),  # estimator-removed
     # IPU devices (``tf.config.list_logical_devices("IPU")``, ``/device:IPU:N``).
-    Hook("popdist_launcher.ipu.config", "popdist_launcher.ipu._ipu_devices:watch"),
-    Hook("tensorflow", "popdist_launcher.ipu._ipu_devices:watch", when=("ipu-program",)),
-    Hook("tensorflow.python.framework.ops", "popdist_launcher.ipu._ipu_devices:install",
+    Hook("popdist_launcher.ipu_runtime.config", "popdist_launcher.ipu_runtime.ipu_devices:watch"),
+    Hook("tensorflow", "popdist_launcher.ipu_runtime.ipu_devices:watch", when=("ipu-program",)),
+    Hook("tensorflow.python.framework.ops", "popdist_launcher.ipu_runtime.ipu_devices:install",
          when=("ipu-devices",)),
-    Hook("tensorflow", "popdist_launcher.ipu._ipu_devices:install_listing", when=("ipu-devices",)),
+    Hook("tensorflow", "popdist_launcher.ipu_runtime.ipu_devices:install_listing", when=("ipu-devices",)),
+    # Keras' ``ipu`` module (keras.ipu.PipelineStage ...) as the IPU Keras methods install.
+    Hook("popdist_launcher.ipu_runtime.keras.extensions_base",
+         "popdist_launcher.ipu.keras_extensions:give_keras_its_ipu_module"),
     # poprun-lite's switches.
     Hook("tensorflow", "popdist_launcher.compat.tf1:disable_v2_behavior", when=("tf1",)),
     Hook("tensorflow", "popdist_launcher.compat.tf_contrib:install", when=("tf1",)),

@@ -145,12 +145,12 @@ class IPUEstimator(tf.estimator.Estimator):
         """In a single process (no launcher replicas), IPURunConfig's ``num_replicas`` replicas
         of ``num_shards`` IPUs, from ``ipu_options``, as Graphcore's IPUEstimator configures
         them, unless the program configured the IPU system itself."""
-        from popdist_launcher.ipu import _configured_system, config as ipu_config
+        from popdist_launcher.ipu_runtime import config as ipu_config, configured_system
 
         run_config = self._ipu_run_config
         if run_config.ipu_options is None or run_config.num_replicas == 1 or \
                 ctx.num_instances > 1 or ctx.num_local_replicas > 1 or \
-                _configured_system.get_configured_system() is not None:
+                configured_system.get_configured_system() is not None:
             return
         ipu_config.configure_ipu_system(run_config.ipu_options,
                                         ipus_per_replica=run_config.num_shards)
@@ -336,7 +336,7 @@ class IPUEstimator(tf.estimator.Estimator):
 
     def _warn_if_not_sharded(self, dataset: tf.data.Dataset) -> None:
         """Once per estimator, on instance 0: say how to shard an input that is not sharded."""
-        from popdist_launcher.strategies._common import is_sharded
+        from popdist_launcher.ipu_runtime.datasets import is_sharded
 
         if self._num_instances == 1 or self._instance_index != 0 or self._warned_not_sharded:
             return

@@ -14,8 +14,8 @@ from popdist_launcher.ipu.keras import (FunctionalLayerPipelineStageAssignment, 
                                         NestedModelPipelineStageAssignment, PipelineStage,
                                         SequentialLayerPipelineStageAssignment,
                                         SequentialNestedModelPipelineStageAssignment)
-from popdist_launcher.ipu.keras.extensions.extensions_base import METHODS as _METHODS
-from popdist_launcher.ipu.replicated_metrics import ReplicatedMetricReductionMethod  # noqa: F401
+from popdist_launcher.ipu_runtime.keras.extensions_base import METHODS as _METHODS
+from popdist_launcher.ipu_runtime.reduction_methods import ReplicatedMetricReductionMethod  # noqa: F401
 
 
 class ModelExtension:

@@ -10,9 +10,9 @@ from typing import List
 
 import tensorflow as tf
 
-from popdist_launcher.ipu.keras import (FunctionalLayerPipelineStageAssignment,
+from popdist_launcher.ipu_runtime.keras.stages import (FunctionalLayerPipelineStageAssignment,
                                         SequentialLayerPipelineStageAssignment)
-from popdist_launcher.ipu.keras.extensions.options import (has_options, is_pipelined, options,
+from popdist_launcher.ipu_runtime.keras.options import (has_options, is_pipelined, options,
                                                            reset_train_function)
 
 

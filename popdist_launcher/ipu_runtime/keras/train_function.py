@@ -12,9 +12,9 @@ import logging
 import tensorflow as tf
 
 from popdist_launcher.compat import keras2
-from popdist_launcher.ipu.gradient_accumulation import GradientAccumulationReductionMethod
-from popdist_launcher.ipu.keras.extensions.options import is_pipelined, log_once, options
-from popdist_launcher.ipu.keras.extensions.replicas import (emulated_replicas, is_stage_device,
+from popdist_launcher.ipu_runtime.reduction_methods import GradientAccumulationReductionMethod
+from popdist_launcher.ipu_runtime.keras.options import is_pipelined, log_once, options
+from popdist_launcher.ipu_runtime.keras.replicas import (emulated_replicas, is_stage_device,
                                                             replica_span)
 
 log = logging.getLogger(__name__)
