@@ -20,8 +20,8 @@ from typing import Any, Dict, Optional, Sequence, Union
 
 from popdist_launcher.ipu_runtime import configured_system
 # Graphcore's ipu.config also has these (the configured state lives in configured_system).
-from popdist_launcher.ipu_runtime.configured_system import (ConfiguredSystem, get_ipu_config,  # noqa: F401
-                                                     reset_ipu_configuration)
+from popdist_launcher.ipu_runtime.configured_system import (  # noqa: F401
+    ConfiguredSystem, get_ipu_config, reset_ipu_configuration)
 
 log = logging.getLogger(__name__)
 

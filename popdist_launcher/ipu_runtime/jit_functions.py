@@ -19,7 +19,7 @@ import functools
 import logging
 
 from popdist_launcher.ipu_runtime.tf_internal import (control_flow_util, distribute_lib,
-                                                       polymorphic_function)
+                                                      polymorphic_function)
 
 log = logging.getLogger(__name__)
 

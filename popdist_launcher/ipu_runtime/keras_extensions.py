@@ -31,7 +31,7 @@ def install() -> None:
         install_keras_3()
         return
     from popdist_launcher.ipu_runtime.keras.extensions_base import (METHODS, OVERRIDES,
-                                                                       keras_methods)
+                                                                    keras_methods)
     if keras_methods:
         return
     model_class = tf.keras.Model

@@ -25,8 +25,8 @@ from popdist_launcher.strategies._common import (call_for_the_only_replica,
                                                  check_replication_mode,
                                                  resolve_reduce_op)
 from popdist_launcher.ipu_runtime.tf_internal import (TFConfigClusterResolver,
-                                                       collective_all_reduce_strategy, input_util,
-                                                       nest, values_lib)
+                                                      collective_all_reduce_strategy, input_util,
+                                                      nest, values_lib)
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Optional
 import tensorflow as tf
 
 from popdist_launcher.ipu_runtime.keras.data_adapter import (emulated_input, num_batches,
-                                                                replica_input, spread)
+                                                             replica_input, spread)
 from popdist_launcher.ipu_runtime.keras.options import (
     accumulation_steps, has_options, is_pipelined, set_asynchronous_callbacks,
     set_gradient_accumulation_options, set_infeed_queue_options, set_outfeed_queue_options,
@@ -25,7 +25,7 @@ from popdist_launcher.ipu_runtime.keras.pipeline_stages import (
     get_pipeline_stage_assignment, print_pipeline_stage_assignment_summary,
     reset_pipeline_stage_assignment, set_pipeline_stage_assignment)
 from popdist_launcher.ipu_runtime.keras.replicas import (emulated_replicas, is_stage_device,
-                                                            replica_span, replication_factor)
+                                                         replica_span, replication_factor)
 from popdist_launcher.ipu_runtime.keras.train_function import make_accumulating_train_function
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ import logging
 from typing import Any, Dict, List, Optional
 
 from popdist_launcher.ipu_runtime.reduction_methods import (GradientAccumulationReductionMethod,
-                                                          ReplicatedMetricReductionMethod)
+                                                            ReplicatedMetricReductionMethod)
 
 log = logging.getLogger(__name__)
 _logged: set = set()  # the keys of the Keras extensions' messages logged so far (each once)

@@ -11,9 +11,9 @@ from typing import List
 import tensorflow as tf
 
 from popdist_launcher.ipu_runtime.keras.stages import (FunctionalLayerPipelineStageAssignment,
-                                        SequentialLayerPipelineStageAssignment)
+                                                       SequentialLayerPipelineStageAssignment)
 from popdist_launcher.ipu_runtime.keras.options import (has_options, is_pipelined, options,
-                                                           reset_train_function)
+                                                        reset_train_function)
 
 
 # ---- the methods added to tf.keras.Model ------------------------------------------------------

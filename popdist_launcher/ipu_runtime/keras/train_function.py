@@ -15,7 +15,7 @@ from popdist_launcher.compat import keras2
 from popdist_launcher.ipu_runtime.reduction_methods import GradientAccumulationReductionMethod
 from popdist_launcher.ipu_runtime.keras.options import is_pipelined, log_once, options
 from popdist_launcher.ipu_runtime.keras.replicas import (emulated_replicas, is_stage_device,
-                                                            replica_span)
+                                                         replica_span)
 
 log = logging.getLogger(__name__)
 keras_data_adapter = keras2.import_src("engine.data_adapter")
