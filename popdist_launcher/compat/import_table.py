@@ -157,6 +157,9 @@ ALIASES = (
       for name in ("session_support", "tpu_embedding", "tpu_embedding_gradient")),
 )
 
+# The modules whose import means "the IPU layer has imported": IPUConfig's (which ipu/ imports
+# first) and the IPU devices' (which the strategies import).
+IPU_LAYER = ("popdist_launcher.ipu_runtime.config", "popdist_launcher.ipu_runtime.ipu_devices")
 _TF26_OPTIMIZERS = "popdist_launcher.compat.keras_compat:tf26_optimizer_names"
 
 HOOKS = (
@@ -169,7 +172,7 @@ HOOKS = (
     # switches on keras-2, whichever of these imports first.
     Hook("tensorflow", "popdist_launcher.compat.keras_compat:install"),
     Hook("keras", "popdist_launcher.compat.keras_compat:install"),
-    Hook("popdist_launcher.ipu_runtime.config", "popdist_launcher.compat.keras_compat:install"),
+    *(Hook(ipu, "popdist_launcher.compat.keras_compat:install") for ipu in IPU_LAYER),
     Hook(f"{KERAS_2}.src.engine.training", "popdist_launcher.compat.keras_compat:patch_compile",
          when=("keras-2",)),
     Hook(f"{KERAS_2}.losses", "popdist_launcher.compat.keras_compat:add_losses_utils", when=("keras-2",)),
@@ -191,7 +194,7 @@ HOOKS = (
     Hook("tensorflow", "popdist_launcher.compat.tf_removed:install"),
     Hook("tensorflow", "popdist_launcher.compat.estimator:install"),  # estimator-removed
     # IPU devices (``tf.config.list_logical_devices("IPU")``, ``/device:IPU:N``).
-    Hook("popdist_launcher.ipu_runtime.config", "popdist_launcher.ipu_runtime.ipu_devices:watch"),
+    *(Hook(ipu, "popdist_launcher.ipu_runtime.ipu_devices:watch") for ipu in IPU_LAYER),
     Hook("tensorflow", "popdist_launcher.ipu_runtime.ipu_devices:watch", when=("ipu-program",)),
     Hook("tensorflow.python.framework.ops", "popdist_launcher.ipu_runtime.ipu_devices:install",
          when=("ipu-devices",)),

@@ -23,7 +23,8 @@ from popdist_launcher.ipu_runtime import configured_system
 from popdist_launcher.ipu_runtime.configured_system import (  # noqa: F401
     ConfiguredSystem, get_ipu_config, reset_ipu_configuration)
 
-log = logging.getLogger(__name__)
+# Logged under Graphcore's module name, which programs know (ipu.config re-exports this one).
+log = logging.getLogger("popdist_launcher.ipu.config")
 
 
 class SelectionOrder(enum.Enum):

@@ -22,7 +22,7 @@ import re
 import threading
 from typing import Optional
 
-from popdist_launcher.ipu_runtime import configured_system, config
+from popdist_launcher.ipu_runtime import configured_system
 
 _IPU = re.compile(r"/device:IPU:(\d+)", re.IGNORECASE)
 
@@ -138,6 +138,8 @@ def _system() -> configured_system.ConfiguredSystem:
     """The configured system; configured now from the launcher's environment if needed."""
     system = configured_system.get_configured_system()
     if system is None:
+        # here, not at the top: importing config runs the import table's hook that calls watch
+        from popdist_launcher.ipu_runtime import config
         ipu_config = config.IPUConfig()
         config.set_ipu_config(ipu_config, configure_device=True)
         return config.configure_ipu_system(ipu_config)
