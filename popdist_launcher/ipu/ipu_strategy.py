@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 class _OneIPUExtended(one_device_strategy.OneDeviceExtended):
     """One replica on the local device standing for an IPU: its variables, ops and results
-    read as that IPU, as Graphcore's IPUStrategy places them (see ``ipu._ipu_devices``)."""
+    read as that IPU, as Graphcore's IPUStrategy places them (see ``ipu_runtime.ipu_devices``)."""
 
     def _create_variable(self, next_creator, **kwargs):
         return super()._create_variable(ipu_devices.on_replica_ipu(next_creator), **kwargs)
@@ -51,7 +51,7 @@ class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
     ``enable_dataset_iterators`` is accepted for Graphcore's signature (datasets are always
     iterated on the host here); ``enable_keras_extensions`` adds the IPU Keras methods to Keras
     models (True by default, as in Graphcore's). A ``tf.function(jit_compile=True)`` run under
-    it runs without XLA (see ``ipu._jit_functions``).
+    it runs without XLA (see ``ipu_runtime.jit_functions``).
     """
 
     _ipu_layer = True

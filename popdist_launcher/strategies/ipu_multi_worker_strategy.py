@@ -48,7 +48,7 @@ class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceE
         return local, kinds.pop()
 
     def _call_for_each_replica(self, fn, args, kwargs):
-        # what a replica computes reads as the IPU its device stands for (ipu._ipu_devices)
+        # what a replica computes reads as the IPU its device stands for (ipu_runtime.ipu_devices)
         if len(self.worker_devices) > 1:
             result = super()._call_for_each_replica(
                 ipu_devices.on_replica_ipu(fn, mirrored=True), args, kwargs)
@@ -126,7 +126,8 @@ class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceE
 
 class IPUMultiWorkerStrategy(collective_all_reduce_strategy.CollectiveAllReduceStrategy):
     """Multi-worker data parallelism with TensorFlow collectives; cluster from TF_CONFIG. A
-    ``tf.function(jit_compile=True)`` run under it runs without XLA (see ``ipu._jit_functions``)."""
+    ``tf.function(jit_compile=True)`` run under it runs without XLA (see
+    ``ipu_runtime.jit_functions``)."""
 
     _ipu_layer = True
 

@@ -98,7 +98,7 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
         return True  # every cross-replica reduction goes through _batch_reduce_to
 
     def _call_for_each_replica(self, fn, args, kwargs):
-        # what a replica computes reads as the IPU its device stands for (ipu._ipu_devices)
+        # what a replica computes reads as the IPU its device stands for (ipu_runtime.ipu_devices)
         if self._num_local > 1:
             result = super()._call_for_each_replica(
                 ipu_devices.on_replica_ipu(fn, mirrored=True), args, kwargs)
@@ -272,7 +272,7 @@ def _is_global_step(variable_kwargs) -> bool:
 
 class _HorovodStrategyBase(distribute_lib.Strategy):
     """Shared API of the Horovod-backed strategies; a ``tf.function(jit_compile=True)`` run
-    under one runs without XLA (see ``ipu._jit_functions``)."""
+    under one runs without XLA (see ``ipu_runtime.jit_functions``)."""
 
     _ipu_layer = True
 

@@ -1,6 +1,6 @@
 """``keras.ipu.extensions``: the classes holding the IPU methods of Keras models (Graphcore
 registers them as extensions of Model, Sequential and functional models; here every
-``tf.keras.Model`` gets the same methods, see ``popdist_launcher.ipu.keras_extensions``).
+``tf.keras.Model`` gets the same methods, see ``popdist_launcher.ipu_runtime.keras_extensions``).
 
 Its modules: ``options`` (the ``set_*_options`` methods and the options they keep),
 ``pipeline_stages``, ``replicas`` (Graphcore's replica rule), ``data_adapter`` (each replica's
