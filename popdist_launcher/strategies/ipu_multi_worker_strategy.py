@@ -19,14 +19,13 @@ import tensorflow as tf
 
 from popdist_launcher import tf_config
 from popdist_launcher.ipu_runtime import ipu_devices, jit_functions
-from popdist_launcher.strategies import _host_input
 from popdist_launcher.ipu_runtime.datasets import is_sharded
-from popdist_launcher.strategies._common import (call_for_the_only_replica,
-                                                 check_replication_mode,
-                                                 resolve_reduce_op)
 from popdist_launcher.ipu_runtime.tf_internal import (TFConfigClusterResolver,
                                                       collective_all_reduce_strategy, input_util,
                                                       nest, values_lib)
+from popdist_launcher.strategies import _host_input
+from popdist_launcher.strategies._common import (call_for_the_only_replica,
+                                                 check_replication_mode, resolve_reduce_op)
 
 log = logging.getLogger(__name__)
 

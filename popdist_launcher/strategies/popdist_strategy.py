@@ -20,16 +20,15 @@ from typing import Iterator
 import tensorflow as tf
 
 from popdist_launcher import collectives, runtime
-from popdist_launcher.ipu_runtime import ipu_devices, jit_functions, config as ipu_config
+from popdist_launcher.ipu_runtime import config as ipu_config, ipu_devices, jit_functions
+from popdist_launcher.ipu_runtime.datasets import is_sharded
 from popdist_launcher.ipu_runtime.tf_internal import (CheckpointInitialValue, distribute_lib,
                                                       distribute_utils, input_lib_v1, input_util,
                                                       mirrored_strategy, nest, reduce_util,
                                                       values_lib)
 from popdist_launcher.strategies import _host_input
-from popdist_launcher.ipu_runtime.datasets import is_sharded
 from popdist_launcher.strategies._common import (call_for_the_only_replica,
-                                                 check_replication_mode,
-                                                 resolve_reduce_op)
+                                                 check_replication_mode, resolve_reduce_op)
 from popdist_launcher.strategies.horovod_cross_device_ops import HorovodAllReduce
 
 log = logging.getLogger(__name__)
