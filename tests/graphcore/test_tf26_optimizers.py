@@ -111,7 +111,7 @@ try:
 except ValueError:
     decay = "ValueError"
 print(json.dumps([type(tf.keras.optimizers.SGD()).__module__, type(model.optimizer).__module__,
-                  decay, "popdist_launcher.ipu.config" in sys.modules]))
+                  decay, "popdist_launcher.ipu_runtime.config" in sys.modules]))
 """
 
 
