@@ -5,9 +5,9 @@ environment, a pure function (``horovod_env.py``)."""
 from __future__ import annotations
 
 from popdist_launcher.launcher.attempt import Instance, InstanceState, JobResult, JobState
-from popdist_launcher.launcher.elastic.horovod_agent import LOST_CODE, NOT_RUN_CODE, HorovodAgent
+from popdist_launcher.launcher.agents.elastic_horovod import LOST_CODE, NOT_RUN_CODE, HorovodAgent
 from popdist_launcher.launcher.elastic.horovod_env import GLOO_TIMEOUT_S, JobEnv, worker_env
-from popdist_launcher.launcher.elastic.horovod_job import HorovodJob
+from popdist_launcher.launcher.agents.horovod_job import HorovodJob
 from popdist_launcher.launcher.elastic.membership import Blacklist, Membership, MembershipLog
 from popdist_launcher.launcher.output import OutputOptions, Router
 from popdist_launcher.launcher.plan import Host

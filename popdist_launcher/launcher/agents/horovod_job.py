@@ -28,7 +28,7 @@ DISCOVERY_TIMEOUT_S = 10.0
 
 
 class JobEvents(Protocol):
-    """What the job's parts tell the agent (``horovod_agent.py``)."""
+    """What the job's parts tell the agent (``elastic_horovod.py``)."""
 
     def worker_ended(self, inst: Instance, how: str, detail: str) -> None: ...
 

@@ -2,7 +2,7 @@
 (``elastic/helper/elastic_driver.py``, ``driver_link.py``) and asks for workers; the agent starts each
 one through the backend and its wrapper (an open-world Supervisor), tells the driver how each
 ended, and keeps the hosts the driver sees current (discovery script, host probes, lost hosts).
-In the agent shape (``agent.py``) the whole job is one attempt: the driver re-forms the workers
+In the agent shape (``fixed_world.py``) the whole job is one attempt: the driver re-forms the workers
 at each reset (a round), and the agent decides the exit code at the end. The agent owns the open
 world and calls it; what a failure means for its host is the failure policy's (``failure_policy.py``),
 which the driver helper asks with the job's progress mark (the commits the workers reported);
@@ -21,11 +21,11 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from popdist_launcher.launcher import hosts as hostlib
 from popdist_launcher.launcher import console, ports, processes
-from popdist_launcher.launcher.agent import Agent
+from popdist_launcher.launcher.agents.fixed_world import Agent
 from popdist_launcher.launcher.attempt import Instance, JobResult
 from popdist_launcher.launcher.elastic.horovod_env import JobEnv, worker_env
 from popdist_launcher.launcher.elastic.horovod_hosts import Hosts
-from popdist_launcher.launcher.elastic.horovod_job import HorovodJob, Where, open_job
+from popdist_launcher.launcher.agents.horovod_job import HorovodJob, Where, open_job
 from popdist_launcher.launcher.elastic.horovod_rounds import Ending, Round, Worker, summary
 from popdist_launcher.launcher.options import JobOptions
 from popdist_launcher.launcher.output import LogFiles

@@ -1,7 +1,8 @@
 """The job's agent, in the shape of torch.distributed.elastic's ``SimpleElasticAgent``: start an
 attempt's instances and monitor them (one Supervisor, one ``attempt-<n>/`` log folder), then
 decide: the job's exit code, or another attempt (here: after a failure, --max-restarts). The
-elastic agents (``elastic/``) take the same shape and decide by their own rules."""
+elastic agents (``elastic_restart.py``, ``elastic_horovod.py``) take the same shape and decide
+by their own rules."""
 from __future__ import annotations
 
 import os

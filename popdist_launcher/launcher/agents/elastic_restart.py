@@ -13,7 +13,7 @@ import time
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from popdist_launcher.launcher import console
-from popdist_launcher.launcher.agent import Agent
+from popdist_launcher.launcher.agents.fixed_world import Agent
 from popdist_launcher.launcher.attempt import JobResult, JobState
 from popdist_launcher.launcher.elastic import failure_policy as policy
 from popdist_launcher.launcher.elastic import membership, summary
