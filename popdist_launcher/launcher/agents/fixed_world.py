@@ -43,8 +43,7 @@ class Agent:
         root_fd = open_output_dir(output_dir) if output_dir else None
         try:
             while True:
-                result = self._start_and_monitor(root_fd)
-                code = self._decide(result)
+                code = self._attempt(root_fd)
                 if code is not None:
                     return code
         finally:
@@ -74,6 +73,11 @@ class Agent:
             rendezvous_secret=rendezvous.new_secret(), placement=options.placement,
             tf_config_mode=options.tf_config_mode, evaluator=options.evaluator,
             evaluator_port=prepared.local_ports[0] if options.evaluator else 0)
+
+    def _attempt(self, root_fd: Optional[int]) -> Optional[int]:
+        """One attempt, started, monitored and decided: the job's exit code, or None when
+        another attempt follows."""
+        return self._decide(self._start_and_monitor(root_fd))
 
     def _start_and_monitor(self, root_fd: Optional[int]) -> JobResult:
         """Plan the attempt (fresh ports), start its instances and supervise them until the
