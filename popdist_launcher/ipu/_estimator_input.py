@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from popdist_launcher.ipu._estimator_spec import call_with_accepted
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("popdist_launcher.ipu.ipu_estimator")  # the IPUEstimator's logger, as before
 
 
 def per_replica_batch_size(global_size: Optional[int], name: str, instances: int,
