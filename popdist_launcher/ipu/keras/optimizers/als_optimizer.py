@@ -285,8 +285,8 @@ class ALSOptimizerAround(ALSOptimizer):
 
 
 def _constructor_around(cls: type) -> Callable[..., None]:
-    """``cls.__init__``: its arguments bound to ``cls``'s signature (so positional and keyword
-    calls, and the TypeErrors of a wrong call, are those of a written-out constructor), the
+    """``cls.__init__``: its arguments bound to ``cls``'s signature (positional and keyword calls
+    work as with a written-out constructor; a wrong call is a TypeError naming the class), the
     wrapped optimizer made from the first ones, the rest handed to ALSOptimizer."""
     own = inspect.signature(ALSOptimizer.__init__)
     self_parameter, _opt, *als = own.parameters.values()
