@@ -136,12 +136,7 @@ MAX_FILE_LINES = 500
 MAX_CLASS_LINES = 450
 
 # Files over the bar, each with the most lines it may have: growth past that fails.
-FILES_OVER_THE_BAR: Dict[str, int] = {
-    # Every collective's TensorFlow ops, eager and graph, in one module.
-    "popdist_launcher/collectives/_ops.py": 582,
-    # Graphcore's IPUEstimator: model_fn wrapping, loops, host_call and input_fn in one module.
-    "popdist_launcher/ipu/ipu_estimator.py": 591,
-}
+FILES_OVER_THE_BAR: Dict[str, int] = {}
 CLASSES_OVER_THE_BAR: Dict[str, int] = {}
 
 # Import circles between units that exist today, each the largest set of units it may join.
@@ -308,3 +303,17 @@ def test_the_lists_of_known_debt_name_only_what_is_still_there():
     current = circles(unit_graph())
     for known in KNOWN_CIRCLES:
         assert any(circle <= known and len(circle) > 1 for circle in current), sorted(known)
+
+
+def test_the_collectives_modules_import_each_other_in_no_circle():
+    """Inside collectives/ the layers run one way: the state, then how collectives are named and
+    tracked, then the collectives, then the groups and barriers. (``from
+    popdist_launcher.collectives import _state`` reads a module, not the package's __init__.)"""
+    edges: Dict[str, Set[str]] = {}
+    for path in sorted((PACKAGE / "collectives").glob("*.py")):
+        source = module_name(path)
+        for target in imported_modules(path):
+            if target.startswith("popdist_launcher.collectives.") and target != source:
+                edges.setdefault(source, set()).add(target)
+    assert "popdist_launcher.collectives._tracking" in edges["popdist_launcher.collectives._allreduce"]
+    assert circles(edges) == []
