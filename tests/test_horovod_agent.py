@@ -1,13 +1,16 @@
-"""HorovodAgent driven by hand (the fast unit layer of Horovod mode): a fake driver helper link,
-a fake open world and a fake Supervisor stand in for the processes, the way Horovod's own driver
-tests fake ``create_worker_fn``; the real jobs are in test_elastic_horovod.py. Also the worker
-environment, a pure function (``horovod_env.py``)."""
+"""Horovod mode's agent driven by hand (the fast unit layer of Horovod mode): the running job
+(``HorovodRun``) opened with fakes of the driver helper's link, the open world, the Supervisor and
+the host probes standing in for the processes, the way Horovod's own driver tests fake
+``create_worker_fn``; the real jobs are in test_elastic_horovod.py. Also the worker environment,
+a pure function (``horovod_env.py``), and the hosts' sources (a discovery script's poller, or
+fixed hosts that do nothing)."""
 from __future__ import annotations
 
 from popdist_launcher.launcher.attempt import Instance, InstanceState, JobResult, JobState
-from popdist_launcher.launcher.elastic.horovod_agent import LOST_CODE, NOT_RUN_CODE, HorovodAgent
+from popdist_launcher.launcher.agents.elastic_horovod import LOST_CODE, NOT_RUN_CODE, HorovodRun
+from popdist_launcher.launcher.elastic.discovery.poller import FixedHosts
 from popdist_launcher.launcher.elastic.horovod_env import GLOO_TIMEOUT_S, JobEnv, worker_env
-from popdist_launcher.launcher.elastic.horovod_job import HorovodJob
+from popdist_launcher.launcher.agents.horovod_job import HorovodJob
 from popdist_launcher.launcher.elastic.membership import Blacklist, Membership, MembershipLog
 from popdist_launcher.launcher.output import OutputOptions, Router
 from popdist_launcher.launcher.plan import Host
@@ -114,7 +117,10 @@ class FakeSupervisor:
     rendezvous = RENDEZVOUS
 
     def __init__(self):
-        self.rounds, self.stops = 0, []
+        self.rounds, self.stops, self.watched = 0, [], []
+
+    def watch(self, fileobj, callback):
+        self.watched.append((fileobj, callback))
 
     def new_round(self):
         self.rounds += 1
@@ -143,83 +149,111 @@ class FakeProbes:
         return first
 
     def refresh(self):
-        pass
+        self.refreshed = True
 
     def close(self):
         pass
 
 
-def horovod_agent(tmp_path, monkeypatch):
+class FakePoller:
+    """A discovery script's poller: started, watched, read; one answer waiting."""
+
+    def __init__(self, answers):
+        self.answers, self.started, self.closed = list(answers), False, False
+
+    def start(self):
+        self.started = True
+
+    def watch(self, register, handler):
+        register(self, handler)
+
+    def read(self):
+        answers, self.answers = self.answers, []
+        return answers
+
+    def close(self):
+        self.closed = True
+
+
+def horovod_run(tmp_path, monkeypatch, poller=None):
+    """A HorovodRun whose parts are fakes, opened the way ``open_job`` opens the real ones: with
+    the run as their events."""
     from popdist_launcher import launch
     from popdist_launcher.launcher import options
 
     monkeypatch.setenv(peer_sockets.SWITCH_ENV, "1")
     words = ["-np", "3", "--min-np", "2", "--max-np", "4", "-H", "localhost:4",
              "--elastic-mode", "horovod", "--output-dir", str(tmp_path), "true"]
-    agent = HorovodAgent(options.build(launch.cli.make_context("poprun-lite", words).params,
-                                       {"PATH": "/usr/bin:/bin"}))
+    job_options = options.build(launch.cli.make_context("poprun-lite", words).params,
+                                {"PATH": "/usr/bin:/bin"})
     initial = [("hostA", 2), ("hostB", 2)]
-    agent.job = HorovodJob(Router(0, OutputOptions()), MembershipLog(str(tmp_path)), FakeWorld(),
-                           FakeSupervisor(), FakeLink(),
-                           Membership(initial, Blacklist(None)), FakeProbes(["hostA", "hostB"]),
-                           None)
-    return agent
+    opened = []
+
+    def open_parts(events):
+        opened.append(events)
+        return HorovodJob(Router(0, OutputOptions()), MembershipLog(str(tmp_path)), FakeWorld(),
+                          FakeSupervisor(), FakeLink(), Membership(initial, Blacklist(None)),
+                          FakeProbes(["hostA", "hostB"]), poller or FixedHosts())
+
+    run = HorovodRun(job_options, "job1", "s" * 32, None, open_parts)
+    assert opened == [run]  # the parts call back into the run that holds them
+    return run
 
 
-def exited(agent, wid, code):
+def exited(run, wid, code):
     """The world reports that worker ``wid``'s program exited with ``code``."""
-    inst = agent.workers[wid].inst
+    inst = run.workers[wid].inst
     inst.to(InstanceState.CONNECTED)
     inst.returncode = code
     inst.to(InstanceState.EXITED)
-    agent.worker_ended(inst, "exited", "")
+    run.worker_ended(inst, "exited", "")
 
 
 def test_agent_start_exit_retry_blacklist_and_done(tmp_path, monkeypatch):
-    agent = horovod_agent(tmp_path, monkeypatch)
-    job, link, world = agent.job, agent.job.driver, agent.job.world
-    agent.on_frame({"kind": "ROUND", "round": 1, "size": 3, "hosts": [["hostA", 2], ["hostB", 1]]})
+    run = horovod_run(tmp_path, monkeypatch)
+    job, link, world = run.job, run.job.driver, run.job.world
+    run.on_frame({"kind": "ROUND", "round": 1, "size": 3, "hosts": [["hostA", 2], ["hostB", 1]]})
     for wid, host, local in ((0, "hostA", 0), (1, "hostA", 1), (2, "hostB", 0)):
-        agent.on_frame(start_frame(wid, wid, 3, local, 2 if host == "hostA" else 1, 1, host))
+        run.on_frame(start_frame(wid, wid, 3, local, 2 if host == "hostA" else 1, 1, host))
     assert job.supervisor.rounds == 1  # the hang clock starts again with each round
     assert world.started == [(0, "hostA"), (1, "hostA"), (2, "hostB")]
     assert world.envs["2"]["HOROVOD_RANK"] == "2" and world.envs["2"]["POPDIST_NUM_INSTANCES"] == "3"
 
     # the program on hostB fails: the slot is blamed, the survivors' connections cut once
-    exited(agent, 2, 1)
+    exited(run, 2, 1)
     assert link.sent[-1] == frames.Exited(wid=2, code=1, how="exited", blame="slot",
                                           what="exited with code 1", mark=0)
     notice = peer_sockets.notice(RENDEZVOUS, ["10.0.0.1", "10.0.0.2"])
     assert world.frames == [(0, CUT_PEERS, notice), (1, CUT_PEERS, notice)]
 
     # the driver retries the slot (the others cannot carry --min-np without it); it fails again
-    agent.on_frame({"kind": "RETRY", "wid": 3, "sentence": "hostB[0] exited with 1"})
-    agent.on_frame(start_frame(3, 2, 3, 0, 1, 1, "hostB"))
-    agent.progressed(world.instances[0], 4)  # a commit between the two failures
-    exited(agent, 3, 1)
+    run.on_frame({"kind": "RETRY", "wid": 3, "sentence": "hostB[0] exited with 1"})
+    run.on_frame(start_frame(3, 2, 3, 0, 1, 1, "hostB"))
+    run.progressed(world.instances[0], 4)  # a commit between the two failures
+    exited(run, 3, 1)
     assert link.sent[-1].blame == "slot" and link.sent[-1].mark == 1
     assert len(world.frames) == 2  # once a round
 
     # hostB is blacklisted; round 2 forms on hostA; a START for a lost host never runs
-    agent.on_frame({"kind": "BLACKLIST", "host": "hostB", "cooldown": None, "forever": True,
+    run.on_frame({"kind": "BLACKLIST", "host": "hostB", "cooldown": None, "forever": True,
                     "limit": 2})
-    agent.on_frame({"kind": "ROUND", "round": 2, "size": 2, "hosts": [["hostA", 2]]})
+    run.on_frame({"kind": "ROUND", "round": 2, "size": 2, "hosts": [["hostA", 2]]})
     job.probes.lost["hostC"] = "no answer"
-    agent.on_frame(start_frame(4, 0, 2, 0, 1, 2, "hostC"))
+    run.on_frame(start_frame(4, 0, 2, 0, 1, 2, "hostC"))
     assert link.sent[-1] == frames.Exited(wid=4, code=NOT_RUN_CODE, how="start-failed",
                                           blame="host")
-    assert 4 not in agent.workers and len(world.instances) == 4
+    assert 4 not in run.workers and len(world.instances) == 4
 
     # the driver stops a worker; then both survivors end well and the driver is done
-    agent.on_frame({"kind": "STOP", "wid": 1})
+    run.on_frame({"kind": "STOP", "wid": 1})
     assert world.stopped == [1]
     for wid in (0, 1):
-        exited(agent, wid, 0)
+        exited(run, wid, 0)
         assert link.sent[-1].blame == "none"
     results = {"hostA[0]": [0, 3.0], "hostA[1]": [0, 3.0], "hostB[0]": [1, 2.0]}
-    agent.on_frame({"kind": "DONE", "results": results, "error": None})
+    run.on_frame({"kind": "DONE", "results": results, "error": None})
     assert world.closed and link.sock is None
-    code, text = agent.verdict(JobResult(JobState.SUCCEEDED, 0, None, None))
+    code, text = run.verdict(JobResult(JobState.SUCCEEDED, 0, None, None))
     assert code == 0, text
     assert "job succeeded: round 2's workers on hostA:2 exited 0" in text
     assert "the hosts without a failure (hostA:2) carry --min-np 2" in text
@@ -234,20 +268,43 @@ def test_agent_start_exit_retry_blacklist_and_done(tmp_path, monkeypatch):
 
 
 def test_agent_lost_worker_loses_its_host_and_a_fatal_frame_stops_the_job(tmp_path, monkeypatch):
-    agent = horovod_agent(tmp_path, monkeypatch)
-    job, link = agent.job, agent.job.driver
-    agent.on_frame({"kind": "ROUND", "round": 1, "size": 2, "hosts": [["hostA", 1], ["hostB", 1]]})
-    agent.on_frame(start_frame(0, 0, 2, 0, 1, 1, "hostA"))
-    agent.on_frame(start_frame(1, 1, 2, 0, 1, 1, "hostB"))
-    agent.worker_ended(agent.workers[1].inst, "lost", "was lost: its host stopped answering")
+    run = horovod_run(tmp_path, monkeypatch)
+    job, link = run.job, run.job.driver
+    run.on_frame({"kind": "ROUND", "round": 1, "size": 2, "hosts": [["hostA", 1], ["hostB", 1]]})
+    run.on_frame(start_frame(0, 0, 2, 0, 1, 1, "hostA"))
+    run.on_frame(start_frame(1, 1, 2, 0, 1, 1, "hostB"))
+    run.worker_ended(run.workers[1].inst, "lost", "was lost: its host stopped answering")
     assert link.sent[-1] == frames.Exited(wid=1, code=LOST_CODE, how="lost", blame="host",
                                           what="was lost: its host stopped answering", mark=0)
     assert job.probes.lost == {"hostB": "was lost: its host stopped answering"}
-    agent.on_frame({"kind": "ALIVE"})
-    agent.on_frame({"kind": "FATAL", "reason": "hostB: too many failures."})
+    run.on_frame({"kind": "ALIVE"})
+    run.on_frame({"kind": "FATAL", "reason": "hostB: too many failures."})
     assert job.supervisor.stops == ["the elastic job cannot go on: hostB: too many failures."]
-    code, text = agent.verdict(JobResult(JobState.STOPPED, 1, None, None))
+    code, text = run.verdict(JobResult(JobState.STOPPED, 1, None, None))
     assert code == 1
     assert text.count("job failed: hostB: too many failures. Hosts lost: hostB (was lost: its "
                       "host stopped answering).") == 1
 
+
+
+def test_fixed_hosts_start_nothing_and_a_discovery_poller_is_started_and_watched(tmp_path,
+                                                                                  monkeypatch):
+    from popdist_launcher.launcher.elastic.discovery.poller import OK, Answer
+
+    fixed = horovod_run(tmp_path / "fixed", monkeypatch)
+    job = fixed.start([("hostA", 2), ("hostB", 2)])
+    assert isinstance(job.poller, FixedHosts) and job.poller.read() == []
+    assert job.supervisor.watched == [] and job.probes.refreshed
+    assert (tmp_path / "fixed" / "membership.log").read_text().endswith(
+        "elastic job (Horovod's driver, backend local): hosts hostA:2, hostB:2; -np 3, "
+        "--min-np 2, --max-np 4\n")
+
+    poller = FakePoller([Answer([("hostA", 2)], None, OK)])
+    run = horovod_run(tmp_path / "script", monkeypatch, poller)
+    job = run.start([("hostA", 2), ("hostB", 2)])
+    assert poller.started and job.supervisor.watched == [(poller, run.on_poll)]
+    job.supervisor.watched[0][1]()  # the script answered: hostB is gone
+    assert (tmp_path / "script" / "membership.log").read_text().endswith(
+        "hostB removed by the discovery script\n")
+    run.close()
+    assert poller.closed and job.driver.closed

@@ -1,25 +1,15 @@
 """Cross-instance collectives on Horovod for TensorFlow eager, tf.function and Session code."""
 from __future__ import annotations
 
-from popdist_launcher.collectives._ops import (
-    Average,
-    Max,
-    Min,
-    Product,
-    Sum,
-    allgather,
-    allreduce,
-    barrier,
-    broadcast,
-    broadcast_variables,
-    grouped_allreduce,
-)
+from popdist_launcher.collectives._allreduce import allreduce, grouped_allreduce
+from popdist_launcher.collectives._describe import Average, Max, Min, Product, Sum
+from popdist_launcher.collectives._gather import allgather, broadcast, broadcast_variables
+from popdist_launcher.collectives._groups import barrier, register_group
 from popdist_launcher.collectives._state import (
     DEFAULT_STALL_TIMEOUT,
     STALL_TIMEOUT_ENV,
     init,
     is_initialized,
-    register_group,
     require as _require,
     shutdown,
 )

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import threading
-from typing import Any, Dict, Iterable, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
@@ -45,8 +45,9 @@ class State:
 
 
 _state = State()
-_lock = threading.RLock()
-# The progress counters of the collectives traced into tf.functions (see _ops._tracked).
+# Held while the state changes (an RLock: register_group runs a collective while it holds it).
+lock = threading.RLock()
+# The progress counters of the collectives traced into tf.functions (see _tracking.tracked).
 PROBES = ProbeRegistry()
 
 # How long process exit (and shutdown()) wait for the watchdog to finish shutting Horovod down.
@@ -88,7 +89,7 @@ def _thread_in_tensorflow() -> bool:
 
 
 def _stop_after_stall(message: str) -> None:
-    # No _lock here: shutdown() may hold it while waiting for this to return.
+    # No lock here: shutdown() may hold it while waiting for this to return.
     _state.failure = message
     # Every pending Horovod op then fails ("Horovod has been shut down"), here and, through
     # Horovod's shutdown handshake, on every instance still running.
@@ -139,7 +140,7 @@ def init(stall_timeout: Optional[float] = None) -> None:
     MPI's mpirun, a Gloo rendezvous served by instance 0 under torchrun, a TF_CONFIG, PMI or
     srun (see ``_bootstrap``).
     """
-    with _lock:
+    with lock:
         if _state.failure is not None:
             raise tf.errors.UnavailableError(None, None, _after_stall_message())
         if _state.initialized:
@@ -168,7 +169,7 @@ def init(stall_timeout: Optional[float] = None) -> None:
 def shutdown() -> None:
     """Stop the watchdog and Horovod; a no-op when not initialized."""
     wait_for_stall_shutdown()
-    with _lock:
+    with lock:
         if _state.watchdog is not None:
             _state.watchdog.stop()
             _state.watchdog = None
@@ -199,39 +200,14 @@ def require(collective: bool = True) -> State:
     return _state
 
 
-def register_group(members: Iterable[int]) -> Tuple[int, ...]:
-    """Make the instances ``members`` (2 or more, not all) a group that ``barrier`` can wait on
-    alone; returns the group's key. Every instance must call it with the same members, in the
-    same order among its collectives (it is a collective of all instances); a group is
-    registered once and kept until shutdown()."""
-    st = require()
-    key = tuple(sorted(set(int(m) for m in members)))
-    with _lock:
-        if key in st.groups:
-            return key
-        if os.environ.get("HOROVOD_DYNAMIC_PROCESS_SETS") != "1":
-            raise RuntimeError(
-                f"a barrier among instances {list(key)} needs Horovod started with dynamic "
-                f"process sets, but the program started Horovod itself (hvd.init()) before "
-                f"popdist_launcher did; call popdist.init() before hvd.init(), or set "
-                f"HOROVOD_DYNAMIC_PROCESS_SETS=1.")
-        # All instances meet first in a collective under the stall watchdog (Horovod's own
-        # registration waits without bound), and agree on the members.
-        from popdist_launcher.collectives import _ops
-        seen = _ops.run_now(lambda: _ops.allgather(
-            tf.constant(key, tf.int32), name=f"register instance group {list(key)}"))
-        if [int(v) for v in seen] != list(key) * st.size:
-            raise ValueError(
-                f"instance {st.rank} registered the instance group {list(key)} while another "
-                f"instance registered a different group at the same point; call "
-                f"execute_on_instances with the same instances on every instance.")
-        st.groups[key] = hvd.add_process_set(list(key))
-    return key
-
-
 def group(key: Tuple[int, ...]) -> Any:
     """The Horovod process set registered for ``key`` by register_group()."""
     return require().groups[key]
+
+
+def current() -> State:
+    """The state as it is, initialized or not (the error paths read it)."""
+    return _state
 
 
 def current_watchdog() -> Optional[StallWatchdog]:

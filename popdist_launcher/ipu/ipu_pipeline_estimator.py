@@ -20,7 +20,8 @@ from typing import Any, Callable, Dict, Optional
 import tensorflow as tf
 
 from popdist_launcher.ipu.gradient_accumulation import GradientAccumulationReductionMethod
-from popdist_launcher.ipu.ipu_estimator import IPUEstimator, _call_with_accepted
+from popdist_launcher.ipu._estimator_spec import call_with_accepted
+from popdist_launcher.ipu.ipu_estimator import IPUEstimator
 from popdist_launcher.ipu.ipu_run_config import RunConfig
 
 log = logging.getLogger(__name__)
@@ -184,8 +185,8 @@ class IPUPipelineEstimator(IPUEstimator):
             raise ValueError("The `model_fn` used with `IPUPipelineEstimator` must not have "
                              "`features` or `labels` arguments. They are instead passed to the "
                              "first pipeline stage function.")
-        spec = _call_with_accepted(self._user_model_fn, mode=mode, params=params,
-                                   config=self.config)
+        spec = call_with_accepted(self._user_model_fn, mode=mode, params=params,
+                                  config=self.config)
         if not isinstance(spec, IPUPipelineEstimatorSpec):
             raise TypeError("The `model_fn` used with `IPUPipelineEstimator` must return "
                             "`IPUPipelineEstimatorSpec`.")

@@ -14,10 +14,10 @@ def run_job(options: JobOptions,
     Horovod mode shows the restart agent's first attempt: the same hosts and variables)."""
     elastic = options.elastic
     if elastic is None:
-        from popdist_launcher.launcher.agent import Agent
+        from popdist_launcher.launcher.agents.fixed_world import Agent
         return Agent(options).run(print_topology)
     if elastic.mode == "horovod" and print_topology is None:
-        from popdist_launcher.launcher.elastic.horovod_agent import HorovodAgent
+        from popdist_launcher.launcher.agents.elastic_horovod import HorovodAgent
         return HorovodAgent(options).run()
-    from popdist_launcher.launcher.elastic.restart_agent import RestartAgent
+    from popdist_launcher.launcher.agents.elastic_restart import RestartAgent
     return RestartAgent(options).run(print_topology)

@@ -15,7 +15,7 @@ world's (``world.py``): in an elastic job's open world
 instances are added while the job runs and their ends are reported instead. The wrappers'
 connections are ``hub.py``'s, the processes it starts ``spawner.py``'s, stdin forwarding
 ``stdin_forward.py``'s and stack collection ``stacks.py``'s; the attempts of a job are
-``agent.py``'s.
+``agents/fixed_world.py``'s.
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""The one failure policy of elastic jobs, asked by restart mode (``restart_agent.py``), Horovod
-mode (``horovod_agent.py``) and the driver helper (``elastic/helper/elastic_driver.py``) alike: given
-the host a failure is blamed on, the hosts and their slots, --min-np, the failure streaks and
-the job's progress, it answers blacklist, restart in place, or end (with the sentence).
+"""The one failure policy of elastic jobs, asked by restart mode (``agents/elastic_restart.py``),
+Horovod mode (``agents/elastic_horovod.py``) and the driver helper
+(``elastic/helper/elastic_driver.py``) alike: given the host a failure is blamed on, the hosts
+and their slots, --min-np, the failure streaks and the job's progress, it answers blacklist,
+restart in place, or end (with the sentence).
 
 The rules, in order:
 

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from popdist_launcher.launcher import console
-from popdist_launcher.launcher.elastic.discovery.poller import Answer, Hosts, Poller
+from popdist_launcher.launcher.elastic.discovery.poller import Answer, Hosts, HostSource
 
 
 class Blacklist:
@@ -82,7 +82,7 @@ class Membership:
     rank 0 stays where it is; a host back from its cooldown comes last)."""
 
     def __init__(self, initial: Hosts, blacklist: Blacklist,
-                 poller: Optional[Poller] = None) -> None:
+                 poller: Optional[HostSource] = None) -> None:
         self.hosts: Hosts = list(initial)
         self.blacklist = blacklist
         self.poller = poller

@@ -4,8 +4,9 @@ of two from the share of float16 gradients that reach ``histogram_bin_edge``."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import threading
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import tensorflow as tf
 
@@ -262,17 +263,53 @@ class ALSOptimizer(_OptimizerV2Wrapper):
 
 class ALSOptimizerAround(ALSOptimizer):
     """Base of ALSOptimizerSGD, Adam and RMSProp: an ALSOptimizer that makes its wrapped Keras
-    optimizer from its own first arguments (``INNER_ARGUMENTS``), and is rebuilt from its
-    configuration through them."""
+    optimizer, ``INNER_OPTIMIZER``, from its own first arguments (``INNER_DEFAULTS``: their
+    names and defaults, in order), and is rebuilt from its configuration through them. A
+    subclass names the two; its constructor is made from them, with the signature
+    ``(<INNER_DEFAULTS>, <ALSOptimizer's arguments after opt>, name=<the class's name>)``."""
 
-    INNER_ARGUMENTS: tuple = ()
+    INNER_OPTIMIZER: Optional[type] = None
+    INNER_DEFAULTS: Dict[str, Any] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "INNER_OPTIMIZER" in vars(cls) and "__init__" not in vars(cls):
+            cls.__init__ = _constructor_around(cls)
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
         config = dict(config)
         inner = config.pop("inner_optimizer_config")
         config.pop("inner_optimizer_type", None)
-        return cls(**{k: inner[k] for k in cls.INNER_ARGUMENTS if k in inner}, **config)
+        return cls(**{k: inner[k] for k in cls.INNER_DEFAULTS if k in inner}, **config)
+
+
+def _constructor_around(cls: type) -> Callable[..., None]:
+    """``cls.__init__``: its arguments bound to ``cls``'s signature (positional and keyword calls
+    work as with a written-out constructor; a wrong call is a TypeError naming the class), the
+    wrapped optimizer made from the first ones, the rest handed to ALSOptimizer."""
+    own = inspect.signature(ALSOptimizer.__init__)
+    self_parameter, _opt, *als = own.parameters.values()
+    inner = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default)
+             for name, default in cls.INNER_DEFAULTS.items()]
+    als = [p.replace(default=cls.__name__) if p.name == "name" else p for p in als]
+    signature = own.replace(parameters=[self_parameter, *inner, *als])
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{cls.__name__}(): {exc}") from None
+        bound.apply_defaults()
+        values = dict(bound.arguments)
+        del values[self_parameter.name]
+        wrapped = cls.INNER_OPTIMIZER(**{name: values.pop(name) for name in cls.INNER_DEFAULTS})
+        super(cls, self).__init__(wrapped, **values)
+
+    __init__.__signature__ = signature
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    __init__.__module__ = cls.__module__
+    return __init__
 
 
 class ALSGradientAccumulationOptimizer(GradientAccumulationOptimizer):

@@ -1,5 +1,6 @@
 """The host discovery script every second, in a child process (``Poller``, see
 ``discovery/poll.py``), its answers read without blocking; one run is ``discovery/script.py``'s.
+A job without a script has fixed hosts (``FixedHosts``: the same calls, and nothing to run).
 
 Standard library only: this runs in the launcher, which never imports Horovod.
 """
@@ -10,7 +11,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import List, NamedTuple, Optional
+from typing import Any, Callable, List, NamedTuple, Optional, Protocol
 
 from popdist_launcher.launcher.elastic.discovery.script import Hosts, describe_exit
 from popdist_launcher.launcher.processes import signal_group
@@ -27,6 +28,39 @@ class Answer(NamedTuple):
     hosts: Optional[Hosts]
     error: Optional[str]
     kind: str
+
+
+Register = Callable[[Any, Callable[[], None]], None]  # a selector's watch(fileobj, handler)
+
+
+class HostSource(Protocol):
+    """Where an elastic job's hosts come from: started once, watched by an event loop (its
+    ``register``), read when it has answers, closed at the end."""
+
+    def start(self) -> None: ...
+
+    def watch(self, register: Register, handler: Callable[[], None]) -> None: ...
+
+    def read(self) -> List[Answer]: ...
+
+    def close(self) -> None: ...
+
+
+class FixedHosts:
+    """The hosts of a job without a discovery script: they never change, so nothing runs, nothing
+    is watched and nothing is ever answered."""
+
+    def start(self) -> None:
+        pass
+
+    def watch(self, register: Register, handler: Callable[[], None]) -> None:
+        pass
+
+    def read(self) -> List[Answer]:
+        return []
+
+    def close(self) -> None:
+        pass
 
 
 class Poller:
@@ -67,6 +101,11 @@ class Poller:
                 start_new_session=True)
         finally:
             os.close(w)
+
+    def watch(self, register: Register, handler: Callable[[], None]) -> None:
+        """Have an event loop call ``handler`` when answers arrive (``register`` is its
+        ``watch``)."""
+        register(self, handler)
 
     @property
     def pid(self) -> Optional[int]:

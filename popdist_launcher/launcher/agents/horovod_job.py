@@ -1,6 +1,7 @@
 """One Horovod elastic job's parts, opened at once by ``open_job``: the output router, the
 membership log, the open world and its Supervisor, the driver helper's link, the hosts
-(membership, probes) and the discovery script's poller; ``HorovodJob.close`` ends them."""
+(membership, probes) and where they come from (the discovery script's poller, or fixed hosts);
+none is ever None. ``HorovodJob.close`` ends them."""
 from __future__ import annotations
 
 import contextlib
@@ -10,7 +11,7 @@ from typing import List, Optional, Protocol, Sequence, Tuple
 
 from popdist_launcher.launcher import hosts as hostlib
 from popdist_launcher.launcher.attempt import Instance
-from popdist_launcher.launcher.elastic.discovery.poller import Poller
+from popdist_launcher.launcher.elastic.discovery.poller import FixedHosts, HostSource, Poller
 from popdist_launcher.launcher.elastic.driver_link import DriverLink
 from popdist_launcher.launcher.elastic.horovod_hosts import Hosts, HostProbes
 from popdist_launcher.launcher.elastic.membership import Blacklist, Membership, MembershipLog
@@ -28,7 +29,7 @@ DISCOVERY_TIMEOUT_S = 10.0
 
 
 class JobEvents(Protocol):
-    """What the job's parts tell the agent (``horovod_agent.py``)."""
+    """What the job's parts tell the agent (``elastic_horovod.py``)."""
 
     def worker_ended(self, inst: Instance, how: str, detail: str) -> None: ...
 
@@ -53,7 +54,7 @@ class JobEvents(Protocol):
 
 @dataclass
 class HorovodJob:
-    """The parts of one Horovod job; ``poller`` is there only with a discovery script."""
+    """The parts of one Horovod job, all open until ``close``."""
 
     router: Router
     log: MembershipLog
@@ -62,7 +63,7 @@ class HorovodJob:
     driver: DriverLink
     membership: Membership
     probes: HostProbes
-    poller: Optional[Poller]
+    poller: HostSource  # the discovery script's Poller, or FixedHosts
 
     def close_driver_socket(self) -> None:
         """Stop listening to the driver helper (its process is ended by ``close``)."""
@@ -73,8 +74,7 @@ class HorovodJob:
     def close(self) -> None:
         self.close_driver_socket()
         self.driver.close()
-        if self.poller is not None:
-            self.poller.close()
+        self.poller.close()
         self.probes.close()
         self.router.close_all()
 
@@ -108,7 +108,7 @@ def open_job(options: JobOptions, job_id: str, secret: str, where: Where,
         driver = DriverLink(listener, driver_settings(options, where), secret)
         opened.callback(driver.close)
         supervisor.watch(driver, events.on_driver)
-        poller = None
+        poller: HostSource = FixedHosts()
         if elastic.discovery_script:
             poller = Poller(elastic.discovery_script, elastic.slots_per_host,
                             interval=DISCOVERY_INTERVAL_S,

@@ -1,7 +1,8 @@
 """The job's agent, in the shape of torch.distributed.elastic's ``SimpleElasticAgent``: start an
 attempt's instances and monitor them (one Supervisor, one ``attempt-<n>/`` log folder), then
 decide: the job's exit code, or another attempt (here: after a failure, --max-restarts). The
-elastic agents (``elastic/``) take the same shape and decide by their own rules."""
+elastic agents (``elastic_restart.py``, ``elastic_horovod.py``) take the same shape and decide
+by their own rules."""
 from __future__ import annotations
 
 import os
@@ -42,8 +43,7 @@ class Agent:
         root_fd = open_output_dir(output_dir) if output_dir else None
         try:
             while True:
-                result = self._start_and_monitor(root_fd)
-                code = self._decide(result)
+                code = self._attempt(root_fd)
                 if code is not None:
                     return code
         finally:
@@ -73,6 +73,11 @@ class Agent:
             rendezvous_secret=rendezvous.new_secret(), placement=options.placement,
             tf_config_mode=options.tf_config_mode, evaluator=options.evaluator,
             evaluator_port=prepared.local_ports[0] if options.evaluator else 0)
+
+    def _attempt(self, root_fd: Optional[int]) -> Optional[int]:
+        """One attempt, started, monitored and decided: the job's exit code, or None when
+        another attempt follows."""
+        return self._decide(self._start_and_monitor(root_fd))
 
     def _start_and_monitor(self, root_fd: Optional[int]) -> JobResult:
         """Plan the attempt (fresh ports), start its instances and supervise them until the

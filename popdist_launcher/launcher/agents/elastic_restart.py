@@ -13,11 +13,11 @@ import time
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from popdist_launcher.launcher import console
-from popdist_launcher.launcher.agent import Agent
+from popdist_launcher.launcher.agents.fixed_world import Agent
 from popdist_launcher.launcher.attempt import JobResult, JobState
 from popdist_launcher.launcher.elastic import failure_policy as policy
 from popdist_launcher.launcher.elastic import membership, summary
-from popdist_launcher.launcher.elastic.discovery.poller import Poller
+from popdist_launcher.launcher.elastic.discovery.poller import FixedHosts, HostSource, Poller
 from popdist_launcher.launcher.loop import EventLoop
 from popdist_launcher.launcher.options import JobOptions
 from popdist_launcher.launcher.supervisor import STOPPING_SIGNALS, Supervisor
@@ -57,7 +57,8 @@ class RestartAgent(Agent):
             # a running attempt grow again when one does.
             script = "printf '%s\\n' " + " ".join(shlex.quote(f"{name}:{slots}")
                                                   for name, slots in elastic.hosts)
-        self.poller = Poller(script, elastic.slots_per_host) if script else None
+        self.poller: HostSource = Poller(script, elastic.slots_per_host) if script else \
+            FixedHosts()
         self.ever_blacklisted: Set[str] = set()
         self.why_out: Dict[str, str] = {}  # host -> why it was blacklisted last
         self.members = membership.Membership(list(elastic.hosts), self.blacklist, self.poller)
@@ -72,8 +73,7 @@ class RestartAgent(Agent):
     def run(self, print_topology: Optional[Callable[[str], None]] = None) -> int:
         if print_topology is not None:  # the first attempt's topology
             return super().run(print_topology)
-        if self.poller is not None:
-            self.poller.start()
+        self.poller.start()
         self.log.record(f"starting {self.num_instances} instance(s) on {_names(self.hosts)} "
                         f"(attempt 0)")
         try:
@@ -85,15 +85,13 @@ class RestartAgent(Agent):
                     if code is not None:
                         return code
         finally:
-            if self.poller is not None:
-                self.poller.close()
+            self.poller.close()
 
     def _supervising(self, supervisor: Supervisor) -> None:
         supervisor.failure_title = f"attempt {self.attempt} of the elastic job"
         self.started_at = time.monotonic()
         self.stop_reason = None
-        if self.poller is not None:
-            supervisor.watch(self.poller, self._on_discovery)
+        self.poller.watch(supervisor.watch, self._on_discovery)
 
     def _decide(self, result: JobResult) -> Optional[int]:
         if self._retry_start(result):
@@ -188,8 +186,7 @@ class RestartAgent(Agent):
         events = EventLoop()
         try:
             with events.signals(STOPPING_SIGNALS, received.append):
-                if self.poller is not None:
-                    events.watch(self.poller, self._on_answers)
+                self.poller.watch(events.watch, self._on_answers)
                 while not received:
                     now = time.monotonic()
                     if now >= deadline:

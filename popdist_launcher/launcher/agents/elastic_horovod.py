@@ -1,13 +1,15 @@
 """Horovod elastic jobs: Horovod's ElasticDriver runs in a helper process
-(``elastic/helper/elastic_driver.py``, ``driver_link.py``) and asks for workers; the agent starts each
-one through the backend and its wrapper (an open-world Supervisor), tells the driver how each
-ended, and keeps the hosts the driver sees current (discovery script, host probes, lost hosts).
-In the agent shape (``agent.py``) the whole job is one attempt: the driver re-forms the workers
-at each reset (a round), and the agent decides the exit code at the end. The agent owns the open
-world and calls it; what a failure means for its host is the failure policy's (``failure_policy.py``),
-which the driver helper asks with the job's progress mark (the commits the workers reported);
-a hung worker (``--hang-timeout``, ``hang.py``) ends as a dead one; the helper's heartbeat
-bounds a stopped or stuck helper (DRIVER_SILENT_S).
+(``elastic/helper/elastic_driver.py``, ``elastic/driver_link.py``) and asks for workers; the
+launcher starts each one through the backend and its wrapper (an open-world Supervisor), tells
+the driver how each ended, and keeps the hosts the driver sees current (discovery script, host
+probes, lost hosts). In the agent shape (``fixed_world.py``) the whole job is one attempt: the
+driver re-forms the workers at each reset (a round), and the agent decides the exit code at the
+end. The agent (``HorovodAgent``) opens the job; the part that runs it (``HorovodRun``) holds
+its parts from the start, owns the open world and calls it. What a failure means for its host
+is the failure policy's (``elastic/failure_policy.py``), which the driver helper asks with the
+job's progress mark (the commits the workers reported); a hung worker (``--hang-timeout``,
+``hang.py``) ends as a dead one; the helper's heartbeat bounds a stopped or stuck helper
+(DRIVER_SILENT_S).
 
 Every membership change is one line on the console and in ``--output-dir/membership.log``;
 worker ``w`` is tagged ``[w]`` and logged in ``attempt-<round>/instance-<w>.std{out,err}.log``
@@ -15,17 +17,18 @@ worker ``w`` is tagged ``[w]`` and logged in ``attempt-<round>/instance-<w>.std{
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from popdist_launcher.launcher import hosts as hostlib
 from popdist_launcher.launcher import console, ports, processes
-from popdist_launcher.launcher.agent import Agent
+from popdist_launcher.launcher.agents.fixed_world import Agent
+from popdist_launcher.launcher.agents.horovod_job import HorovodJob, JobEvents, Where, open_job
 from popdist_launcher.launcher.attempt import Instance, JobResult
 from popdist_launcher.launcher.elastic.horovod_env import JobEnv, worker_env
 from popdist_launcher.launcher.elastic.horovod_hosts import Hosts
-from popdist_launcher.launcher.elastic.horovod_job import HorovodJob, Where, open_job
 from popdist_launcher.launcher.elastic.horovod_rounds import Ending, Round, Worker, summary
 from popdist_launcher.launcher.options import JobOptions
 from popdist_launcher.launcher.output import LogFiles
@@ -43,31 +46,20 @@ DRIVER_SILENT_S = 10.0  # no message for this long: the helper is stopped or stu
 
 
 class HorovodAgent(Agent):
-    """The agent of an elastic job in Horovod mode: the helper, the open-world Supervisor,
-    the hosts (``job``, opened by ``horovod_job.open_job``). Raises TopologyError and PortError
-    (one sentence) from ``run`` when the launcher's address cannot be chosen or bound."""
+    """The agent of an elastic job in Horovod mode: it chooses the launcher's address, opens
+    the job (``horovod_job.open_job``) into a HorovodRun, runs it and prints its summary. Raises
+    TopologyError and PortError (one sentence) from ``run`` when the launcher's address cannot
+    be chosen or bound."""
 
     def __init__(self, options: JobOptions) -> None:
         super().__init__(options)
-        self.elastic = options.elastic
         self.secret = rendezvous.new_secret()  # one for the whole job: survivors keep theirs
-        self.job: Optional[HorovodJob] = None  # set once, when the job opens
-        self.workers: Dict[int, Worker] = {}
-        self.by_index: Dict[int, Worker] = {}
-        self.rounds: List[Round] = []
-        self.logs: Dict[int, LogFiles] = {}
-        self.fatal: Optional[str] = None
-        self.done: Optional[dict] = None
-        self.root_fd: Optional[int] = None
-        self.cut_peers = os.environ.get(peer_sockets.SWITCH_ENV, "1") != "0"
-        self.cut_round: Optional[int] = None  # the round whose survivors were cut last
-        self.mark = 0  # progress reports (commits) seen: the failure policy's progress mark
-        self.heard = time.monotonic()  # the driver helper's last message (its heartbeat)
 
     # ---- the job: one attempt; the driver re-forms the workers at each reset -----------------
-    def _start_and_monitor(self, root_fd: Optional[int]) -> JobResult:
-        options, elastic = self.options, self.elastic
-        self.root_fd = root_fd
+    def _attempt(self, root_fd: Optional[int]) -> int:
+        """The whole job: open it, run its Supervisor, close it; the exit code, after the
+        summary of every round."""
+        options, elastic = self.options, self.options.elastic
         initial = [(str(h), int(n)) for h, n in elastic.hosts]
         remote = [h for h, _ in initial if not hostlib.is_local(h)]
         # a discovery script may add other hosts later, unless the backend is local
@@ -76,42 +68,18 @@ class HorovodAgent(Agent):
         address, iface = self._choose_address(remote, multi_host)
         listener = ports.listen_socket(address)
         try:
-            self.job = open_job(options, self.job_id, self.secret,
-                                Where(address, iface, initial, remote, multi_host), listener,
-                                self)
+            run = HorovodRun(options, self.job_id, self.secret, root_fd, functools.partial(
+                open_job, options, self.job_id, self.secret,
+                Where(address, iface, initial, remote, multi_host), listener))
         finally:
             listener.close()  # the helper has it now
         try:
-            return self.start(initial).supervisor.run()
+            result = run.start(initial).supervisor.run()
         finally:
-            self._close()
-
-    def start(self, initial: Hosts) -> HorovodJob:
-        """The job is open: log its start, probe its hosts, poll the discovery script."""
-        job, elastic = self.job, self.elastic
-        self.heard = time.monotonic()
-        job.log.record(f"elastic job (Horovod's driver, backend {self.layout.backend.name}): "
-                       f"hosts {hostlib.host_text(initial) or 'none'}; "
-                       f"-np {self.options.num_instances}, --min-np {elastic.min_np}, --max-np "
-                       f"{elastic.max_np if elastic.max_np is not None else 'every slot'}")
-        job.probes.refresh()
-        if job.poller is not None:
-            job.poller.start()
-            job.supervisor.watch(job.poller, self.on_poll)
-        return job
-
-    def _decide(self, result: JobResult) -> int:
-        """The job's exit code, after the summary of every round."""
-        code, text = self.verdict(result)
+            run.close()
+        code, text = run.verdict(result)
         console.write(text)
         return code
-
-    def verdict(self, result: JobResult) -> Tuple[int, str]:
-        """The job's exit code and the summary of every round, once its Supervisor ended."""
-        return summary(self.rounds, self.workers,
-                       Ending(result, self.fatal, self.done, self.job.probes.lost,
-                              self.elastic.min_np),
-                       self.job.router)
 
     def _choose_address(self, remote: Sequence[str], multi_host: bool) -> Tuple[str, str]:
         """The launcher's address every host reaches (rendezvous, wrappers' connections), and
@@ -129,9 +97,55 @@ class HorovodAgent(Agent):
                 raise TopologyError(str(exc)) from None
         return launcher_address(layout.subnet, layout.iface, peer)
 
-    def _close(self) -> None:
-        if self.job is not None:
-            self.job.close()
+
+class HorovodRun:
+    """One Horovod job while it runs: its parts (``job``, opened by ``open_parts`` with this run
+    as their events, so never missing), the workers and rounds the driver asked for, and how the
+    job is ending. What is optional says so: ``root_fd`` (no --output-dir), ``fatal`` (the
+    launcher gave up) and ``done`` (the driver's result)."""
+
+    def __init__(self, options: JobOptions, job_id: str, secret: str, root_fd: Optional[int],
+                 open_parts: Callable[[JobEvents], HorovodJob]) -> None:
+        self.options = options
+        self.elastic = options.elastic
+        self.job_id = job_id
+        self.secret = secret
+        self.root_fd = root_fd
+        self.workers: Dict[int, Worker] = {}
+        self.by_index: Dict[int, Worker] = {}
+        self.rounds: List[Round] = []
+        self.logs: Dict[int, LogFiles] = {}
+        self.fatal: Optional[str] = None
+        self.done: Optional[dict] = None
+        self.cut_peers = os.environ.get(peer_sockets.SWITCH_ENV, "1") != "0"
+        self.cut_rounds: Set[int] = set()  # the rounds whose survivors were cut
+        self.mark = 0  # progress reports (commits) seen: the failure policy's progress mark
+        self.heard = time.monotonic()  # the driver helper's last message (its heartbeat)
+        self.job = open_parts(self)  # last: its parts call back into what is set above
+
+    def start(self, initial: Hosts) -> HorovodJob:
+        """The job is open: log its start, probe its hosts, poll the discovery script."""
+        job, elastic = self.job, self.elastic
+        self.heard = time.monotonic()
+        job.log.record(f"elastic job (Horovod's driver, backend "
+                       f"{self.options.layout.backend.name}): "
+                       f"hosts {hostlib.host_text(initial) or 'none'}; "
+                       f"-np {self.options.num_instances}, --min-np {elastic.min_np}, --max-np "
+                       f"{elastic.max_np if elastic.max_np is not None else 'every slot'}")
+        job.probes.refresh()
+        job.poller.start()
+        job.poller.watch(job.supervisor.watch, self.on_poll)
+        return job
+
+    def verdict(self, result: JobResult) -> Tuple[int, str]:
+        """The job's exit code and the summary of every round, once its Supervisor ended."""
+        return summary(self.rounds, self.workers,
+                       Ending(result, self.fatal, self.done, self.job.probes.lost,
+                              self.elastic.min_np),
+                       self.job.router)
+
+    def close(self) -> None:
+        self.job.close()
         for logs in self.logs.values():
             logs.close()
 
@@ -151,7 +165,7 @@ class HorovodAgent(Agent):
 
     def deadline(self) -> Optional[float]:
         """The driver helper's heartbeat is due by then (while its socket is open)."""
-        if self.job is None or self.job.driver.sock is None:
+        if self.job.driver.sock is None:
             return None
         return self.heard + DRIVER_SILENT_S
 
@@ -254,7 +268,7 @@ class HorovodAgent(Agent):
     def job_env(self) -> JobEnv:
         """What every worker's environment shares (``horovod_env.py``)."""
         options = self.options
-        return JobEnv(self.job_id, self.replicas_per_instance, options.ipus_per_replica,
+        return JobEnv(self.job_id, options.replicas_per_instance, options.ipus_per_replica,
                       self.job.supervisor.rendezvous, self.secret, options.placement,
                       tuple(options.exported_env))
 
@@ -300,10 +314,10 @@ class HorovodAgent(Agent):
         never for a worker whose host the current round no longer has (it ended after the next
         round formed without it)."""
         current = self.rounds[-1] if self.rounds else None
-        if not self.cut_peers or current is None or self.cut_round == current.number or \
+        if not self.cut_peers or current is None or current.number in self.cut_rounds or \
                 failed.hostname not in dict(current.hosts):
             return
-        self.cut_round = current.number
+        self.cut_rounds.add(current.number)
         payload = peer_sockets.notice(self.job.supervisor.rendezvous,
                                       [h.address for h in self.job.probes.hosts.values()])
         for other in self.workers.values():
@@ -348,9 +362,9 @@ class HorovodAgent(Agent):
 
 
 # the driver helper's frames (wire/helper_frames.py), each to its handler
-FRAMES: Dict[str, Callable[[HorovodAgent, dict], None]] = {
-    frames.Round.KIND: HorovodAgent._on_round, frames.Start.KIND: HorovodAgent._on_start,
-    frames.Stop.KIND: HorovodAgent._on_stop, frames.Blacklist.KIND: HorovodAgent._on_blacklist,
-    frames.Retry.KIND: HorovodAgent._on_retry, frames.Fatal.KIND: HorovodAgent._on_fatal,
-    frames.Alive.KIND: HorovodAgent._on_alive, frames.Done.KIND: HorovodAgent._on_done,
+FRAMES: Dict[str, Callable[[HorovodRun, dict], None]] = {
+    frames.Round.KIND: HorovodRun._on_round, frames.Start.KIND: HorovodRun._on_start,
+    frames.Stop.KIND: HorovodRun._on_stop, frames.Blacklist.KIND: HorovodRun._on_blacklist,
+    frames.Retry.KIND: HorovodRun._on_retry, frames.Fatal.KIND: HorovodRun._on_fatal,
+    frames.Alive.KIND: HorovodRun._on_alive, frames.Done.KIND: HorovodRun._on_done,
 }
