@@ -14,7 +14,7 @@ def set_ipu_config(config: Any, ipus_per_replica: Optional[int] = None,
     ``from popdist_launcher import ipu``). ``ipus_per_replica`` defaults to the launch's
     ``--ipus-per-replica``.
     """
-    from popdist_launcher.ipu.config import set_ipu_config as _set
+    from popdist_launcher.ipu_runtime.config import set_ipu_config as _set
 
     return _set(config, ipus_per_replica=ipus_per_replica, configure_device=configure_device)
 

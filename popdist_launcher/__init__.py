@@ -25,7 +25,7 @@ _RUNTIME_NAMES = (
 
 def set_ipu_config(config, ipus_per_replica=None, configure_device=True):
     """Fill an IPUConfig's multi-replica distribution options from the launch environment."""
-    from popdist_launcher.ipu.config import set_ipu_config as _set
+    from popdist_launcher.ipu_runtime.config import set_ipu_config as _set
 
     return _set(config, ipus_per_replica=ipus_per_replica, configure_device=configure_device)
 

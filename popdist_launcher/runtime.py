@@ -19,7 +19,7 @@ import json
 import os
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from popdist_launcher import _contract as c
+from popdist_launcher.wire import contract as c
 from popdist_launcher import tf_config
 
 POPRUN_LITE = "poprun-lite"

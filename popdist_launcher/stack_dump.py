@@ -1,4 +1,4 @@
-"""An instance's Python stacks for the launcher: at interpreter start (``_startup.py``) the
+"""An instance's Python stacks for the launcher: at interpreter start (``compat/startup.py``) the
 program started by poprun-lite's wrapper registers faulthandler on the wrapper's dump signal,
 writing every thread's stack to a pipe the wrapper reads; the collectives' stall watchdog asks
 the launcher, through the same pipe, for every instance's stacks; and the program's training

@@ -9,7 +9,7 @@ import json
 import os
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
 
-from popdist_launcher import _contract
+from popdist_launcher.wire import contract
 
 CHIEF = "chief"
 WORKER = "worker"
@@ -20,7 +20,7 @@ KNOWN_TASK_TYPES = (CHIEF, WORKER, PS, EVALUATOR, MASTER)
 AUTO = "auto"
 # What poprun-lite's --tf-config writes: "auto" (the default) = the worker cluster, which
 # tf.estimator's RunConfig applies only with a strategy that asks for a cluster (a plain RunConfig
-# sees none: popdist_launcher._run_config); "worker" = every instance a worker (worker 0 is the
+# sees none: popdist_launcher.compat.run_config); "worker" = every instance a worker (worker 0 is the
 # chief, as MultiWorkerMirroredStrategy reads it), seen by every RunConfig; "chief" = instance 0 is
 # the "chief" task, the others workers 0..N-2 (the cluster tf.estimator's RunConfig wants);
 # "none" = no TF_CONFIG (horovodrun).
@@ -130,7 +130,7 @@ def require_cluster(who: str, env: Optional[Mapping[str, str]] = None) -> None:
     of several poprun-lite instances that were given no TF_CONFIG (``--tf-config none``)."""
     env = os.environ if env is None else env
     parsed = from_environ(env)
-    count = env.get(_contract.NUM_INSTANCES, "1")
+    count = env.get(contract.NUM_INSTANCES, "1")
     if (parsed is None or not parsed.cluster) and count.isdigit() and int(count) > 1:
         raise TFConfigError(
             f"{who} needs a TF_CONFIG cluster, but this instance of {count} has no TF_CONFIG "

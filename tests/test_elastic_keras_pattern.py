@@ -3,7 +3,7 @@
 elastic Keras example, across a worker killed and started again in place and a host that the
 discovery script adds mid-job. Every epoch is trained once and every rank ends with the same
 model and optimizer variables. Both TensorFlow states sync from different starts; the optimizer
-build that makes the sync the same on every rank (popdist_launcher/_horovod_keras_sync.py) runs
+build that makes the sync the same on every rank (popdist_launcher/compat/horovod_keras_sync.py) runs
 on real Keras optimizers."""
 import json
 import os
@@ -173,7 +173,7 @@ OPTIMIZERS = {
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_build_creates_what_training_created_and_changes_nothing(name):
-    from popdist_launcher._horovod_keras_sync import build_optimizer
+    from popdist_launcher.compat.horovod_keras_sync import build_optimizer
 
     trained, fresh = trained_and_fresh(OPTIMIZERS[name])
     weights = [w.copy() for w in fresh.get_weights()]

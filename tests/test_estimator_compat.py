@@ -1,4 +1,4 @@
-"""tf.estimator on the running TensorFlow (popdist_launcher._estimator_compat): the estimator
+"""tf.estimator on the running TensorFlow (popdist_launcher.compat.estimator): the estimator
 modules import, ``tf.estimator`` / ``tf.compat.v1.estimator`` exist and load on first use, and on
 TensorFlow 2.16+ the project's estimator_training numbers the tasks as RunConfig does."""
 import json
@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-from popdist_launcher import _estimator_compat
+from popdist_launcher.compat import estimator
 
 
 def python(code: str, **env) -> dict:
@@ -20,19 +20,19 @@ def python(code: str, **env) -> dict:
 
 
 def test_versions_that_need_the_stand_ins():
-    assert not _estimator_compat.needed("2.15.1")
-    assert not _estimator_compat.needed("1.15.5")
-    assert _estimator_compat.needed("2.16.0rc0")
-    assert _estimator_compat.needed("2.21.0")
-    assert _estimator_compat.needed("3.0.0")
-    assert _estimator_compat.needed("nightly")  # unreadable: treated as the newest
+    assert not estimator.needed("2.15.1")
+    assert not estimator.needed("1.15.5")
+    assert estimator.needed("2.16.0rc0")
+    assert estimator.needed("2.21.0")
+    assert estimator.needed("3.0.0")
+    assert estimator.needed("nightly")  # unreadable: treated as the newest
 
 
 def test_start_up_imports_none_of_it():
     seen = python("""
         import json, sys
         print(json.dumps(sorted(m for m in sys.modules if m.startswith(
-            ("tensorflow", "popdist_launcher._estimator_compat")))))
+            ("tensorflow", "popdist_launcher.compat.estimator")))))
     """)
     assert seen == []
 
@@ -73,8 +73,8 @@ def test_estimator_modules_import_and_tf_estimator_exists():
     assert got["module_type"] == "module" and got["same"]  # the lazy stand-in gave way
     assert got["api_names"] == ["estimator.Estimator"]
     assert got["linear"]
-    if _estimator_compat.needed(got["version"]):
-        assert got["training"] == "popdist_launcher._estimator_compat.estimator_training"
+    if estimator.needed(got["version"]):
+        assert got["training"] == "popdist_launcher.compat.estimator.estimator_training"
         assert "TensorFlow 2.15" in got["tpu_error"]
     else:  # TensorFlow's own modules, untouched
         assert got["training"] == "tensorflow.python.distribute.estimator_training"
@@ -88,7 +88,7 @@ def test_tasks_are_numbered_as_run_config_numbers_them():
         import json, os, types
         import tensorflow as tf
         from tensorflow.python.training import server_lib
-        from popdist_launcher._estimator_compat import estimator_training
+        from popdist_launcher.compat.estimator import estimator_training
         cluster = {"chief": ["h:1"], "worker": ["h:2", "h:3"], "ps": ["h:4", "h:5"]}
         rows = []
         for task_type, n in (("chief", 1), ("worker", 2), ("ps", 2)):

@@ -151,10 +151,10 @@ def test_keras_checkpointing_callbacks_save_inside_a_long_phase(tmp_path, monkey
     import numpy as np
     import tensorflow as tf
 
-    from popdist_launcher import _progress_hooks
+    from popdist_launcher.compat import progress_hooks
     keras = importlib.import_module("tf_keras" if importlib.util.find_spec("tf_keras") else "keras")
     callbacks = importlib.import_module(keras.__name__ + ".src.callbacks")
-    _progress_hooks.install_keras_callbacks(callbacks)
+    progress_hooks.install_keras_callbacks(callbacks)
     main = threading.main_thread().ident
     seen = []
 

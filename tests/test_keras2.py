@@ -1,4 +1,4 @@
-"""Keras per program (popdist_launcher._keras2, the startup hook): on TensorFlow 2.16+ a program
+"""Keras per program (popdist_launcher.compat.keras2, the startup hook): on TensorFlow 2.16+ a program
 gets TensorFlow's own Keras (Keras 3) unless it is written for Keras 2 (an IPU program, one using
 Horovod's Keras API, or TF_USE_LEGACY_KERAS=1), then ``import keras`` and ``tf.keras`` are Keras 2
 (tf-keras); the launcher passes its instances no decision of its own. On TensorFlow 2.15 Keras 2
@@ -159,7 +159,8 @@ def test_an_ipu_keras_method_in_a_keras_3_program_says_one_sentence(tmp_path):
     ("import tensorflow.compat.v1 as tf", "tensorflow.compat.v1"),
 ])
 def test_what_in_a_programs_source_marks_it_a_keras_2_program(source, found):
-    from popdist_launcher import _ipu_program, _keras2
-    result = _ipu_program.graphcore_import(("__main__", "", None, source),
-                                           matches=_keras2.keras_2_api)
+    from popdist_launcher.compat import ipu_program
+    from popdist_launcher.compat import keras2
+    result = ipu_program.graphcore_import(("__main__", "", None, source),
+                                           matches=keras2.keras_2_api)
     assert (result and result[1]) == found

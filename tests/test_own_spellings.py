@@ -118,7 +118,7 @@ def test_every_provided_ipu_name_imports_from_popdist_launcher_ipu_as_the_same_o
     assert missing == [] and different == []
     assert len(inventory) > 50
     # The ops and optimizer modules Graphcore's package also has at its top, as modules.
-    from popdist_launcher import _import_table as table
+    from popdist_launcher.compat import import_table as table
     for name in (*table.IPU_OPS, *table.IPU_OPTIMIZERS):
         ours = importlib.import_module(f"popdist_launcher.ipu.{name}")
         assert ours is importlib.import_module(f"tensorflow.python.ipu.{name}"), name

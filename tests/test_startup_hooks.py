@@ -1,6 +1,6 @@
-"""The site hook (popdist_launcher._startup): its after-import hooks (a hook runs once, right
+"""The site hook (popdist_launcher.compat.startup): its after-import hooks (a hook runs once, right
 after its module's code has run, also when the module was first only looked up), the import
-table it applies, and how it tells an IPU program from its source (popdist_launcher._ipu_program)."""
+table it applies, and how it tells an IPU program from its source (popdist_launcher.compat.ipu_program)."""
 import subprocess
 import sys
 import textwrap
@@ -23,7 +23,7 @@ def _run(code: str, tmp_path) -> str:
 
 def test_hook_runs_once_after_the_module_is_complete(tmp_path):
     out = _run("""
-        from popdist_launcher._startup import after_import
+        from popdist_launcher.compat.startup import after_import
         after_import("hooked_mod", "hook_fns:bump")
         import hooked_mod, importlib, hook_fns
         importlib.reload(hooked_mod)
@@ -35,7 +35,7 @@ def test_hook_runs_once_after_the_module_is_complete(tmp_path):
 def test_hook_survives_an_existence_check(tmp_path):
     out = _run("""
         import importlib.util
-        from popdist_launcher._startup import after_import
+        from popdist_launcher.compat.startup import after_import
         after_import("hooked_mod", "hook_fns:bump")
         assert importlib.util.find_spec("hooked_mod") is not None
         import hooked_mod, hook_fns
@@ -47,7 +47,7 @@ def test_hook_survives_an_existence_check(tmp_path):
 def test_hook_on_an_imported_module_runs_at_once(tmp_path):
     out = _run("""
         import hooked_mod
-        from popdist_launcher._startup import after_import
+        from popdist_launcher.compat.startup import after_import
         after_import("hooked_mod", "hook_fns:bump")
         import hook_fns
         print(hook_fns.CALLS, hooked_mod.VALUE)
@@ -55,10 +55,10 @@ def test_hook_on_an_imported_module_runs_at_once(tmp_path):
     assert out == "['hooked_mod'] 42"
 
 
-# -- the import table (popdist_launcher._import_table) and what the finder makes of it
+# -- the import table (popdist_launcher.compat.import_table) and what the finder makes of it
 
 def test_the_most_specific_entry_answers_first():
-    from popdist_launcher import _import_table as table
+    from popdist_launcher.compat import import_table as table
     on = {"ipu-alias", "keras-2", "tf-keras"}
     nn_ops = table.aliases_for("tensorflow.python.ipu.nn_ops", on)
     assert [a.target for a in nn_ops] == ["popdist_launcher.ipu.ops.nn_ops", "popdist_launcher.ipu"]
@@ -70,7 +70,7 @@ def test_the_most_specific_entry_answers_first():
 
 
 def test_every_top_level_ipu_module_is_the_same_both_ways():
-    from popdist_launcher import _import_table as table
+    from popdist_launcher.compat import import_table as table
     for name in table.IPU_OPS + table.IPU_OPTIMIZERS:
         kind, modules = table.ipu_attribute(name)
         assert kind == "module"
@@ -80,7 +80,7 @@ def test_every_top_level_ipu_module_is_the_same_both_ways():
 
 
 def test_switches_from_the_environment():
-    from popdist_launcher._import_table import switches_from
+    from popdist_launcher.compat.import_table import switches_from
     assert switches_from({}) == {"ipu-alias"}
     assert switches_from({"POPDIST_LAUNCHER_IPU_ALIAS": "0", "POPDIST_TF1": "1"}) == {"tf1"}
     assert "horovod-elastic" not in switches_from({"HOROVOD_ELASTIC": "1"})  # not poprun-lite's
@@ -89,7 +89,7 @@ def test_switches_from_the_environment():
 
 
 def test_graphcore_names():
-    from popdist_launcher._import_table import graphcore_name
+    from popdist_launcher.compat.import_table import graphcore_name
     for name in ("tensorflow.python.ipu", "tensorflow.python.ipu.ops.nn_ops", "keras.ipu",
                  "tensorflow.keras.ipu.optimizers", "tensorflow.compiler.plugin.poplar.ops"):
         assert graphcore_name(name), name
@@ -101,19 +101,20 @@ def test_graphcore_names():
 def test_a_switch_turned_on_arms_its_hooks_and_runs_those_of_imported_modules(tmp_path):
     (tmp_path / "later_mod.py").write_text("VALUE = 1\n")
     out = _run("""
-        from popdist_launcher import _import_table as table, _startup
+        from popdist_launcher.compat import import_table as table
+        from popdist_launcher.compat import startup
         import hooked_mod, hook_fns
         table.HOOKS += (table.Hook("hooked_mod", "hook_fns:bump", when=("test-switch",)),
                         table.Hook("later_mod", "hook_fns:bump", when=("test-switch",)))
-        _startup.switch_on("test-switch")
-        _startup.switch_on("test-switch")  # once
+        startup.switch_on("test-switch")
+        startup.switch_on("test-switch")  # once
         import later_mod
         print(hook_fns.CALLS, hooked_mod.VALUE, later_mod.VALUE)
     """, tmp_path)
     assert out == "['hooked_mod', 'later_mod'] 42 2"
 
 
-# -- whether the program is an IPU program (popdist_launcher._ipu_program), read from its source
+# -- whether the program is an IPU program (popdist_launcher.compat.ipu_program), read from its source
 
 def _graphcore_import(tmp_path, files, main="main.py", package=""):
     for name, text in files.items():
@@ -123,9 +124,9 @@ def _graphcore_import(tmp_path, files, main="main.py", package=""):
     code = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(tmp_path)!r})
-        from popdist_launcher import _ipu_program
+        from popdist_launcher.compat import ipu_program
         main = ({main.replace('/', '.')[:-3]!r}, {package!r}, {str(tmp_path / main)!r}, None)
-        print(_ipu_program.graphcore_import(main))
+        print(ipu_program.graphcore_import(main))
     """)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60, cwd=tmp_path)

@@ -104,7 +104,7 @@ def test_the_ipu_estimator_under_tf1_matches_one_tf2_process(tmp_path):
 def test_the_hook_imports_nothing_until_tensorflow_and_applies_to_compat_v1_first():
     env = {**os.environ, "POPDIST_TF1": "1"}
     lazy = python("-c", "import sys; print(sorted(m for m in sys.modules "
-                  "if m.startswith(('tensorflow', 'popdist_launcher._tf1'))))", env=env)
+                  "if m.startswith(('tensorflow', 'popdist_launcher.compat.tf1'))))", env=env)
     assert lazy.returncode == 0 and lazy.stdout.split() == ["[]"], lazy.stderr
     # a program whose first import is tensorflow.compat.v1 gets TensorFlow 1.15's defaults
     code = ("import tensorflow.compat.v1 as tf\n"

@@ -1,14 +1,14 @@
 """An IPU-compatible namespace: ``from popdist_launcher import ipu`` then ``ipu.config.IPUConfig``,
 as with ``from tensorflow.python import ipu``. Submodules load on first use, so importing this
 package does not import TensorFlow. Which attribute is which module comes from the import table
-(popdist_launcher._import_table), as ``import tensorflow.python.ipu.<name>`` does: Graphcore's
+(popdist_launcher.compat.import_table), as ``import tensorflow.python.ipu.<name>`` does: Graphcore's
 package also exports its ops and optimizer modules at the top (``ipu.nn_ops`` is
 ``ipu.ops.nn_ops``).
 """
 import importlib
 import importlib.util
 
-from popdist_launcher import _import_table
+from popdist_launcher.compat import import_table
 from popdist_launcher.ipu import config as config  # ipu.config without a first-use load
 
 
@@ -23,7 +23,7 @@ def _module(name: str):
 
 def __getattr__(name):
     if not name.startswith("_"):
-        kind, found = _import_table.ipu_attribute(name)
+        kind, found = import_table.ipu_attribute(name)
         if kind == "function":
             module_name, _, function = found.partition(":")
             return getattr(importlib.import_module(module_name), function)
@@ -37,8 +37,8 @@ def __getattr__(name):
 def __dir__():
     import pkgutil
     names = {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
-    return sorted(names | set(_import_table.IPU_OPS) | set(_import_table.IPU_OPTIMIZERS)
-                  | set(_import_table.IPU_FUNCTIONS) | {"config"})
+    return sorted(names | set(import_table.IPU_OPS) | set(import_table.IPU_OPTIMIZERS)
+                  | set(import_table.IPU_FUNCTIONS) | {"config"})
 
 
 __all__ = __dir__()

@@ -6,7 +6,7 @@ from typing import Optional
 
 import tensorflow as tf
 
-from popdist_launcher import report_progress
+from popdist_launcher.stack_dump import report_progress
 
 
 class ProgressHook(tf.compat.v1.train.SessionRunHook):

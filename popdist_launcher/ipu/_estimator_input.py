@@ -52,7 +52,7 @@ class EstimatorInput:
 
     def _warn_if_not_sharded(self, dataset: tf.data.Dataset) -> None:
         """Once per estimator, on instance 0: say how to shard an input that is not sharded."""
-        from popdist_launcher.strategies._common import is_sharded
+        from popdist_launcher.ipu_runtime.datasets import is_sharded
 
         if self._num_instances == 1 or self._instance_index != 0 or self._warned_not_sharded:
             return

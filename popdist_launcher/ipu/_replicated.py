@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from popdist_launcher.strategies._tf_internal import mirrored_strategy
+from popdist_launcher.ipu_runtime.tf_internal import mirrored_strategy
 from popdist_launcher.strategies.horovod_cross_device_ops import HorovodAllReduce
 from popdist_launcher.strategies.popdist_strategy import HorovodExtended
 

@@ -102,12 +102,13 @@ class IPUEstimator(EstimatorInput, ReplicatedModelFn, tf.estimator.Estimator):
         """In a single process (no launcher replicas), IPURunConfig's ``num_replicas`` replicas
         of ``num_shards`` IPUs, from ``ipu_options``, as Graphcore's IPUEstimator configures
         them, unless the program configured the IPU system itself."""
-        from popdist_launcher.ipu import _configured_system, config as ipu_config
+        from popdist_launcher.ipu import config as ipu_config
+        from popdist_launcher.ipu_runtime import configured_system
 
         run_config = self._ipu_run_config
         if run_config.ipu_options is None or run_config.num_replicas == 1 or \
                 ctx.num_instances > 1 or ctx.num_local_replicas > 1 or \
-                _configured_system.get_configured_system() is not None:
+                configured_system.get_configured_system() is not None:
             return
         ipu_config.configure_ipu_system(run_config.ipu_options,
                                         ipus_per_replica=run_config.num_shards)
@@ -279,14 +280,15 @@ def _job_model_dir(num_instances: int) -> str:
     """One model_dir for an estimator built without one, the same on every instance of the job
     (tf.estimator would give each process a temporary folder of its own, and the instances that
     do not write checkpoints would never see the chief's)."""
-    from popdist_launcher import _contract, tf_config
+    from popdist_launcher import tf_config
+    from popdist_launcher.wire import contract
 
     parsed = tf_config.from_environ()
     addresses = [a for tasks in (parsed.cluster.values() if parsed else ()) for a in tasks]
     hosts = {a.rsplit(":", 1)[0] for a in addresses}
     if parsed is None and os.environ.get("HOROVOD_LOCAL_SIZE") == str(num_instances):
         hosts = {"this host"}  # no TF_CONFIG (--tf-config none): all instances are local ones
-    job_id = os.environ.get(_contract.JOB_ID)
+    job_id = os.environ.get(contract.JOB_ID)
     if len(hosts) != 1 or not job_id:
         where = f"on {len(hosts)} hosts" if len(hosts) > 1 else "without poprun-lite's job id"
         raise ValueError(

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
-from popdist_launcher.ipu import _jit_functions
+from popdist_launcher.ipu_runtime import jit_functions
 
 log = logging.getLogger(__name__)
 _ids = itertools.count()
@@ -40,7 +40,7 @@ class IPUInfeedQueue:
             raise ValueError(f"prefetch_depth must be in [1, 255], got {prefetch_depth}.")
         if device_ordinal is not None and (not isinstance(device_ordinal, int) or device_ordinal < 0):
             raise ValueError(f"device_ordinal must be an int >= 0, got {device_ordinal!r}.")
-        _jit_functions.install()
+        jit_functions.install()
         self._dataset = dataset
         self._structure = dataset.element_spec
         self._device_ordinal = device_ordinal or 0
@@ -60,7 +60,7 @@ class IPUInfeedQueue:
         strategy), replica r of R reads elements r, R + r, 2R + r ..., as an IPU infeed feeds
         the replicas of a replicated program consecutive elements."""
         from popdist_launcher.ipu.ipu_outfeed_queue import _local_replica
-        _jit_functions.host_operation("IPUInfeedQueue")
+        jit_functions.host_operation("IPUInfeedQueue")
         self._dequeued = True
         replica, replicas = _local_replica()
         if replicas > 1 and replica >= 0 and tf.compat.v1.executing_eagerly_outside_functions():

@@ -24,7 +24,7 @@ from typing import Any, Optional, Tuple
 
 import tensorflow as tf
 
-from popdist_launcher.ipu import _jit_functions
+from popdist_launcher.ipu_runtime import jit_functions
 
 log = logging.getLogger(__name__)
 _ids = itertools.count()
@@ -52,7 +52,7 @@ class IPUOutfeedQueue:
             raise ValueError(f"device_ordinal must be an int >= 0, got {device_ordinal!r}.")
         if buffer_depth <= 0:
             raise ValueError(f"Outfeed buffer depth cannot be less than 1, got {buffer_depth}.")
-        _jit_functions.install()
+        jit_functions.install()
         self._device_ordinal = device_ordinal or 0
         self._feed_name = f"outfeed_{next(_ids)}"
         self._structure = None
@@ -68,7 +68,7 @@ class IPUOutfeedQueue:
     def enqueue(self, tensors: Any):
         """Append ``tensors`` (a tensor, or a list, tuple or dict of them) to this replica's
         queue; returns the op."""
-        _jit_functions.host_operation("IPUOutfeedQueue.enqueue")
+        jit_functions.host_operation("IPUOutfeedQueue.enqueue")
         replica, replicas = _local_replica()
         flat = [tf.convert_to_tensor(t) for t in tf.nest.flatten(tensors)]
         self._producers.add(threading.current_thread())

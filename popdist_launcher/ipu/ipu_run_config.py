@@ -14,7 +14,7 @@ from typing import Any, Optional
 import tensorflow as tf
 
 from popdist_launcher import runtime, tf_config
-from popdist_launcher._run_config import tf_config_seen_as
+from popdist_launcher.compat.run_config import tf_config_seen_as
 from popdist_launcher.ipu import config as ipu_config
 
 

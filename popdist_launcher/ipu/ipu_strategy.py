@@ -20,21 +20,21 @@ import logging
 
 import tensorflow as tf
 
-from popdist_launcher.ipu import _configured_system, _ipu_devices, _jit_functions
-from popdist_launcher.strategies._tf_internal import distribute_lib, one_device_strategy
+from popdist_launcher.ipu_runtime import configured_system, ipu_devices, jit_functions
+from popdist_launcher.ipu_runtime.tf_internal import distribute_lib, one_device_strategy
 
 log = logging.getLogger(__name__)
 
 
 class _OneIPUExtended(one_device_strategy.OneDeviceExtended):
     """One replica on the local device standing for an IPU: its variables, ops and results
-    read as that IPU, as Graphcore's IPUStrategy places them (see ``ipu._ipu_devices``)."""
+    read as that IPU, as Graphcore's IPUStrategy places them (see ``ipu_runtime.ipu_devices``)."""
 
     def _create_variable(self, next_creator, **kwargs):
-        return super()._create_variable(_ipu_devices.on_replica_ipu(next_creator), **kwargs)
+        return super()._create_variable(ipu_devices.on_replica_ipu(next_creator), **kwargs)
 
     def _call_for_each_replica(self, fn, args, kwargs):
-        return super()._call_for_each_replica(_ipu_devices.on_replica_ipu(fn), args, kwargs)
+        return super()._call_for_each_replica(ipu_devices.on_replica_ipu(fn), args, kwargs)
 
 
 def _device_ordinal(ipu_device: str) -> int:
@@ -51,7 +51,7 @@ class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
     ``enable_dataset_iterators`` is accepted for Graphcore's signature (datasets are always
     iterated on the host here); ``enable_keras_extensions`` adds the IPU Keras methods to Keras
     models (True by default, as in Graphcore's). A ``tf.function(jit_compile=True)`` run under
-    it runs without XLA (see ``ipu._jit_functions``).
+    it runs without XLA (see ``ipu_runtime.jit_functions``).
     """
 
     _ipu_layer = True
@@ -62,8 +62,8 @@ class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
     def __init__(self, ipu_device: str = "/device:IPU:0", cpu_device: str = "/device:CPU:0",
                  enable_dataset_iterators: bool = True, enable_keras_extensions: bool = True) -> None:
         ordinal = _device_ordinal(ipu_device)
-        device = _ipu_devices.replica_device(ordinal)
-        system = _configured_system.get_configured_system()
+        device = ipu_devices.replica_device(ordinal)
+        system = configured_system.get_configured_system()
         devices = system.devices if system is not None and ordinal == 0 else (device,)
         if len(devices) > 1 and not system.missing_devices:
             from popdist_launcher.ipu._replicated import ReplicatedIPUExtended
@@ -79,7 +79,7 @@ class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
         self._ipu_device = ipu_device
         self._cpu_device = cpu_device
         self._device_ordinal = ordinal
-        _jit_functions.install()
+        jit_functions.install()
         if enable_keras_extensions:
             from popdist_launcher.ipu import keras_extensions
             keras_extensions.install()
@@ -100,7 +100,7 @@ class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
         return len(self.extended.worker_devices)
 
     def run(self, fn, args=(), kwargs=None, options=None):
-        _jit_functions.host_operation("IPUStrategy.run")
+        jit_functions.host_operation("IPUStrategy.run")
         return super().run(fn, args=args, kwargs=kwargs, options=options)
 
     def experimental_run_v2(self, fn, args=(), kwargs=None, options=None):

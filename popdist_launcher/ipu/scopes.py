@@ -26,7 +26,7 @@ def _log_inert(scope: str, what: str) -> None:
 def ipu_scope(device: str = "/device:IPU:0") -> Iterator[None]:
     """The IPU device N is this instance's replica device N (a CPU or GPU): ops run there and
     ``op.device`` names ``/device:IPU:N``, as on Graphcore's TensorFlow."""
-    from popdist_launcher.ipu._ipu_devices import replica_device
+    from popdist_launcher.ipu_runtime.ipu_devices import replica_device
 
     index = int(device.rsplit(":", 1)[-1]) if device.rsplit(":", 1)[-1].isdigit() else 0
     replica_device(index)  # raises for an IPU this instance does not have

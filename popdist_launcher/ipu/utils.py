@@ -11,8 +11,8 @@ from typing import Optional
 
 import tensorflow as tf
 
-from popdist_launcher.ipu import _configured_system
-from popdist_launcher.ipu._configured_system import get_ipu_config, reset_ipu_configuration  # noqa: F401
+from popdist_launcher.ipu_runtime import configured_system
+from popdist_launcher.ipu_runtime.configured_system import get_ipu_config, reset_ipu_configuration  # noqa: F401
 from popdist_launcher.ipu.config import (DeviceConnectionType, ExecutionProfileType,  # noqa: F401
                                          IPUConfig, SchedulingAlgorithm, SelectionOrder,
                                          StochasticRoundingBehaviour, configure_ipu_system,
@@ -38,7 +38,7 @@ def move_variable_initialization_to_cpu(graph: Optional[tf.Graph] = None) -> Non
     from, on the host CPU, no longer colocated with their variable (ops that read a resource stay
     where they are). Distributed variables
     are left to their strategy. A no-op in eager mode (no variable collections)."""
-    from popdist_launcher.strategies._tf_internal import values_lib
+    from popdist_launcher.ipu_runtime.tf_internal import values_lib
 
     graph = graph or tf.compat.v1.get_default_graph()
     pending = [v.initializer.inputs[1].op for v in graph.get_collection("variables")
@@ -58,7 +58,7 @@ def move_variable_initialization_to_cpu(graph: Optional[tf.Graph] = None) -> Non
 
 def get_num_of_ipus_in_device(ipu_device: str = "/device:IPU:0", device: str = "cpu") -> int:
     """The number of IPUs the configured system selected (1 when nothing was configured)."""
-    system = _configured_system.get_configured_system()
+    system = configured_system.get_configured_system()
     return system.num_ipus if system else 1
 
 

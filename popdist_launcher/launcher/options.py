@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from popdist_launcher import _contract
+from popdist_launcher.wire import contract
 from popdist_launcher.launcher import hosts as hostlib
 from popdist_launcher.launcher import topology
 from popdist_launcher.launcher.backends.detect import in_slurm_allocation
@@ -100,7 +100,7 @@ def build(params: Mapping[str, Any], environ: Mapping[str, str]) -> JobOptions:
         instance_mpi_local_args=p["instance_mpi_local_args"])
     elastic = elastic_setup.settle(p, num_instances, named, argv) if elastic_given else None
     exported = _horovod_settings(p["timeline_filename"], p["autotune"], p["autotune_log_file"]) \
-        + (((_contract.TF1, "1"),) if p["tf1"] else ()) + parse_exports(p["env"], environ)
+        + (((contract.TF1, "1"),) if p["tf1"] else ()) + parse_exports(p["env"], environ)
     if elastic is not None:
         layout = elastic_layout(host_options, elastic.hosts, elastic.first_size)
     else:

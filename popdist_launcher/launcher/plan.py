@@ -10,7 +10,7 @@ import re
 import sys
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from popdist_launcher import _contract as c
+from popdist_launcher.wire import contract as c
 from popdist_launcher import tf_config
 from popdist_launcher.launcher import console
 from popdist_launcher.launcher.executables import which

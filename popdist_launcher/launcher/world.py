@@ -8,7 +8,8 @@ import signal
 import time
 from typing import Callable, Dict, List, Optional, Protocol, Set, Tuple
 
-from popdist_launcher import _contract as c, _keras2
+from popdist_launcher.wire import contract as c
+from popdist_launcher.compat import keras2
 from popdist_launcher.launcher import processes, report
 from popdist_launcher.launcher.attempt import (
     TIMEOUT_EXIT_CODE, UNRESPONSIVE_SECONDS, Failure, Instance, InstanceState, JobState, Started)
@@ -67,8 +68,8 @@ class World(abc.ABC):
         """What instance ``index`` runs: the program, the variables it gets on top of what it
         inherits, its folder, and whether the launcher's stdin goes to it."""
         env = {"PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
-        if _keras2.instance_value() is not None:  # Keras 2 on TensorFlow 2.16+
-            env[c.LEGACY_KERAS] = _keras2.instance_value()
+        if keras2.instance_value() is not None:  # Keras 2 on TensorFlow 2.16+
+            env[c.LEGACY_KERAS] = keras2.instance_value()
         env.update(self._env(index))
         return {"argv": list(self.sup.plan.program), "env": env, "cwd": os.getcwd(),
                 "stdin": index == self.stdin_to}

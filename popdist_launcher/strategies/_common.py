@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from popdist_launcher.strategies._tf_internal import distribute_lib, distribute_utils, reduce_util
+from popdist_launcher.ipu_runtime.tf_internal import distribute_lib, distribute_utils, reduce_util
 
 SUPPORTED_REDUCE_OPS = (reduce_util.ReduceOp.SUM, reduce_util.ReduceOp.MEAN)
 
@@ -19,23 +19,6 @@ def resolve_reduce_op(reduce_op) -> "reduce_util.ReduceOp":
             f"reduce op {reduce_op!r} is not supported across replicas; use "
             f"tf.distribute.ReduceOp.SUM or tf.distribute.ReduceOp.MEAN (or 'SUM' / 'MEAN').")
     return op
-
-
-def is_sharded(dataset) -> bool:
-    """True when ``dataset.shard(...)`` is part of the dataset's pipeline."""
-    pending, seen = [dataset], set()
-    while pending:
-        ds = pending.pop()
-        if id(ds) in seen:
-            continue
-        seen.add(id(ds))
-        if "Shard" in type(ds).__name__:
-            return True
-        try:
-            pending.extend(ds._inputs())  # noqa: SLF001 - tf.data's own pipeline walk
-        except (AttributeError, NotImplementedError):
-            pass
-    return False
 
 
 def call_for_the_only_replica(extended, fn, args, kwargs):

@@ -15,7 +15,7 @@ from typing import Callable, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from popdist_launcher.strategies._common import check_replication_mode
-from popdist_launcher.strategies._tf_internal import input_util
+from popdist_launcher.ipu_runtime.tf_internal import input_util
 
 _PER_WORKER = tf.distribute.InputReplicationMode.PER_WORKER
 _PER_REPLICA = tf.distribute.InputReplicationMode.PER_REPLICA

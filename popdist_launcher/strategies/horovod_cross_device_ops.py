@@ -7,8 +7,8 @@ from typing import List, Sequence
 import tensorflow as tf
 
 from popdist_launcher import collectives
-from popdist_launcher.strategies._tf_internal import (cross_device_ops_lib, reduce_util,
-                                                       values_lib)
+from popdist_launcher.ipu_runtime.tf_internal import (cross_device_ops_lib, reduce_util,
+                                                      values_lib)
 
 
 def _local_parts(value) -> list:

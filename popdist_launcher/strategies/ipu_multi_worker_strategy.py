@@ -18,14 +18,14 @@ import logging
 import tensorflow as tf
 
 from popdist_launcher import tf_config
-from popdist_launcher.ipu import _ipu_devices, _jit_functions
+from popdist_launcher.ipu_runtime import ipu_devices, jit_functions
+from popdist_launcher.ipu_runtime.datasets import is_sharded
+from popdist_launcher.ipu_runtime.tf_internal import (TFConfigClusterResolver,
+                                                      collective_all_reduce_strategy, input_util,
+                                                      nest, values_lib)
 from popdist_launcher.strategies import _host_input
 from popdist_launcher.strategies._common import (call_for_the_only_replica,
-                                                 check_replication_mode, is_sharded,
-                                                 resolve_reduce_op)
-from popdist_launcher.strategies._tf_internal import (TFConfigClusterResolver,
-                                                       collective_all_reduce_strategy, input_util,
-                                                       nest, values_lib)
+                                                 check_replication_mode, resolve_reduce_op)
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ _SERVERS: Dict[str, tf.distribute.Server] = {}
 class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceExtended):
     def __init__(self, container_strategy, cluster_resolver, variables_on_host: bool) -> None:
         self._variables_on_host = variables_on_host
-        self._replica_devices = _ipu_devices.local_replica_devices()  # before TensorFlow starts its gRPC server
+        self._replica_devices = ipu_devices.local_replica_devices()  # before TensorFlow starts its gRPC server
         super().__init__(container_strategy, cluster_resolver=cluster_resolver,
                          communication_options=tf.distribute.experimental.CommunicationOptions())
 
@@ -47,13 +47,13 @@ class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceE
         return local, kinds.pop()
 
     def _call_for_each_replica(self, fn, args, kwargs):
-        # what a replica computes reads as the IPU its device stands for (ipu._ipu_devices)
+        # what a replica computes reads as the IPU its device stands for (ipu_runtime.ipu_devices)
         if len(self.worker_devices) > 1:
             result = super()._call_for_each_replica(
-                _ipu_devices.on_replica_ipu(fn, mirrored=True), args, kwargs)
-            return _ipu_devices.name_replica_outputs(result) \
-                if _ipu_devices.is_tf_function(fn) else result
-        return call_for_the_only_replica(self, _ipu_devices.on_replica_ipu(fn), args, kwargs)
+                ipu_devices.on_replica_ipu(fn, mirrored=True), args, kwargs)
+            return ipu_devices.name_replica_outputs(result) \
+                if ipu_devices.is_tf_function(fn) else result
+        return call_for_the_only_replica(self, ipu_devices.on_replica_ipu(fn), args, kwargs)
 
     # ---- input: TensorFlow's, except that one CPU replica reads its dataset in place ---------
     def _experimental_distribute_dataset(self, dataset, options):
@@ -113,7 +113,7 @@ class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceE
 
     def _create_variable(self, next_creator, **kwargs):
         if not self._variables_on_host:  # on a replica device: it reads as that device's IPU
-            return super()._create_variable(_ipu_devices.on_replica_ipu(next_creator), **kwargs)
+            return super()._create_variable(ipu_devices.on_replica_ipu(next_creator), **kwargs)
         host = f"{self._worker_device}/device:CPU:0"
 
         def on_host(**kw):
@@ -125,7 +125,8 @@ class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceE
 
 class IPUMultiWorkerStrategy(collective_all_reduce_strategy.CollectiveAllReduceStrategy):
     """Multi-worker data parallelism with TensorFlow collectives; cluster from TF_CONFIG. A
-    ``tf.function(jit_compile=True)`` run under it runs without XLA (see ``ipu._jit_functions``)."""
+    ``tf.function(jit_compile=True)`` run under it runs without XLA (see
+    ``ipu_runtime.jit_functions``)."""
 
     _ipu_layer = True
 
@@ -140,7 +141,7 @@ class IPUMultiWorkerStrategy(collective_all_reduce_strategy.CollectiveAllReduceS
             self, IPUMultiWorkerExtended(self, cluster_resolver, variables_on_host))
         from tensorflow.python.distribute import distribute_lib
         distribute_lib.distribution_strategy_gauge.get_cell("V2").set("IPUMultiWorkerStrategy")
-        _jit_functions.install()
+        jit_functions.install()
 
     def reduce(self, reduce_op, value, axis=None):
         """Each value of a nested ``value`` reduced (Keras 3's fit reduces a batch's structure);
@@ -156,7 +157,7 @@ class IPUMultiWorkerStrategy(collective_all_reduce_strategy.CollectiveAllReduceS
         return nest.map_structure(reduce_one, value)
 
     def run(self, fn, args=(), kwargs=None, options=None):
-        _jit_functions.host_operation("IPUMultiWorkerStrategy.run")
+        jit_functions.host_operation("IPUMultiWorkerStrategy.run")
         return super().run(fn, args=args, kwargs=kwargs, options=options)
 
     def experimental_run_v2(self, fn, args=(), kwargs=None, options=None):

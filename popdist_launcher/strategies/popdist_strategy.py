@@ -20,15 +20,15 @@ from typing import Iterator
 import tensorflow as tf
 
 from popdist_launcher import collectives, runtime
-from popdist_launcher.ipu import _ipu_devices, _jit_functions, config as ipu_config
-from popdist_launcher.strategies._tf_internal import (CheckpointInitialValue, distribute_lib,
-                                                       distribute_utils, input_lib_v1, input_util,
-                                                       mirrored_strategy, nest, reduce_util,
-                                                       values_lib)
+from popdist_launcher.ipu_runtime import config as ipu_config, ipu_devices, jit_functions
+from popdist_launcher.ipu_runtime.datasets import is_sharded
+from popdist_launcher.ipu_runtime.tf_internal import (CheckpointInitialValue, distribute_lib,
+                                                      distribute_utils, input_lib_v1, input_util,
+                                                      mirrored_strategy, nest, reduce_util,
+                                                      values_lib)
 from popdist_launcher.strategies import _host_input
 from popdist_launcher.strategies._common import (call_for_the_only_replica,
-                                                 check_replication_mode, is_sharded,
-                                                 resolve_reduce_op)
+                                                 check_replication_mode, resolve_reduce_op)
 from popdist_launcher.strategies.horovod_cross_device_ops import HorovodAllReduce
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
                 f"Horovod sees {collectives.size()} process(es) but "
                 f"{ctx.launcher or 'the environment'} started {ctx.num_instances} instance(s); "
                 f"start every instance through one launcher (e.g. poprun-lite -np N).")
-        devices = _ipu_devices.local_replica_devices()
+        devices = ipu_devices.local_replica_devices()
         self._instance_index = collectives.rank()
         self._num_instances = collectives.size()
         self._num_local = len(devices)
@@ -97,13 +97,13 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
         return True  # every cross-replica reduction goes through _batch_reduce_to
 
     def _call_for_each_replica(self, fn, args, kwargs):
-        # what a replica computes reads as the IPU its device stands for (ipu._ipu_devices)
+        # what a replica computes reads as the IPU its device stands for (ipu_runtime.ipu_devices)
         if self._num_local > 1:
             result = super()._call_for_each_replica(
-                _ipu_devices.on_replica_ipu(fn, mirrored=True), args, kwargs)
-            return _ipu_devices.name_replica_outputs(result) \
-                if _ipu_devices.is_tf_function(fn) else result
-        return call_for_the_only_replica(self, _ipu_devices.on_replica_ipu(fn), args, kwargs)
+                ipu_devices.on_replica_ipu(fn, mirrored=True), args, kwargs)
+            return ipu_devices.name_replica_outputs(result) \
+                if ipu_devices.is_tf_function(fn) else result
+        return call_for_the_only_replica(self, ipu_devices.on_replica_ipu(fn), args, kwargs)
 
     # ---- variables -----------------------------------------------------------------------
     def _get_variable_creator_initial_value(self, replica_id, device, primary_var, **kwargs):
@@ -132,7 +132,7 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
 
     def _create_variable(self, next_creator, **kwargs):
         if not self._variables_on_host:  # on a replica device: it reads as that device's IPU
-            return super()._create_variable(_ipu_devices.on_replica_ipu(next_creator), **kwargs)
+            return super()._create_variable(ipu_devices.on_replica_ipu(next_creator), **kwargs)
 
         def on_host(**kw):
             with tf.device(self._host_device):
@@ -271,14 +271,14 @@ def _is_global_step(variable_kwargs) -> bool:
 
 class _HorovodStrategyBase(distribute_lib.Strategy):
     """Shared API of the Horovod-backed strategies; a ``tf.function(jit_compile=True)`` run
-    under one runs without XLA (see ``ipu._jit_functions``)."""
+    under one runs without XLA (see ``ipu_runtime.jit_functions``)."""
 
     _ipu_layer = True
 
     def __init__(self, extended: HorovodExtended) -> None:
         super().__init__(extended)
-        _jit_functions.install()
-        from popdist_launcher.ipu import keras_extensions
+        jit_functions.install()
+        from popdist_launcher.ipu_runtime import keras_extensions
         keras_extensions.install_keras_3()  # Keras 3's fit counts the steps the strategy runs
 
     @property
@@ -290,7 +290,7 @@ class _HorovodStrategyBase(distribute_lib.Strategy):
         return super().reduce(resolve_reduce_op(reduce_op), value, axis)
 
     def run(self, fn, args=(), kwargs=None, options=None):
-        _jit_functions.host_operation(f"{type(self).__name__}.run")
+        jit_functions.host_operation(f"{type(self).__name__}.run")
         return super().run(fn, args=args, kwargs=kwargs, options=options)
 
     def experimental_run_v2(self, fn, args=(), kwargs=None, options=None):
@@ -317,7 +317,7 @@ class PopDistStrategy(_HorovodStrategyBase):
         self._add_ipu_cross_replica_reductions = add_ipu_cross_replica_reductions
         super().__init__(HorovodExtended(self))
         if enable_keras_extensions:  # model.set_gradient_accumulation_options ..., as Graphcore's
-            from popdist_launcher.ipu import keras_extensions
+            from popdist_launcher.ipu_runtime import keras_extensions
             keras_extensions.install()
 
 

@@ -55,13 +55,13 @@ def test_counts_in_the_coverage_document_match_the_inventory():
         assert f"TensorFlow {line} line: {provided} of {len(records)} names provided." in COVERAGE
 
 
-# -- the import table (popdist_launcher/_import_table.py): every name both ways, and documented
+# -- the import table (popdist_launcher/compat/import_table.py): every name both ways, and documented
 
 def test_every_ipu_name_of_the_table_is_the_same_module_both_ways():
     import pkgutil
 
     import popdist_launcher.ipu as ours
-    from popdist_launcher import _import_table as table
+    from popdist_launcher.compat import import_table as table
     from tensorflow.python import ipu
     children = {m.name for m in pkgutil.iter_modules(ours.__path__) if not m.name.startswith("_")}
     children |= {a.name.rpartition(".")[2] for a in table.ALIASES
@@ -89,7 +89,7 @@ def _switches(when) -> str:
 
 def import_table_rows() -> list:
     """The rows docs/ipu-api-coverage.md's "The import table" section has for the table."""
-    from popdist_launcher import _import_table as table
+    from popdist_launcher.compat import import_table as table
     rows = []
     for a in table.ALIASES:
         tail = "[.X]" if a.children else ""

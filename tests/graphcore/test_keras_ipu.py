@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from conftest import poprun
-from popdist_launcher.ipu.keras.extensions.data_adapter import array_batch_size, num_batches
-from popdist_launcher.ipu.keras.extensions.replicas import replica_layout
+from popdist_launcher.ipu_runtime.keras.data_adapter import array_batch_size, num_batches
+from popdist_launcher.ipu_runtime.keras.replicas import replica_layout
 
 PROGRAMS = Path(__file__).parent / "programs"
 

@@ -1,4 +1,4 @@
-"""NumPy 1.x's names for IPU programs (popdist_launcher/_numpy1_names.py): a program written for
+"""NumPy 1.x's names for IPU programs (popdist_launcher/numpy1_names.py): a program written for
 Graphcore's SDK that uses ``np.Inf``, ``np.product``, ``np.float``, ``np.cast`` ... runs, each name
 with NumPy 1.x's meaning, under poprun-lite and as one process with the same weights; the same
 NumPy code in a program that names no Graphcore module sees NumPy as it is."""
@@ -81,8 +81,8 @@ def test_an_ipu_program_has_numpy_1_names_under_poprun_lite(tmp_path, one_proces
 
 
 def test_a_program_without_graphcore_names_sees_numpy_as_it_is():
-    from popdist_launcher import _numpy1_names
-    names = _numpy1_names.names()
+    from popdist_launcher.compat import numpy1_names
+    names = numpy1_names.names()
     code = ("import json, numpy as np, tensorflow; "
             f"print(json.dumps([[n for n in {names!r} if hasattr(np, n)], "
             f"[n for n in {names!r} if n in vars(np)], "
@@ -99,7 +99,7 @@ def test_a_program_without_graphcore_names_sees_numpy_as_it_is():
 
 
 def test_every_name_the_module_answers_is_documented():
-    from popdist_launcher import _numpy1_names
+    from popdist_launcher.compat import numpy1_names
     coverage = (Path(__file__).resolve().parents[2] / "docs" / "ipu-api-coverage.md").read_text()
     section = coverage.split("\n## NumPy 1.x names\n", 1)[1].split("\n## ", 1)[0]
-    assert [n for n in _numpy1_names.names() if not re.search(rf"`np\.{n}[`(\[]", section)] == []
+    assert [n for n in numpy1_names.names() if not re.search(rf"`np\.{n}[`(\[]", section)] == []

@@ -1,4 +1,4 @@
-"""TensorFlow 2.6's Keras optimizers under the IPU layer (popdist_launcher._keras_compat) and the
+"""TensorFlow 2.6's Keras optimizers under the IPU layer (popdist_launcher.compat.keras_compat) and the
 loss the progress bar shows for a pipelined fit whose steps_per_execution exceeds the epoch's
 steps: a Graphcore-style program checked against NumPy, as one process and under poprun-lite -np 2
 (each instance trains on its own IPUStrategy)."""
@@ -111,7 +111,7 @@ try:
 except ValueError:
     decay = "ValueError"
 print(json.dumps([type(tf.keras.optimizers.SGD()).__module__, type(model.optimizer).__module__,
-                  decay, "popdist_launcher.ipu.config" in sys.modules]))
+                  decay, "popdist_launcher.ipu_runtime.config" in sys.modules]))
 """
 
 

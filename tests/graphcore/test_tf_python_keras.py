@@ -1,5 +1,5 @@
 """``tensorflow.python.keras`` in IPU programs is the Keras 2 that tf.keras is, module by module
-(popdist_launcher/_tf_python_keras.py), as on Graphcore's SDKs: a Sequential from
+(popdist_launcher/compat/tf_python_keras.py), as on Graphcore's SDKs: a Sequential from
 ``tensorflow.python.keras.engine.sequential`` compiles with a tf.keras optimizer and trains like
 tf.keras's own, under poprun-lite as in one process; a program without Graphcore's names keeps
 TensorFlow's own old copy."""

@@ -164,7 +164,7 @@ def _apply_on_host(spec: HostEmbeddingOptimizerSpec, embedding_tensor, slot_vars
 def _host_variable(initial_value: Any, name: str, trainable: bool):
     """A variable of this process, never mirrored by a strategy whose scope is active (the host
     embedding's table lives once per host)."""
-    from popdist_launcher.strategies._tf_internal import ref_variable, resource_variable_ops
+    from popdist_launcher.ipu_runtime.tf_internal import ref_variable, resource_variable_ops
 
     if tf.compat.v1.executing_eagerly_outside_functions():
         return resource_variable_ops.ResourceVariable(initial_value, name=name,

@@ -111,7 +111,8 @@ def check_replication(num_stages: int, device_mapping: Optional[Sequence[int]] =
     """The replicas Graphcore makes of a pipeline over ``device_mapping`` (default: stage i on
     IPU i): the selected IPUs over its IPUs rounded up to a power of two. Under an IPUStrategy
     whose local replicas differ, a ValueError naming the IPUs per replica to launch with."""
-    from popdist_launcher.ipu import _configured_system, ipu_strategy
+    from popdist_launcher.ipu import ipu_strategy
+    from popdist_launcher.ipu_runtime import configured_system
 
     mapping = list(range(num_stages)) if device_mapping is None else list(device_mapping)
     if len(mapping) != num_stages or not all(isinstance(d, int) and d >= 0 for d in mapping):
@@ -119,7 +120,7 @@ def check_replication(num_stages: int, device_mapping: Optional[Sequence[int]] =
                          f"stage ({num_stages}), got {device_mapping!r}.")
     shards = max(mapping) + 1
     rounded = 2 ** math.ceil(math.log2(shards))
-    system = _configured_system.get_configured_system()
+    system = configured_system.get_configured_system()
     if system is None:
         return 1
     replication = max(1, system.num_ipus // rounded)  # stages share IPUs when there are fewer

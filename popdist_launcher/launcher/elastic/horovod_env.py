@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
-from popdist_launcher import _contract as c
+from popdist_launcher.wire import contract as c
 from popdist_launcher.wire import placement_text as placing
 from popdist_launcher.wire import rendezvous
 from popdist_launcher.wire.protocol import UNSET_ENV

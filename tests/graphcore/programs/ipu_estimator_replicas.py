@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python import ipu
 
-from popdist_launcher.ipu._configured_system import get_configured_system
+from popdist_launcher.ipu_runtime.configured_system import get_configured_system
 
 rng = np.random.default_rng(5)
 X = rng.normal(size=(16, 3)).astype(np.float32)

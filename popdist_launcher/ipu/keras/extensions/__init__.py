@@ -1,6 +1,6 @@
 """``keras.ipu.extensions``: the classes holding the IPU methods of Keras models (Graphcore
 registers them as extensions of Model, Sequential and functional models; here every
-``tf.keras.Model`` gets the same methods, see ``popdist_launcher.ipu.keras_extensions``).
+``tf.keras.Model`` gets the same methods, see ``popdist_launcher.ipu_runtime.keras_extensions``).
 
 Its modules: ``options`` (the ``set_*_options`` methods and the options they keep),
 ``pipeline_stages``, ``replicas`` (Graphcore's replica rule), ``data_adapter`` (each replica's
@@ -14,8 +14,8 @@ from popdist_launcher.ipu.keras import (FunctionalLayerPipelineStageAssignment, 
                                         NestedModelPipelineStageAssignment, PipelineStage,
                                         SequentialLayerPipelineStageAssignment,
                                         SequentialNestedModelPipelineStageAssignment)
-from popdist_launcher.ipu.keras.extensions.extensions_base import METHODS as _METHODS
-from popdist_launcher.ipu.replicated_metrics import ReplicatedMetricReductionMethod  # noqa: F401
+from popdist_launcher.ipu_runtime.keras.extensions_base import METHODS as _METHODS
+from popdist_launcher.ipu_runtime.reduction_methods import ReplicatedMetricReductionMethod  # noqa: F401
 
 
 class ModelExtension:

@@ -1,10 +1,10 @@
 """``keras.ipu.optimizers.ALSOptimizerAdam``: automatic loss scaling around Keras's Adam."""
 from __future__ import annotations
 
-from popdist_launcher import _keras2
+from popdist_launcher.compat import keras2
 from popdist_launcher.ipu.keras.optimizers.als_optimizer import ALSOptimizerAround
 
-adam = _keras2.import_src("optimizers.legacy.adam")
+adam = keras2.import_src("optimizers.legacy.adam")
 
 
 class ALSOptimizerAdam(ALSOptimizerAround):

@@ -1,10 +1,10 @@
 """``keras.ipu.optimizers.ALSOptimizerSGD``: automatic loss scaling around Keras's SGD."""
 from __future__ import annotations
 
-from popdist_launcher import _keras2
+from popdist_launcher.compat import keras2
 from popdist_launcher.ipu.keras.optimizers.als_optimizer import ALSOptimizerAround
 
-gradient_descent = _keras2.import_src("optimizers.legacy.gradient_descent")
+gradient_descent = keras2.import_src("optimizers.legacy.gradient_descent")
 
 
 class ALSOptimizerSGD(ALSOptimizerAround):

@@ -7,9 +7,9 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import tensorflow as tf
 
-from popdist_launcher import _keras2
+from popdist_launcher.compat import keras2
 
-OptimizerV2 = _keras2.import_src("optimizers.legacy.optimizer_v2").OptimizerV2
+OptimizerV2 = keras2.import_src("optimizers.legacy.optimizer_v2").OptimizerV2
 _HYPER_ALIASES = {"lr": "learning_rate"}
 
 

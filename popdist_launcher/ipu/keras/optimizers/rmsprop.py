@@ -1,10 +1,10 @@
 """``keras.ipu.optimizers.ALSOptimizerRMSProp``: automatic loss scaling around Keras's RMSprop."""
 from __future__ import annotations
 
-from popdist_launcher import _keras2
+from popdist_launcher.compat import keras2
 from popdist_launcher.ipu.keras.optimizers.als_optimizer import ALSOptimizerAround
 
-rmsprop = _keras2.import_src("optimizers.legacy.rmsprop")
+rmsprop = keras2.import_src("optimizers.legacy.rmsprop")
 
 
 class ALSOptimizerRMSProp(ALSOptimizerAround):

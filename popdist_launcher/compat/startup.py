@@ -1,5 +1,5 @@
 """Run at every interpreter start by ``popdist_launcher.pth`` in site-packages: puts the one
-finder that applies the import table (popdist_launcher._import_table) first on sys.meta_path.
+finder that applies the import table (popdist_launcher.compat.import_table) first on sys.meta_path.
 
 The table says which names import as which modules (``tensorflow.python.ipu[.X]`` as
 ``popdist_launcher.ipu[.X]``, the same module objects; ``keras`` as tf-keras where tf.keras is
@@ -7,13 +7,13 @@ Keras 2; TensorFlow 2.6's moved Keras modules; TensorFlow's removed modules) and
 after (or before) a module imports, each while its switches are on. Standard library only;
 nothing is imported until a program imports one of those modules.
 As TensorFlow or ``keras`` begins to import it decides the program's Keras (``choose_keras``,
-popdist_launcher._keras2.choose): Keras 2 for programs written for it, else TensorFlow's own.
+popdist_launcher.compat.keras2.choose): Keras 2 for programs written for it, else TensorFlow's own.
 POPDIST_LAUNCHER_IPU_ALIAS=0 turns Graphcore's names off.
 """
 import os
 import sys
 
-from popdist_launcher import _import_table as table
+from popdist_launcher.compat import import_table as table
 
 
 def _call(function: str, argument):
@@ -113,8 +113,8 @@ class ImportTableFinder:
         if table.KERAS_2 not in name:
             return name
         if self._keras_2 is None:
-            from popdist_launcher import _keras2
-            self._keras_2 = _keras2.package()
+            from popdist_launcher.compat import keras2
+            self._keras_2 = keras2.package()
         return name.replace(table.KERAS_2, self._keras_2)
 
     # -- the finder
@@ -247,8 +247,8 @@ def choose_keras(_name=None) -> None:
     """Before ``tensorflow`` or ``keras`` imports: decide the program's Keras before TensorFlow
     reads ``TF_USE_LEGACY_KERAS``; ``keras`` is tf-keras where tf.keras is Keras 2 from tf-keras."""
     if "tf-keras" not in finder().on:
-        from popdist_launcher import _keras2
-        if _keras2.choose():
+        from popdist_launcher.compat import keras2
+        if keras2.choose():
             switch_on("tf-keras")
 
 

@@ -1,9 +1,9 @@
 """Progress reports the library makes by itself under poprun-lite (``report_progress``):
 ``tf.train.CheckpointManager.save`` reports the number of the checkpoint it wrote (and is a
 long phase for the hang check while it runs, ``whereabouts.py``), Horovod's
-elastic ``state.commit()`` the commits so far (``_horovod_elastic.py``), the IPUEstimator its
+elastic ``state.commit()`` the commits so far (``horovod_elastic.py``), the IPUEstimator its
 global step (``ipu/ipu_estimator.py``); Keras' ``ModelCheckpoint`` and ``BackupAndRestore`` saves
-are long phases too. Hooks of the import table (``_import_table.py``, switch
+are long phases too. Hooks of the import table (``import_table.py``, switch
 ``progress-reports``) for programs that poprun-lite's wrapper started."""
 from __future__ import annotations
 

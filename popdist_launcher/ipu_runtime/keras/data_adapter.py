@@ -13,8 +13,8 @@ from typing import Optional
 
 import tensorflow as tf
 
-from popdist_launcher.ipu.keras.extensions.options import log_once
-from popdist_launcher.ipu.keras.extensions.replicas import emulated_replicas, replicas_and_span
+from popdist_launcher.ipu_runtime.keras.options import log_once
+from popdist_launcher.ipu_runtime.keras.replicas import emulated_replicas, replicas_and_span
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The import table: every module name the site hook answers (Graphcore's IPU names, TensorFlow
 2.6's moved Keras modules, TensorFlow's removed modules) and every hook it runs around an
-import, as data. ``popdist_launcher._startup.ImportTableFinder`` is the one finder that applies
+import, as data. ``popdist_launcher.compat.startup.ImportTableFinder`` is the one finder that applies
 it; ``popdist_launcher.ipu``'s attributes and docs/ipu-api-coverage.md ("The import table")
 follow it.
 
@@ -8,25 +8,25 @@ An entry applies while all of its switches are on (``when``). Switches:
 
 - ``ipu-alias``: Graphcore's names import (on unless ``POPDIST_LAUNCHER_IPU_ALIAS=0``).
 - ``tf-keras``: ``keras`` is Keras 2 from the tf-keras package (TensorFlow 2.16+ with
-  ``TF_USE_LEGACY_KERAS`` set or chosen; ``popdist_launcher._startup.choose_keras``).
-- ``keras-2``: TensorFlow has imported and tf.keras is Keras 2 (``_keras_compat.install``).
+  ``TF_USE_LEGACY_KERAS`` set or chosen; ``popdist_launcher.compat.startup.choose_keras``).
+- ``keras-2``: TensorFlow has imported and tf.keras is Keras 2 (``keras_compat.install``).
 - ``ipu-program``: the program is written for Graphcore's SDK (it names one of the ``graphcore``
-  entries below: ``popdist_launcher._ipu_program.decide``, at TensorFlow's import, or the first
+  entries below: ``popdist_launcher.compat.ipu_program.decide``, at TensorFlow's import, or the first
   import of such a name): Keras optimizers are TensorFlow 2.6's, NumPy has its 1.x names.
 - ``ipu-devices``: the IPU layer has imported, or TensorFlow in an IPU program
-  (``ipu._ipu_devices.watch``): ops placed on ``/device:IPU:N`` and ``tf.config``'s IPU device
+  (``ipu_runtime.ipu_devices.watch``): ops placed on ``/device:IPU:N`` and ``tf.config``'s IPU device
   listings.
 - ``estimator-removed``: TensorFlow 2.16+ without tf.estimator's support modules
-  (``_estimator_compat.install``).
+  (``estimator.install``).
 - ``tf1``, ``tf-config-auto``, ``horovod-elastic``, ``progress-reports``: from poprun-lite's
   variables (``ENVIRONMENT_SWITCHES``).
 
 ``{keras2}`` in a name is the package that is Keras 2 here: ``keras`` on TensorFlow 2.15,
-``tf_keras`` on 2.16+ (popdist_launcher._keras2); entries that use it wait for ``keras-2``.
+``tf_keras`` on 2.16+ (popdist_launcher.compat.keras2); entries that use it wait for ``keras-2``.
 Standard library only, and nothing imported: the site hook reads this at every interpreter start.
 """
 
-from popdist_launcher._tf_python_keras import MOVED as TF_PYTHON_KERAS_MOVED
+from popdist_launcher.compat.tf_python_keras import MOVED as TF_PYTHON_KERAS_MOVED
 
 KERAS_2 = "{keras2}"
 IPU = "tensorflow.python.ipu"
@@ -107,7 +107,7 @@ ALIASES = (
     # The SDK's internal modules (``from tensorflow.compiler.plugin.poplar.ops import gen_ipu_ops``).
     Alias("tensorflow.compiler.plugin", "popdist_launcher.ipu._sdk", **_GRAPHCORE),
 
-    # ``import keras`` is Keras 2 (tf-keras) where tf.keras is (popdist_launcher._keras2).
+    # ``import keras`` is Keras 2 (tf-keras) where tf.keras is (popdist_launcher.compat.keras2).
     Alias("keras", "tf_keras", when=("tf-keras",)),
 
     # TensorFlow 2.6's Keras modules that today's Keras 2 has elsewhere (only where missing).
@@ -116,7 +116,7 @@ ALIASES = (
           when=("keras-2",)),
     Alias("keras.optimizer_v2", f"{KERAS_2}.src.optimizers.legacy", shadows=False, when=("keras-2",)),
     # In IPU programs tensorflow.python.keras is tf.keras's Keras 2 even where TensorFlow still
-    # has its own old copy (popdist_launcher._tf_python_keras), TF 2.6's moved modules included.
+    # has its own old copy (popdist_launcher.compat.tf_python_keras), TF 2.6's moved modules included.
     *(Alias(f"tensorflow.python.keras.{old}", f"{KERAS_2}.src.{new}", when=("keras-2", "ipu-program"))
       for old, new in TF_PYTHON_KERAS_MOVED.items()),
     Alias("tensorflow.python.keras", f"{KERAS_2}.src", when=("keras-2", "ipu-program")),
@@ -128,8 +128,11 @@ ALIASES = (
           "tensorflow.python.distribute.distribute_lib", children=False, shadows=False),
     Alias("tensorflow.pywrap_tensorflow", "tensorflow.python.training.py_checkpoint_reader",
           children=False, shadows=False),
-    # The parts of contrib Graphcore's TF1 applications use (popdist_launcher._tf_contrib).
-    Alias("tensorflow.contrib", "popdist_launcher._tf_contrib", shadows=False, message=(
+    # The parts of contrib Graphcore's TF1 applications use (popdist_launcher.compat.tf_contrib).
+    *(Alias(name, f"{IPU_TARGET}.ipu_compiler", children=False, shadows=False)
+      for name in ("tensorflow.contrib.compiler.xla",  # contrib's xla.compile is ipu_compiler's
+                   "popdist_launcher.compat.tf_contrib.compiler.xla")),
+    Alias("tensorflow.contrib", "popdist_launcher.compat.tf_contrib", shadows=False, message=(
         "tensorflow.contrib, beyond its layers initializers, compiler.xla, data.AUTOTUNE, "
         "framework checkpoint functions and rnn cells, was removed in TensorFlow 2 and is not "
         "provided here: use its TensorFlow 2 replacement (tf.compat.v1.layers, tf.keras, "
@@ -139,79 +142,85 @@ ALIASES = (
         "not provided here: export the model without the graph transforms (they only optimise "
         "an inference graph) or use tf.compat.v1.graph_util to freeze it.")),
 
-    # tf.estimator on TensorFlow 2.16+ (popdist_launcher._estimator_compat): the estimator API
+    # tf.estimator on TensorFlow 2.16+ (popdist_launcher.compat.estimator): the estimator API
     # as TensorFlow 2.15 had it, and the modules TensorFlow removed that it imports.
     *(Alias(name, f"tensorflow_estimator.python.estimator.api._{v}.estimator", shadows=False,
             when=("estimator-removed",))
       for name, v in (("tensorflow.estimator", "v2"), ("tensorflow.compat.v2.estimator", "v2"),
                       ("tensorflow.compat.v1.estimator", "v1"))),
     Alias("tensorflow.python.distribute.estimator_training",
-          "popdist_launcher._estimator_compat.estimator_training", children=False, shadows=False,
+          "popdist_launcher.compat.estimator.estimator_training", children=False, shadows=False,
           when=("estimator-removed",)),
     # Modules only TPUEstimator uses, inside its functions: import, and say so when used.
     *(Alias(f"tensorflow.python.tpu.{name}", children=False, shadows=False,
-            make="popdist_launcher._estimator_compat:tpu_only_module", when=("estimator-removed",))
+            make="popdist_launcher.compat.estimator:tpu_only_module", when=("estimator-removed",))
       for name in ("session_support", "tpu_embedding", "tpu_embedding_gradient")),
 )
 
-_TF26_OPTIMIZERS = "popdist_launcher._keras_compat:tf26_optimizer_names"
+# The modules whose import means "the IPU layer has imported": IPUConfig's (which ipu/ imports
+# first) and the IPU devices' (which the strategies import).
+IPU_LAYER = ("popdist_launcher.ipu_runtime.config", "popdist_launcher.ipu_runtime.ipu_devices")
+_TF26_OPTIMIZERS = "popdist_launcher.compat.keras_compat:tf26_optimizer_names"
 
 HOOKS = (
     # Keras 2 on TensorFlow 2.16+: decide TF_USE_LEGACY_KERAS before TensorFlow reads it.
-    Hook("tensorflow", "popdist_launcher._startup:choose_keras", before=True),
-    Hook("keras", "popdist_launcher._startup:choose_keras", before=True),
-    Hook("horovod.tensorflow.keras", "popdist_launcher._keras2:refuse_keras_3"),
-    Hook("horovod.keras", "popdist_launcher._keras2:refuse_keras_3"),
+    Hook("tensorflow", "popdist_launcher.compat.startup:choose_keras", before=True),
+    Hook("keras", "popdist_launcher.compat.startup:choose_keras", before=True),
+    Hook("horovod.tensorflow.keras", "popdist_launcher.compat.keras2:refuse_keras_3"),
+    Hook("horovod.keras", "popdist_launcher.compat.keras2:refuse_keras_3"),
     # TensorFlow 2.6's Keras for every program (they only make work what fails in stock Keras):
     # switches on keras-2, whichever of these imports first.
-    Hook("tensorflow", "popdist_launcher._keras_compat:install"),
-    Hook("keras", "popdist_launcher._keras_compat:install"),
-    Hook("popdist_launcher.ipu.config", "popdist_launcher._keras_compat:install"),
-    Hook(f"{KERAS_2}.src.engine.training", "popdist_launcher._keras_compat:patch_compile",
+    Hook("tensorflow", "popdist_launcher.compat.keras_compat:install"),
+    Hook("keras", "popdist_launcher.compat.keras_compat:install"),
+    *(Hook(ipu, "popdist_launcher.compat.keras_compat:install") for ipu in IPU_LAYER),
+    Hook(f"{KERAS_2}.src.engine.training", "popdist_launcher.compat.keras_compat:patch_compile",
          when=("keras-2",)),
-    Hook(f"{KERAS_2}.losses", "popdist_launcher._keras_compat:add_losses_utils", when=("keras-2",)),
+    Hook(f"{KERAS_2}.losses", "popdist_launcher.compat.keras_compat:add_losses_utils", when=("keras-2",)),
     # Whether the program is an IPU program, decided before it can bind a Keras name.
-    Hook("tensorflow", "popdist_launcher._ipu_program:decide", when=("ipu-alias",)),
-    Hook("numpy", "popdist_launcher._ipu_program:decide", when=("ipu-alias",)),
+    Hook("tensorflow", "popdist_launcher.compat.ipu_program:decide", when=("ipu-alias",)),
+    Hook("numpy", "popdist_launcher.compat.ipu_program:decide", when=("ipu-alias",)),
     # NumPy 1.x's names (np.float_, np.NaN, np.product ...) for IPU programs.
-    Hook("numpy", "popdist_launcher._numpy1_names:install", when=("ipu-program",)),
+    Hook("numpy", "popdist_launcher.compat.numpy1_names:install", when=("ipu-program",)),
     # TensorFlow 2.6's optimizers under the public names, for IPU programs.
-    Hook(f"{KERAS_2}.src.optimizers", "popdist_launcher._keras_compat:legacy_by_name",
+    Hook(f"{KERAS_2}.src.optimizers", "popdist_launcher.compat.keras_compat:legacy_by_name",
          when=("keras-2", "ipu-program")),
     Hook("tensorflow.keras.optimizers", _TF26_OPTIMIZERS, when=("keras-2", "ipu-program")),
     *(Hook(f"{KERAS_2}.{module}", _TF26_OPTIMIZERS, when=("keras-2", "ipu-program"))
       for module in ("optimizers", "api._v2.keras.optimizers", "api._v1.keras.optimizers")),
-    Hook("tensorflow", "popdist_launcher._tf_python_keras:forget_tensorflows_copy",
+    Hook("tensorflow", "popdist_launcher.compat.tf_python_keras:forget_tensorflows_copy",
          when=("keras-2", "ipu-program")),
     # TensorFlow's removed names that are attributes, not modules.
-    Hook("tensorflow", "popdist_launcher._tf_data_compat:install"),
-    Hook("tensorflow", "popdist_launcher._tf_removed:install"),
-    Hook("tensorflow", "popdist_launcher._estimator_compat:install"),  # estimator-removed
+    Hook("tensorflow", "popdist_launcher.compat.tf_data_compat:install"),
+    Hook("tensorflow", "popdist_launcher.compat.tf_removed:install"),
+    Hook("tensorflow", "popdist_launcher.compat.estimator:install"),  # estimator-removed
     # IPU devices (``tf.config.list_logical_devices("IPU")``, ``/device:IPU:N``).
-    Hook("popdist_launcher.ipu.config", "popdist_launcher.ipu._ipu_devices:watch"),
-    Hook("tensorflow", "popdist_launcher.ipu._ipu_devices:watch", when=("ipu-program",)),
-    Hook("tensorflow.python.framework.ops", "popdist_launcher.ipu._ipu_devices:install",
+    *(Hook(ipu, "popdist_launcher.ipu_runtime.ipu_devices:watch") for ipu in IPU_LAYER),
+    Hook("tensorflow", "popdist_launcher.ipu_runtime.ipu_devices:watch", when=("ipu-program",)),
+    Hook("tensorflow.python.framework.ops", "popdist_launcher.ipu_runtime.ipu_devices:install",
          when=("ipu-devices",)),
-    Hook("tensorflow", "popdist_launcher.ipu._ipu_devices:install_listing", when=("ipu-devices",)),
+    Hook("tensorflow", "popdist_launcher.ipu_runtime.ipu_devices:install_listing", when=("ipu-devices",)),
+    # Keras' ``ipu`` module (keras.ipu.PipelineStage ...) as the IPU Keras methods install.
+    Hook("popdist_launcher.ipu_runtime.keras.extensions_base",
+         "popdist_launcher.ipu.keras_extensions:give_keras_its_ipu_module"),
     # poprun-lite's switches.
-    Hook("tensorflow", "popdist_launcher._tf1:disable_v2_behavior", when=("tf1",)),
-    Hook("tensorflow", "popdist_launcher._tf_contrib:install", when=("tf1",)),
-    Hook("tensorflow_estimator.python.estimator.run_config", "popdist_launcher._run_config:install",
+    Hook("tensorflow", "popdist_launcher.compat.tf1:disable_v2_behavior", when=("tf1",)),
+    Hook("tensorflow", "popdist_launcher.compat.tf_contrib:install", when=("tf1",)),
+    Hook("tensorflow_estimator.python.estimator.run_config", "popdist_launcher.compat.run_config:install",
          when=("tf-config-auto",)),  # RunConfig sees the cluster only with a strategy
-    Hook("horovod.tensorflow.elastic", "popdist_launcher._horovod_elastic:install",
+    Hook("horovod.tensorflow.elastic", "popdist_launcher.compat.horovod_elastic:install",
          when=("horovod-elastic",)),
-    Hook("horovod.tensorflow.elastic", "popdist_launcher._horovod_keras_sync:install",
+    Hook("horovod.tensorflow.elastic", "popdist_launcher.compat.horovod_keras_sync:install",
          when=("horovod-elastic",)),
     Hook("tensorflow.python.checkpoint.checkpoint_management",
-         "popdist_launcher._progress_hooks:install_checkpoint_manager",
+         "popdist_launcher.compat.progress_hooks:install_checkpoint_manager",
          when=("progress-reports",)),
-    *(Hook(callbacks, "popdist_launcher._progress_hooks:install_keras_callbacks",
+    *(Hook(callbacks, "popdist_launcher.compat.progress_hooks:install_keras_callbacks",
            when=("progress-reports",)) for callbacks in ("tf_keras.src.callbacks",
                                                          "keras.src.callbacks")),
 )
 
 # Switches the environment turns on at interpreter start: switch -> {variable: value} (all must
-# hold; None: set to anything). Names of popdist_launcher._contract, spelled out to import nothing.
+# hold; None: set to anything). Names of popdist_launcher.wire.contract, spelled out to import nothing.
 ENVIRONMENT_SWITCHES = {
     "tf1": {"POPDIST_TF1": "1"},  # poprun-lite --tf1: TensorFlow 1.15's behaviour
     "tf-config-auto": {"POPRUN_TF_CONFIG_AUTO": "1"},  # --tf-config auto

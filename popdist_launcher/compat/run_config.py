@@ -20,7 +20,8 @@ import json
 import os
 from typing import Any, Iterator, Mapping, Optional
 
-from popdist_launcher import _contract, tf_config
+from popdist_launcher import tf_config
+from popdist_launcher.wire import contract
 
 # What the RunConfig module reads as os.environ while a RunConfig is built here (None: os.environ).
 _ENVIRON: contextvars.ContextVar[Optional[Mapping[str, str]]] = contextvars.ContextVar(
@@ -83,7 +84,7 @@ def seen_tf_config(strategies, env: Optional[Mapping[str, str]] = None) -> Optio
     with a "chief"; the real one too when poprun-lite's auto mode did not write it."""
     env = os.environ if env is None else env
     real = env.get("TF_CONFIG")
-    if env.get(_contract.TF_CONFIG_AUTO) != "1" or not real or any(
+    if env.get(contract.TF_CONFIG_AUTO) != "1" or not real or any(
             asks_for_cluster(s) for s in strategies):
         return real
     parsed = tf_config.parse(real)

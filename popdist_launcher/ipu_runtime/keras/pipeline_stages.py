@@ -10,10 +10,10 @@ from typing import List
 
 import tensorflow as tf
 
-from popdist_launcher.ipu.keras import (FunctionalLayerPipelineStageAssignment,
-                                        SequentialLayerPipelineStageAssignment)
-from popdist_launcher.ipu.keras.extensions.options import (has_options, is_pipelined, options,
-                                                           reset_train_function)
+from popdist_launcher.ipu_runtime.keras.stages import (FunctionalLayerPipelineStageAssignment,
+                                                       SequentialLayerPipelineStageAssignment)
+from popdist_launcher.ipu_runtime.keras.options import (has_options, is_pipelined, options,
+                                                        reset_train_function)
 
 
 # ---- the methods added to tf.keras.Model ------------------------------------------------------
@@ -57,8 +57,8 @@ def _node_stages(model) -> List[int]:
     """The stages ``keras.ipu.PipelineStage`` gave the calls of a functional model's layers."""
     if isinstance(model, tf.keras.Sequential) or not hasattr(model, "_network_nodes"):
         return []
-    from popdist_launcher import _keras2
-    functional = _keras2.import_src("engine.functional")
+    from popdist_launcher.compat import keras2
+    functional = keras2.import_src("engine.functional")
     stages = []
     for layer in model.layers:
         for index, node in enumerate(layer._inbound_nodes):  # noqa: SLF001

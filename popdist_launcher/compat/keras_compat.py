@@ -3,23 +3,23 @@ import and that moved (``keras.optimizer_v2``, ``keras.engine``, ``tensorflow.py
 ...), ``compile(steps_per_execution=<tensor>)``, which Graphcore's Keras accepted, and TF 2.6's
 Keras optimizers (the ``OptimizerV2`` classes) under the public optimizer names.
 
-The import table (popdist_launcher._import_table) calls ``install`` once TensorFlow or Keras (or
+The import table (popdist_launcher.compat.import_table) calls ``install`` once TensorFlow or Keras (or
 the IPU layer) has imported, which turns its ``keras-2`` entries on: the moved modules (an alias
 only for a module this TensorFlow lacks, naming the module that holds the same classes now:
 ``keras.X`` -> ``K.src.X``, ``keras.optimizer_v2.X`` -> ``K.src.optimizers.legacy.X``,
 ``tensorflow.python.keras.X`` -> ``K.src.X``, where K is the package that is Keras 2 here:
-``keras`` on TensorFlow 2.15, ``tf_keras`` on 2.16+, see popdist_launcher._keras2) and the hooks
+``keras`` on TensorFlow 2.15, ``tf_keras`` on 2.16+, see popdist_launcher.compat.keras2) and the hooks
 below. These only make work what fails in stock Keras, so every program gets them.
 The optimizers are TensorFlow 2.6's in IPU programs only (the table's ``ipu-program`` switch,
 decided when TensorFlow imports, before the program can bind a Keras name: see
-popdist_launcher._ipu_program), so the project's own strategies and programs that never name
+popdist_launcher.compat.ipu_program), so the project's own strategies and programs that never name
 Graphcore's modules keep Keras 2.15's optimizers.
 Standard library only at import time (the site hook may load this module).
 """
 import functools
 import logging
 
-from popdist_launcher import _keras2
+from popdist_launcher.compat import keras2
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +64,10 @@ def install(_module=None) -> None:
     """Turn the import table's ``keras-2`` entries on (moved modules, ``Model.compile`` and
     ``keras.losses`` patched when they import). Nothing under Keras 3 (TF_USE_LEGACY_KERAS=0 on
     TensorFlow 2.16+): the IPU layer's Keras parts say so when they are used."""
-    if _keras2.keras_3_active():
+    if keras2.keras_3_active():
         log.debug("tf.keras is Keras 3: no TensorFlow 2.6 Keras bridges")
         return
-    from popdist_launcher._startup import switch_on
+    from popdist_launcher.compat.startup import switch_on
     switch_on("keras-2")
 
 
@@ -76,7 +76,7 @@ def add_losses_utils(losses_module) -> None:
     use ``keras.losses.losses_utils.ReductionV2``) and ``keras.losses.LossFunctionWrapper``
     (public in Keras 2.6; Graphcore's BERT subclasses it)."""
     if not hasattr(losses_module, "losses_utils"):
-        losses_module.losses_utils = _keras2.import_src("utils.losses_utils")
+        losses_module.losses_utils = keras2.import_src("utils.losses_utils")
     if not hasattr(losses_module, "LossFunctionWrapper"):  # the base of the public losses
         wrapper = next((c for c in losses_module.MeanSquaredError.__mro__
                         if c.__name__ == "LossFunctionWrapper"), None)
@@ -107,10 +107,10 @@ def legacy_by_name(optimizers_module) -> None:
 
 def tf26_optimizer_names(api_module) -> None:
     """Point a public optimizers module's TF 2.6 names at the ``OptimizerV2`` classes."""
-    optimizers_module = _keras2.import_src("optimizers")
+    optimizers_module = keras2.import_src("optimizers")
     legacy_by_name(optimizers_module)
     for name, module in _TF26_OPTIMIZERS.items():
-        legacy = _keras2.import_src(f"optimizers.legacy.{module}")
+        legacy = keras2.import_src(f"optimizers.legacy.{module}")
         setattr(api_module, name, getattr(legacy, "OptimizerV2" if name == "Optimizer" else name))
     api_module.deserialize = optimizers_module.deserialize
     log.debug("%s: TensorFlow 2.6's OptimizerV2 classes", api_module.__name__)

@@ -18,8 +18,8 @@ import contextvars
 import functools
 import logging
 
-from popdist_launcher.strategies._tf_internal import (control_flow_util, distribute_lib,
-                                                       polymorphic_function)
+from popdist_launcher.ipu_runtime.tf_internal import (control_flow_util, distribute_lib,
+                                                      polymorphic_function)
 
 log = logging.getLogger(__name__)
 

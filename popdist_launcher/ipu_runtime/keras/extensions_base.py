@@ -15,18 +15,18 @@ from typing import Any, Callable, Dict, Optional
 
 import tensorflow as tf
 
-from popdist_launcher.ipu.keras.extensions.data_adapter import (emulated_input, num_batches,
-                                                                replica_input, spread)
-from popdist_launcher.ipu.keras.extensions.options import (
+from popdist_launcher.ipu_runtime.keras.data_adapter import (emulated_input, num_batches,
+                                                             replica_input, spread)
+from popdist_launcher.ipu_runtime.keras.options import (
     accumulation_steps, has_options, is_pipelined, set_asynchronous_callbacks,
     set_gradient_accumulation_options, set_infeed_queue_options, set_outfeed_queue_options,
     set_pipelining_options, set_replication_options)
-from popdist_launcher.ipu.keras.extensions.pipeline_stages import (
+from popdist_launcher.ipu_runtime.keras.pipeline_stages import (
     get_pipeline_stage_assignment, print_pipeline_stage_assignment_summary,
     reset_pipeline_stage_assignment, set_pipeline_stage_assignment)
-from popdist_launcher.ipu.keras.extensions.replicas import (emulated_replicas, is_stage_device,
-                                                            replica_span, replication_factor)
-from popdist_launcher.ipu.keras.extensions.train_function import make_accumulating_train_function
+from popdist_launcher.ipu_runtime.keras.replicas import (emulated_replicas, is_stage_device,
+                                                         replica_span, replication_factor)
+from popdist_launcher.ipu_runtime.keras.train_function import make_accumulating_train_function
 
 log = logging.getLogger(__name__)
 

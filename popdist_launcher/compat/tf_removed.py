@@ -1,11 +1,11 @@
 """TensorFlow 1.15 / 2.6 names that Graphcore's applications use and TensorFlow 2.15 removed.
-The modules are entries of the import table (popdist_launcher._import_table), never shadowing a
+The modules are entries of the import table (popdist_launcher.compat.import_table), never shadowing a
 module this TensorFlow has:
 
 - ``tensorflow.python.distribute.distribution_strategy_context`` (get_strategy, has_strategy,
   get_replica_context, in_cross_replica_context ...) is ``distribute_lib``, which holds them now.
 - ``tensorflow.pywrap_tensorflow`` (``NewCheckpointReader``) is ``py_checkpoint_reader``.
-- ``tensorflow.contrib`` is ``popdist_launcher._tf_contrib`` (the parts Graphcore's TF1
+- ``tensorflow.contrib`` is ``popdist_launcher.compat.tf_contrib`` (the parts Graphcore's TF1
   applications use); ``tensorflow.tools.graph_transforms`` has no TensorFlow 2 module: it fails
   with one sentence that says what to use instead.
 

@@ -11,15 +11,15 @@ import logging
 
 import tensorflow as tf
 
-from popdist_launcher import _keras2
-from popdist_launcher.ipu.gradient_accumulation import GradientAccumulationReductionMethod
-from popdist_launcher.ipu.keras.extensions.options import is_pipelined, log_once, options
-from popdist_launcher.ipu.keras.extensions.replicas import (emulated_replicas, is_stage_device,
-                                                            replica_span)
+from popdist_launcher.compat import keras2
+from popdist_launcher.ipu_runtime.reduction_methods import GradientAccumulationReductionMethod
+from popdist_launcher.ipu_runtime.keras.options import is_pipelined, log_once, options
+from popdist_launcher.ipu_runtime.keras.replicas import (emulated_replicas, is_stage_device,
+                                                         replica_span)
 
 log = logging.getLogger(__name__)
-keras_data_adapter = _keras2.import_src("engine.data_adapter")
-training = _keras2.import_src("engine.training")
+keras_data_adapter = keras2.import_src("engine.data_adapter")
+training = keras2.import_src("engine.training")
 
 
 def make_accumulating_train_function(model, n: int):

@@ -1,7 +1,7 @@
 """``tf.estimator`` on TensorFlow 2.16+: tensorflow-estimator 2.15 made importable, as README's
 "Estimators on TensorFlow 2.16+" says; nothing on 2.15. The module names (``tensorflow.estimator``,
 the removed modules the estimator imports, this project's stand-ins for them) are entries of
-the import table (popdist_launcher._import_table) under its ``estimator-removed`` switch, which
+the import table (popdist_launcher.compat.import_table) under its ``estimator-removed`` switch, which
 ``install`` turns on. Standard library only at import time."""
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def install(tensorflow_module) -> None:
     version = getattr(tensorflow_module, "__version__", "")
     if not needed(version):
         return
-    from popdist_launcher._startup import switch_on
+    from popdist_launcher.compat.startup import switch_on
     switch_on("estimator-removed")  # the table's estimator names (a real module always wins)
     _register_api_name()
     _attach(tensorflow_module)

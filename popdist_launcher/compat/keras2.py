@@ -3,10 +3,10 @@
 for every other program, as stock TensorFlow gives it; and which package the IPU layer's reach-ins
 into Keras 2's internals import (``src("engine.training")`` and the like).
 
-On TensorFlow 2.16+ the start-up hook (popdist_launcher._startup.choose_keras) calls ``choose``
+On TensorFlow 2.16+ the start-up hook (popdist_launcher.compat.startup.choose_keras) calls ``choose``
 as TensorFlow or ``keras`` begins to import, before TensorFlow reads ``TF_USE_LEGACY_KERAS``: the
 variable as the program's environment sets it wins; else a program whose own source imports one
-of Graphcore's modules (an IPU program, popdist_launcher._ipu_program) or ``KERAS_2_APIS``
+of Graphcore's modules (an IPU program, popdist_launcher.compat.ipu_program) or ``KERAS_2_APIS``
 (Horovod's API, tf-keras, tf.estimator, TensorFlow 1), or runs under ``poprun-lite --tf1``,
 gets ``TF_USE_LEGACY_KERAS=1``, and any other program Keras 3. What needs Keras 2 in
 a Keras 3 program (Horovod's Keras modules, the IPU Keras extensions) stops with one sentence
@@ -19,9 +19,9 @@ import functools
 import importlib
 import os
 
-from popdist_launcher import _contract
+from popdist_launcher.wire import contract
 
-LEGACY_KERAS_ENV = _contract.LEGACY_KERAS
+LEGACY_KERAS_ENV = contract.LEGACY_KERAS
 _ON = ("1", "true", "True")  # what TensorFlow reads as set
 # Modules whose import in a program's own source makes it a Keras 2 program (besides Graphcore's):
 # Horovod's TensorFlow and Keras APIs (Horovod 0.28 knows only Keras 2's variables and
@@ -53,15 +53,15 @@ class Keras3Error(ImportError):
 def keras_2_api(fullname: str) -> bool:
     """Whether importing ``fullname`` marks a program written for Keras 2: one of Graphcore's
     modules, Horovod's API or tf-keras."""
-    from popdist_launcher import _import_table
-    return _import_table.graphcore_name(fullname) or any(
+    from popdist_launcher.compat import import_table
+    return import_table.graphcore_name(fullname) or any(
         fullname == name or fullname.startswith(name + ".") for name in KERAS_2_APIS)
 
 
 @functools.lru_cache(maxsize=None)
 def _program_keras_2_import():
-    from popdist_launcher import _ipu_program
-    return _ipu_program.graphcore_import(matches=keras_2_api)
+    from popdist_launcher.compat import ipu_program
+    return ipu_program.graphcore_import(matches=keras_2_api)
 
 
 def choose(environ=os.environ) -> bool:
@@ -79,7 +79,7 @@ def choose(environ=os.environ) -> bool:
         return value in _ON
     if importlib.util.find_spec("tf_keras") is None:
         return False  # no tf-keras beside Keras 3
-    if environ.get(_contract.TF1) == "1":
+    if environ.get(contract.TF1) == "1":
         found = ("the program", "TensorFlow 1 (poprun-lite --tf1)")
     else:
         found = _program_keras_2_import()

@@ -15,9 +15,9 @@ from typing import Optional, Tuple
 import tensorflow as tf
 
 from popdist_launcher import runtime
-from popdist_launcher.ipu import _configured_system
-from popdist_launcher.ipu.keras.extensions.options import log_once
-from popdist_launcher.ipu.keras.extensions.pipeline_stages import shard_count
+from popdist_launcher.ipu_runtime import configured_system
+from popdist_launcher.ipu_runtime.keras.options import log_once
+from popdist_launcher.ipu_runtime.keras.pipeline_stages import shard_count
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def replica_layout(num_ipus: int, shards: int, local_replicas: int, ipus_per_rep
 
 def replicas_and_span(model) -> Tuple[int, int]:
     """``(replication_factor(model), replica_span(model))``."""
-    system = _configured_system.get_configured_system()
+    system = configured_system.get_configured_system()
     strategy = model.distribute_strategy
     if not getattr(strategy, "_emulates_ipus", False):
         # PopDistStrategy / IPUHorovodStrategy: each local replica reads its own batches.
@@ -100,7 +100,7 @@ def emulated_replicas(model) -> int:
     """The replicas Graphcore's rule gives a model under an IPUStrategy that has a single
     device (TensorFlow started before configure_ipu_system could make one device per
     replica): they run one after another on that device (1: no emulation)."""
-    system = _configured_system.get_configured_system()
+    system = configured_system.get_configured_system()
     strategy = model.distribute_strategy
     if system is None or not getattr(strategy, "_emulates_ipus", False) or \
             strategy.num_local_replicas != 1 or system.multi_replica_distribution:

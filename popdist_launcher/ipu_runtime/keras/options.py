@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, List, Optional
 
-from popdist_launcher.ipu.gradient_accumulation import GradientAccumulationReductionMethod
-from popdist_launcher.ipu.replicated_metrics import ReplicatedMetricReductionMethod
+from popdist_launcher.ipu_runtime.reduction_methods import (GradientAccumulationReductionMethod,
+                                                            ReplicatedMetricReductionMethod)
 
 log = logging.getLogger(__name__)
 _logged: set = set()  # the keys of the Keras extensions' messages logged so far (each once)

@@ -8,7 +8,7 @@ TensorFlow 2.15+ still ships an old Keras copy of its own under that name, impor
 TensorFlow. ``forget_tensorflows_copy`` runs once TensorFlow has imported in an IPU program
 with Keras 2: it takes that copy's modules out of ``sys.modules`` (TensorFlow keeps its own
 references), so the program's next import of each name goes through the import table's
-entries (popdist_launcher._import_table), module by module. A module of the copy that Keras 2
+entries (popdist_launcher.compat.import_table), module by module. A module of the copy that Keras 2
 has no counterpart for stays TensorFlow's. Standard library only at import: the import table
 reads ``MOVED`` at every interpreter start.
 """
@@ -59,8 +59,8 @@ def forget_tensorflows_copy(_tensorflow=None) -> None:
     those names answer Keras 2's modules."""
     import importlib.util
 
-    from popdist_launcher import _keras2
-    keras_2 = _keras2.package()
+    from popdist_launcher.compat import keras2
+    keras_2 = keras2.package()
     names = [n for n in list(sys.modules) if n == PACKAGE or n.startswith(PACKAGE + ".")]
     for name in names:
         module = sys.modules.get(name)

@@ -22,7 +22,7 @@ import re
 import threading
 from typing import Optional
 
-from popdist_launcher.ipu import _configured_system, config
+from popdist_launcher.ipu_runtime import configured_system
 
 _IPU = re.compile(r"/device:IPU:(\d+)", re.IGNORECASE)
 
@@ -35,7 +35,7 @@ def local_device(device: str) -> str:
     if found is None:
         return device
     ordinal = int(found.group(1))
-    system = _configured_system.get_configured_system()
+    system = configured_system.get_configured_system()
     if system is not None and ordinal < len(system.devices):
         local = system.devices[ordinal]
     else:
@@ -73,7 +73,7 @@ def ordinal_of(device) -> Optional[int]:
     found = _IPU.search(device)
     if found is not None:
         return int(found.group(1))
-    system = _configured_system.get_configured_system()
+    system = configured_system.get_configured_system()
     if system is None:
         return None
     from tensorflow.python.framework import device_spec
@@ -134,10 +134,12 @@ def name_replica_outputs(result):
     return result
 
 
-def _system() -> _configured_system.ConfiguredSystem:
+def _system() -> configured_system.ConfiguredSystem:
     """The configured system; configured now from the launcher's environment if needed."""
-    system = _configured_system.get_configured_system()
+    system = configured_system.get_configured_system()
     if system is None:
+        # here, not at the top: importing config runs the import table's hook that calls watch
+        from popdist_launcher.ipu_runtime import config
         ipu_config = config.IPUConfig()
         config.set_ipu_config(ipu_config, configure_device=True)
         return config.configure_ipu_system(ipu_config)
@@ -148,7 +150,7 @@ def watch(config_module=None) -> None:
     """Turn the import table's ``ipu-devices`` switch on when the IPU layer imports: the mapping
     is installed once TensorFlow's graph module has imported, the IPU device listing once
     TensorFlow has (standard library only until then)."""
-    from popdist_launcher._startup import switch_on
+    from popdist_launcher.compat.startup import switch_on
     switch_on("ipu-devices")
 
 
@@ -156,7 +158,7 @@ def num_ipus() -> int:
     """The IPUs of this instance: those configure_ipu_system selected or, before it, those the
     launch gives the instance (local replicas x IPUs per replica; 1 for a plain process), as
     an IPU-POD instance sees its partition's IPUs."""
-    system = _configured_system.get_configured_system()
+    system = configured_system.get_configured_system()
     if system is not None:
         return system.num_ipus
     from popdist_launcher import runtime
@@ -375,7 +377,7 @@ def _name_eager(tensor, ordinal: int) -> None:
     its resource lies)."""
     global _reported_system
     placed = _eager_placed(tensor)
-    system = _configured_system.get_configured_system()
+    system = configured_system.get_configured_system()
     if system is not _reported_system:  # the names below hold for one configured system
         _reported.clear()
         _reported_system = system

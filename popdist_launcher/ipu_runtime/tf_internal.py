@@ -1,4 +1,4 @@
-"""The TensorFlow internals the strategies build on, imported in one place.
+"""The TensorFlow internals the strategies and the IPU layer build on, imported in one place.
 
 ``tf.distribute`` exposes strategies but not the classes needed to extend them; these imports are
 the whole dependency on TensorFlow's private modules, so a TensorFlow upgrade touches this file.

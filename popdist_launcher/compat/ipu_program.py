@@ -6,12 +6,12 @@ the ``-c`` command) or in a module of its own that it imports, followed through 
 wherever the import statement sits (top level, a function, ``importlib.import_module("...")``
 with a literal name). Then the table's ``ipu-program`` switch is on from the start, so the program gets TensorFlow
 2.6's Keras optimizers under every name it binds, whatever the order of its imports, and
-NumPy's 1.x names (popdist_launcher._numpy1_names).
+NumPy's 1.x names (popdist_launcher.compat.numpy1_names).
 
 A program's own module is one outside the standard library, site-packages and this project;
 nothing is imported to find it. A program whose Graphcore import is not in its own source (a
 name built at run time, a package installed in site-packages, an interactive session) turns the
-switch on at that import instead (popdist_launcher._startup.SameModuleLoader).
+switch on at that import instead (popdist_launcher.compat.startup.SameModuleLoader).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 
-from popdist_launcher import _import_table
+from popdist_launcher.compat import import_table
 
 log = logging.getLogger(__name__)
 
@@ -30,13 +30,13 @@ NOT_THE_PROGRAM = ("popdist_launcher", "popdist")
 def decide(_module=None) -> None:
     """Hook on NumPy's and TensorFlow's import: turn ``ipu-program`` on where the program names
     Graphcore's modules."""
-    from popdist_launcher._startup import finder
+    from popdist_launcher.compat.startup import finder
     if "ipu-program" in finder().on:
         return
     found = graphcore_import()
     if found is not None:
         log.debug("%s imports %s: TensorFlow 2.6's Keras optimizers, NumPy 1.x's names", *found)
-        from popdist_launcher._startup import switch_on
+        from popdist_launcher.compat.startup import switch_on
         switch_on("ipu-program")
 
 
@@ -55,7 +55,7 @@ def main_source():
     return None
 
 
-def graphcore_import(main=None, matches=_import_table.graphcore_name):
+def graphcore_import(main=None, matches=import_table.graphcore_name):
     """(module, the Graphcore name it imports) for the first of the program's modules that
     imports one of Graphcore's modules (a name ``matches`` accepts), or None."""
     main = main or main_source()

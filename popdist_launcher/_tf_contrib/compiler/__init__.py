@@ -1,1 +1,0 @@
-"""``tensorflow.contrib.compiler``: ``xla``."""
