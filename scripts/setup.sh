@@ -53,7 +53,7 @@ elif ! PYTHON=$(find_python); then
 fi
 py_tag=$("$PYTHON" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
 
-inputs_hash() { { echo "$TF $PYTHON"; cat $requirements $no_deps requirements-horovod.txt setup.cfg setup.py scripts/setup.sh; } | sha256sum | cut -d' ' -f1; }
+inputs_hash() { { echo "$TF $PYTHON"; cat $requirements $no_deps requirements-horovod.txt setup.cfg setup.py popdist_launcher.pth scripts/setup.sh; } | sha256sum | cut -d' ' -f1; }
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(inputs_hash)" ] \
    && "$VENV/bin/python" -c "import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ('horovod.tensorflow.mpi_lib', 'popdist_launcher', 'popdist'))))" 2>/dev/null \
