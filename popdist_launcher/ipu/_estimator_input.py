@@ -8,6 +8,7 @@ from typing import Optional
 import tensorflow as tf
 
 from popdist_launcher.ipu._estimator_spec import call_with_accepted
+from popdist_launcher.ipu_runtime.datasets import UnshardedInputWarning
 
 log = logging.getLogger("popdist_launcher.ipu.ipu_estimator")  # the IPUEstimator's logger, as before
 
@@ -23,11 +24,23 @@ def per_replica_batch_size(global_size: Optional[int], name: str, instances: int
     return global_size // (instances * replicas)
 
 
+def unsharded_estimator_input_warning() -> UnshardedInputWarning:
+    """The warning an IPUEstimator gives, once, for an input_fn's dataset not sharded across
+    instances."""
+    return UnshardedInputWarning(log, (
+        "The IPUEstimator does not shard the input_fn's dataset across instances (as "
+        "Graphcore's): each of the {instances} instances reads all of it, so every sample is "
+        "seen {instances} times per epoch. Shard it in the input_fn before batching: dataset = "
+        "dataset.shard(popdist.getNumInstances(), popdist.getInstanceIndex()), or take "
+        "input_context and shard with input_context.num_input_pipelines and "
+        "input_pipeline_id."))
+
+
 class EstimatorInput:
     """The input methods of ``IPUEstimator`` (a base class of it, as tf.estimator's own
     ``_call_input_fn`` is replaced). They read the estimator's ``params``, ``config``,
     ``_batch_sizes``, ``_num_instances``, ``_instance_index``, ``_num_local``,
-    ``_ipu_run_config``, ``_warned_not_sharded`` and ``_iterations(mode)``."""
+    ``_ipu_run_config``, ``_unsharded_input`` and ``_iterations(mode)``."""
 
     def _call_input_fn(self, input_fn, mode, input_context=None):
         from tensorflow_estimator.python.estimator import util as estimator_util
@@ -52,20 +65,7 @@ class EstimatorInput:
 
     def _warn_if_not_sharded(self, dataset: tf.data.Dataset) -> None:
         """Once per estimator, on instance 0: say how to shard an input that is not sharded."""
-        from popdist_launcher.ipu_runtime.datasets import is_sharded
-
-        if self._num_instances == 1 or self._instance_index != 0 or self._warned_not_sharded:
-            return
-        if is_sharded(dataset):
-            return
-        self._warned_not_sharded = True
-        log.warning(
-            "The IPUEstimator does not shard the input_fn's dataset across instances (as "
-            "Graphcore's): each of the %d instances reads all of it, so every sample is seen %d "
-            "times per epoch. Shard it in the input_fn before batching: dataset = dataset.shard("
-            "popdist.getNumInstances(), popdist.getInstanceIndex()), or take input_context and "
-            "shard with input_context.num_input_pipelines and input_pipeline_id.",
-            self._num_instances, self._num_instances)
+        self._unsharded_input.check(dataset, self._num_instances, self._instance_index)
 
     def _replica_batches(self, dataset: tf.data.Dataset, mode: str):
         """Elements of [iterations, local replicas, per-replica batch, ...]: what one

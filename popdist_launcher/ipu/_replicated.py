@@ -6,7 +6,7 @@ from typing import Sequence
 
 from popdist_launcher.ipu_runtime.tf_internal import mirrored_strategy
 from popdist_launcher.strategies.horovod_cross_device_ops import HorovodAllReduce
-from popdist_launcher.strategies.popdist_strategy import HorovodExtended
+from popdist_launcher.strategies.popdist_strategy import HorovodExtended, unsharded_input_warning
 
 
 class ReplicatedIPUExtended(HorovodExtended):
@@ -22,7 +22,7 @@ class ReplicatedIPUExtended(HorovodExtended):
         self._num_instances = 1
         self._num_local = len(devices)
         self._variables_on_host = False
-        self._warned_not_sharded = False
+        self._unsharded_input = unsharded_input_warning(type(container_strategy).__name__)
         self._host_device = "/device:CPU:0"
         ops = HorovodAllReduce(1, self._num_local, self._host_device)
         mirrored_strategy.MirroredExtended.__init__(self, container_strategy, devices=list(devices),

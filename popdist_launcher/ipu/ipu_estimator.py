@@ -36,7 +36,8 @@ from popdist_launcher import runtime
 from popdist_launcher.whereabouts import long_phase
 from popdist_launcher.ipu import _estimator_hooks as estimator_hooks
 from popdist_launcher.ipu.ipu_run_config import RunConfig
-from popdist_launcher.ipu._estimator_input import EstimatorInput, per_replica_batch_size
+from popdist_launcher.ipu._estimator_input import (EstimatorInput, per_replica_batch_size,
+                                                   unsharded_estimator_input_warning)
 from popdist_launcher.ipu._estimator_model_fn import ReplicatedModelFn, uses_tf_collectives
 from popdist_launcher.ipu._estimator_spec import IPUEstimatorSpec  # noqa: F401 (public here)
 
@@ -86,7 +87,7 @@ class IPUEstimator(EstimatorInput, ReplicatedModelFn, tf.estimator.Estimator):
         }
         self._user_model_fn = model_fn
         self._exporting = threading.local()
-        self._warned_not_sharded = False
+        self._unsharded_input = unsharded_estimator_input_warning()
         super().__init__(model_fn=self._replicated_model_fn, model_dir=model_dir,
                          config=self._internal_config(config), params=dict(params or {}),
                          warm_start_from=warm_start_from)

@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from popdist_launcher import collectives, runtime
 from popdist_launcher.ipu_runtime import config as ipu_config, ipu_devices, jit_functions
-from popdist_launcher.ipu_runtime.datasets import is_sharded
+from popdist_launcher.ipu_runtime.datasets import UnshardedInputWarning
 from popdist_launcher.ipu_runtime.tf_internal import (CheckpointInitialValue, distribute_lib,
                                                       distribute_utils, input_lib_v1, input_util,
                                                       mirrored_strategy, nest, reduce_util,
@@ -49,7 +49,7 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
         self._num_instances = collectives.size()
         self._num_local = len(devices)
         self._variables_on_host = variables_on_host
-        self._warned_not_sharded = False
+        self._unsharded_input = unsharded_input_warning(type(container_strategy).__name__)
         self._input_grouped = False
         self._host_device = "/device:CPU:0"
         ops = HorovodAllReduce(self._num_instances, self._num_local * self._num_instances,
@@ -226,17 +226,7 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
 
     def _warn_if_not_sharded(self, dataset) -> None:
         """Once per strategy, on instance 0: say how to shard a dataset that is not sharded."""
-        if self._num_instances == 1 or self._instance_index != 0 or self._warned_not_sharded:
-            return
-        if is_sharded(dataset):
-            return
-        self._warned_not_sharded = True
-        log.warning(
-            "%s does not shard datasets across instances (as Graphcore's): each of the %d "
-            "instances reads the whole dataset it was given, so every sample is seen %d times "
-            "per epoch. Shard it by instance before batching: dataset = dataset.shard("
-            "popdist.getNumInstances(), popdist.getInstanceIndex()).",
-            type(self._container_strategy()).__name__, self._num_instances, self._num_instances)
+        self._unsharded_input.check(dataset, self._num_instances, self._instance_index)
 
     def _distribute_datasets_from_function(self, dataset_fn, options):
         return _host_input.datasets_from_function(self, dataset_fn, options)
@@ -260,6 +250,15 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
                 self._get_replica_id_in_sync_group(local_id), self._num_replicas_in_sync)
             per_replica.append(value_fn(context))
         return distribute_utils.regroup(per_replica, always_wrap=True)
+
+
+def unsharded_input_warning(strategy_name: str) -> UnshardedInputWarning:
+    """The warning a strategy gives, once, for a dataset not sharded across instances."""
+    return UnshardedInputWarning(log, (
+        f"{strategy_name} does not shard datasets across instances (as Graphcore's): each of "
+        "the {instances} instances reads the whole dataset it was given, so every sample is "
+        "seen {instances} times per epoch. Shard it by instance before batching: dataset = "
+        "dataset.shard(popdist.getNumInstances(), popdist.getInstanceIndex())."))
 
 
 def _is_global_step(variable_kwargs) -> bool:
