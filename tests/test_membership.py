@@ -358,7 +358,7 @@ def test_poller_answers_changes_and_failures(polled):
     poller = d.Poller("./d.sh", 1, interval=0.1, timeout=30)
     poller.start()
     try:
-        members = m.Membership(ds.run_discovery("./d.sh", 1), m.Blacklist(None), poller)
+        members = m.Membership(ds.run_discovery("./d.sh", 1), m.Blacklist(None))
         first = next_answers(poller)[0]
         assert first == ([("hostA", 2), ("hostB", 2)], None, "ok")
         assert members.on_answer(first) == ([], [], None)
@@ -388,7 +388,6 @@ def test_poller_answers_changes_and_failures(polled):
         assert members.on_answer(back) == (["hostB"], ["hostC"], None)
         assert members.usable() == [("hostA", 2), ("hostB", 1)]
         child = poller.pid
-        members.close()
     finally:
         poller.close()
     assert wait_gone([child] + pids_in(polled / "runs.pid")) == []

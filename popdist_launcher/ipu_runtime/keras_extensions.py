@@ -5,8 +5,9 @@ accumulating, replicating make_train_function / fit / evaluate / predict.
 IPUStrategy and PopDistStrategy call ``install()`` (``enable_keras_extensions``); the methods
 live in ``popdist_launcher.ipu_runtime.keras`` (Keras gets its ``ipu`` module from
 ``popdist_launcher.ipu.keras_extensions``, run by the import table as the methods import).
-Models without IPU options train exactly as before. Under Keras 3 (``install_keras_3``, which the Horovod strategies call too) the methods
-are one-sentence refusals and fit / evaluate / predict only see datasets grouped by local replica.
+Models without IPU options train exactly as before. Under Keras 3 (``install_keras_3``, which the
+Horovod strategies call too) the methods are one-sentence refusals and fit / evaluate / predict
+only see datasets grouped by local replica.
 """
 from __future__ import annotations
 

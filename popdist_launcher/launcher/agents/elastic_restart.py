@@ -61,7 +61,7 @@ class RestartAgent(Agent):
             FixedHosts()
         self.ever_blacklisted: Set[str] = set()
         self.why_out: Dict[str, str] = {}  # host -> why it was blacklisted last
-        self.members = membership.Membership(list(elastic.hosts), self.blacklist, self.poller)
+        self.members = membership.Membership(list(elastic.hosts), self.blacklist)
         self.log = membership.MembershipLog(options.output.output_dir)
         self.hosts: Hosts = _used(self.layout)
         self.attempts: List[Attempt] = []

@@ -114,7 +114,7 @@ def open_job(options: JobOptions, job_id: str, secret: str, where: Where,
                             interval=DISCOVERY_INTERVAL_S,
                             timeout=min(DISCOVERY_TIMEOUT_S, options.start_timeout))
             opened.callback(poller.close)
-        membership = Membership(list(where.initial), Blacklist(None), poller)
+        membership = Membership(list(where.initial), Blacklist(None))
         probes = HostProbes(layout, where.address, where.iface, membership.usable,
                             push=events.push_hosts, allow=events.allow, event=events.event,
                             watch=supervisor.watch, unwatch=supervisor.unwatch,

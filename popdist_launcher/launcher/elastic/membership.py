@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from popdist_launcher.launcher import console
-from popdist_launcher.launcher.elastic.discovery.poller import Answer, Hosts, HostSource
+from popdist_launcher.launcher.elastic.discovery.poller import Answer, Hosts
 
 
 class Blacklist:
@@ -81,11 +81,9 @@ class Membership:
     hosts. Hosts keep the order they became usable in (Horovod's rule: older hosts first, so
     rank 0 stays where it is; a host back from its cooldown comes last)."""
 
-    def __init__(self, initial: Hosts, blacklist: Blacklist,
-                 poller: Optional[HostSource] = None) -> None:
+    def __init__(self, initial: Hosts, blacklist: Blacklist) -> None:
         self.hosts: Hosts = list(initial)
         self.blacklist = blacklist
-        self.poller = poller
         self._order: List[str] = []
         self._seen = self._refresh()
         self._warned: Set[str] = set()
@@ -117,11 +115,6 @@ class Membership:
         self._seen = now
         return Change([h for h in now if now[h] > before.get(h, 0)],
                       [h for h in before if before[h] > now.get(h, 0)], warning)
-
-    def close(self) -> None:
-        """Stop the poller, if any."""
-        if self.poller is not None:
-            self.poller.close()
 
 
 class MembershipLog:
