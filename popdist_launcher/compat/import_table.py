@@ -82,6 +82,8 @@ IPU_OPS = ("all_to_all_op", "control_flow_ops", "cross_replica_ops", "embedding_
            "statistics_ops", "within_replica_ops")
 IPU_OPTIMIZERS = ("cross_replica_optimizer", "gradient_accumulation_optimizer", "ipu_optimizer",
                   "map_gradient_optimizer", "sharded_optimizer")
+IPU_KERAS_EXTENSIONS = ("data_adapter", "extensions_base", "options", "pipeline_stages",
+                        "replicas", "train_function")
 # Functions Graphcore's ipu package exports at the top: name -> "module:function".
 IPU_FUNCTIONS = {"outlined_function": "popdist_launcher.ipu.ops.functional_ops:outlined_function"}
 
@@ -99,6 +101,11 @@ ALIASES = (
       for name in IPU_OPS),
     *(Alias(f"{IPU_TARGET}.{name}", f"{IPU_TARGET}.optimizers.{name}", children=False)
       for name in IPU_OPTIMIZERS),
+    # The Keras extensions' modules under ``ipu.keras.extensions`` (Graphcore's path for
+    # ``extensions_base`` and ``data_adapter``) are the IPU runtime's.
+    *(Alias(f"{IPU_TARGET}.keras.extensions.{name}", f"popdist_launcher.ipu_runtime.keras.{name}",
+            children=False)
+      for name in IPU_KERAS_EXTENSIONS),
     # Graphcore's Keras module: ``from tensorflow.keras import ipu``, ``keras.ipu.PipelineStage``;
     # ``tf_keras.ipu`` for ``from keras import ipu`` where ``keras`` is tf-keras by another name.
     *(Alias(name, "popdist_launcher.ipu.keras", **_GRAPHCORE)

@@ -2,7 +2,8 @@
 registers them as extensions of Model, Sequential and functional models; here every
 ``tf.keras.Model`` gets the same methods, see ``popdist_launcher.ipu_runtime.keras_extensions``).
 
-Its modules: ``options`` (the ``set_*_options`` methods and the options they keep),
+Its modules, which live in ``popdist_launcher.ipu_runtime.keras`` and import here too through
+the import table: ``options`` (the ``set_*_options`` methods and the options they keep),
 ``pipeline_stages``, ``replicas`` (Graphcore's replica rule), ``data_adapter`` (each replica's
 input), ``train_function`` (accumulating train function) and ``extensions_base`` (the methods
 every model gets, fit / evaluate / predict included)."""
