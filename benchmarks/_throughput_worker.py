@@ -1,6 +1,6 @@
 """One instance of a training-throughput run; started by benchmarks/training_throughput.py.
 
-usage: _throughput_worker.py --variant VARIANT --result FILE [options]
+usage: _throughput_worker.py --variant VARIANT[,VARIANT...] --result FILE [options]
 
 Every instance builds the same small CNN, trains it with the data-parallel engine VARIANT names
 for ``--warmup`` uncounted steps, synchronises all instances, then times ``--steps`` training
@@ -25,6 +25,12 @@ a global batch for the multi-worker ones, not sharded again), or for ``horovod-f
 ``horovod.tensorflow.keras``' DistributedOptimizer and BroadcastGlobalVariablesCallback. A Keras
 callback stamps every batch's end; the timed steps are one ``fit`` of ``--steps`` steps after an
 untimed ``fit`` of ``--warmup`` steps.
+
+With several variants (``--variant horovod,popdist,ipu-horovod``: the custom loops over Horovod,
+which one process can hold together; benchmarks/turns_throughput.py), every instance builds each
+of them, warms each up, then times them in turns: ``--steps`` steps of each in ``--blocks``
+blocks, the order reversed every other block. The result holds every block's samples/s and CPU
+time per step per variant, and each variant's last loss.
 """
 from __future__ import annotations
 
@@ -58,9 +64,33 @@ NUM_CLASSES = 10
 DISTINCT_BATCHES = 4  # per replica; cached and repeated, so the input pipeline costs ~nothing
 
 
+# Custom loops over Horovod: one process can hold them all, so they can take turns in it.
+IN_TURN = ("horovod", "popdist", "ipu-horovod")
+
+
+def variant_list(text: str) -> List[str]:
+    """``--variant``: one variant, or several of IN_TURN (no repeats)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in VARIANTS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"unknown variant(s) {unknown or text!r}; choose from "
+                                         + ", ".join(VARIANTS))
+    if len(names) > 1 and (len(set(names)) != len(names)
+                           or any(name not in IN_TURN for name in names)):
+        raise argparse.ArgumentTypeError(f"variants taking turns must be distinct ones of "
+                                         f"{', '.join(IN_TURN)}; got {text!r}")
+    return names
+
+
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variant", choices=VARIANTS, required=True)
+    parser.add_argument("--variant", type=variant_list, required=True,
+                        help="one of " + ", ".join(VARIANTS) + "; or several of "
+                             + ", ".join(IN_TURN) + ", comma-separated, timed in the same "
+                             "processes in turns (--blocks)")
+    parser.add_argument("--blocks", type=int, default=1,
+                        help="with several variants: each one's timed steps in this many blocks, "
+                             "the variants taking turns block by block")
     parser.add_argument("--result", required=True, help="instance 0 writes its JSON result here")
     parser.add_argument("--global-batch", type=int, default=128)
     parser.add_argument("--steps", type=int, default=100, help="timed steps")
@@ -378,49 +408,79 @@ def onednn_enabled() -> Optional[bool]:
     return bool(check()) if check else None
 
 
+def make_trainer(variant: str, args: argparse.Namespace) -> Trainer:
+    """The trainer a variant names, its model built from ``--seed`` (the same initial weights in
+    every variant and instance)."""
+    tf.keras.utils.set_random_seed(args.seed)
+    if variant.endswith("-fit"):
+        trainer = fit_trainer(variant, args)
+    elif variant == "horovod":
+        trainer = horovod_trainer(args)
+    else:
+        trainer = strategy_trainer(variant, args)
+    if args.global_batch % trainer.num_replicas:
+        raise SystemExit(f"--global-batch {args.global_batch} is not divisible by "
+                         f"{trainer.num_replicas} replicas")
+    return trainer
+
+
+def time_in_turn(trainers: Dict[str, Trainer], args: argparse.Namespace) -> Dict[str, object]:
+    """Each trainer's warm-up, then ``--steps`` timed steps of each in ``--blocks`` blocks of
+    :func:`time_steps`, the trainers taking turns block by block in an order reversed every other
+    block (A B, B A, ...), so a machine that drifts weighs on each alike. Per variant and block:
+    samples/s and CPU ms per step; per variant: the last block's final loss."""
+    for trainer in trainers.values():
+        time_steps(trainer, args.warmup, 1)
+    block = args.steps // args.blocks
+    names = list(trainers)
+    blocks: Dict[str, Dict[str, List[float]]] = {
+        name: {"samples_per_s": [], "cpu_ms_per_step": []} for name in names}
+    final_loss: Dict[str, float] = {}
+    for index in range(args.blocks):
+        for name in (names if index % 2 == 0 else names[::-1]):
+            timing = time_steps(trainers[name], 0, block)
+            blocks[name]["samples_per_s"].append(block * args.global_batch / timing["elapsed_s"])
+            blocks[name]["cpu_ms_per_step"].append(timing["cpu_user_ms_per_step"]
+                                                   + timing["cpu_system_ms_per_step"])
+            final_loss[name] = timing["final_loss"]
+    return {"block_steps": block, "blocks": blocks, "final_loss_instance0": final_loss}
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
+    if not 1 <= args.blocks <= args.steps:
+        raise SystemExit(f"--blocks {args.blocks} must be between 1 and --steps {args.steps}")
     if args.intra_op_threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
     if args.inter_op_threads:
         tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
-    tf.keras.utils.set_random_seed(args.seed)  # same initial weights everywhere
 
     started = time.perf_counter()
-    if args.variant.endswith("-fit"):
-        trainer = fit_trainer(args.variant, args)
-    elif args.variant == "horovod":
-        trainer = horovod_trainer(args)
-    else:
-        trainer = strategy_trainer(args.variant, args)
-    if args.global_batch % trainer.num_replicas:
-        raise SystemExit(f"--global-batch {args.global_batch} is not divisible by "
-                         f"{trainer.num_replicas} replicas")
+    trainers = {variant: make_trainer(variant, args) for variant in args.variant}
     setup_s = time.perf_counter() - started
-    timing = (time_fit if trainer.fit else time_steps)(trainer, args.warmup, args.steps)
-    elapsed, step_times = timing["elapsed_s"], timing["step_times_s"]
-    if args.profile_dir:
-        profile_steps(trainer, args.profile_steps, args.profile_dir, trainer.rank)
-    if trainer.rank == 0:
+    trainer = next(iter(trainers.values()))
+    about = {"instances": trainer.size, "replicas": trainer.num_replicas,
+             "global_batch": args.global_batch, "steps": args.steps, "warmup": args.warmup,
+             "import_s": _IMPORT_S, "setup_s": setup_s, "tensorflow": tf.__version__,
+             "onednn": onednn_enabled()}
+    if len(trainers) > 1:
+        result = {"variants": args.variant, **about, **time_in_turn(trainers, args)}
+    else:
+        timing = (time_fit if trainer.fit else time_steps)(trainer, args.warmup, args.steps)
+        elapsed, step_times = timing["elapsed_s"], timing["step_times_s"]
+        if args.profile_dir:
+            profile_steps(trainer, args.profile_steps, args.profile_dir, trainer.rank)
         result = {
-            "variant": args.variant,
-            "instances": trainer.size,
-            "replicas": trainer.num_replicas,
-            "global_batch": args.global_batch,
-            "steps": args.steps,
-            "warmup": args.warmup,
+            "variant": args.variant[0], **about,
             "elapsed_s": elapsed,
             "samples_per_s": args.steps * args.global_batch / elapsed,
             "median_step_s": float(np.median(step_times)),
             "step_times_s": step_times,
             "final_loss_instance0": timing["final_loss"],
-            "import_s": _IMPORT_S,
-            "setup_s": setup_s,
             "warmup_s": timing["warmup_s"],
-            "tensorflow": tf.__version__,
-            "onednn": onednn_enabled(),
             **{k: v for k, v in timing.items() if k.endswith("_per_step")},
         }
+    if trainer.rank == 0:
         with open(args.result, "w") as f:
             json.dump(result, f)
     return 0
