@@ -289,6 +289,15 @@ def machine_info(load_before: Sequence[float], extra: Mapping[str, Any]) -> Dict
     }
 
 
+def stack_machine_info(load_before: Sequence[float], onednn: Sequence[str]) -> Dict[str, Any]:
+    """:func:`machine_info` for the training drivers: which CPU kernels TensorFlow ran
+    (``onednn``, as the workers reported it) and the TensorFlow, Keras 2 and Horovod versions."""
+    return machine_info(load_before, {
+        "tensorflow_onednn_kernels": list(onednn),
+        "tensorflow": dist_version("tensorflow-cpu", "tensorflow"),
+        "keras_2": dist_version("tf-keras"), "horovod": dist_version("horovod")})
+
+
 def loadavg_keys(load_before: Sequence[float]) -> Dict[str, List[float]]:
     """``loadavg_before`` (the given load averages) and ``loadavg_after`` (now), to 0.01."""
     return {"loadavg_before": [round(x, 2) for x in load_before],

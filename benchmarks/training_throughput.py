@@ -87,8 +87,8 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import (ONEDNN_CHOICES, ONEDNN_HELP, ROOT, TRAINING_LAUNCHER_PREFIXES,  # noqa: E402
-                     LaunchStats, dist_version, finish, git_state, launch_env, launch_error,
-                     machine_info, run_logged, save_figure, subplots, tool, with_onednn)
+                     LaunchStats, finish, git_state, launch_env, launch_error,
+                     stack_machine_info, run_logged, save_figure, subplots, tool, with_onednn)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "_throughput_worker.py")
@@ -529,10 +529,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                    "threads_per_instance": "intra-op max(1, cores // np), inter-op 2"},
         "batches": batches,
         "goal_met_at_every_batch": all(b["goal"]["met"] for b in batches.values()),
-        "machine": machine_info(load_before, {
-            "tensorflow_onednn_kernels": onednn,
-            "tensorflow": dist_version("tensorflow-cpu", "tensorflow"),
-            "keras_2": dist_version("tf-keras"), "horovod": dist_version("horovod")}),
+        "machine": stack_machine_info(load_before, onednn),
         "code": {**code_before, "sources_changed_during_run":
                  code_version()["popdist_launcher_sources_sha256"]
                  != code_before["popdist_launcher_sources_sha256"]},

@@ -38,7 +38,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import (ONEDNN_CHOICES, ONEDNN_HELP, TRAINING_LAUNCHER_PREFIXES,  # noqa: E402
-                     dist_version, finish, launch_env, launch_error, machine_info, run_logged,
+                     finish, launch_env, launch_error, stack_machine_info, run_logged,
                      save_figure, subplots, tool, with_onednn)
 from training_throughput import GOAL, code_version, reap_group  # noqa: E402
 
@@ -221,10 +221,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "batches": batches,
         "goal": {"threshold": GOAL, "judged_on": "median block ratio",
                  "met": bool(checks) and all(checks)},
-        "machine": machine_info(load_before, {
-            "tensorflow_onednn_kernels": onednn,
-            "tensorflow": dist_version("tensorflow-cpu", "tensorflow"),
-            "keras_2": dist_version("tf-keras"), "horovod": dist_version("horovod")}),
+        "machine": stack_machine_info(load_before, onednn),
         "code": code_version(),
         "launches": runs,
         "total_wall_s": time.perf_counter() - started,
