@@ -31,7 +31,6 @@ import argparse
 import collections
 import datetime
 import glob
-import json
 import os
 import statistics
 import sys
@@ -40,10 +39,9 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import (ONEDNN_CHOICES, ONEDNN_HELP, TRAINING_LAUNCHER_PREFIXES,  # noqa: E402
-                     finish, launch_env, launch_error, machine_info, run_logged, save_figure,
-                     subplots, with_onednn)
-from training_throughput import BY_NAME, command, reap_group  # noqa: E402
+from _common import (ONEDNN_CHOICES, ONEDNN_HELP, finish, machine_info, save_figure,  # noqa: E402
+                     subplots)
+from training_throughput import BY_NAME, command, run_worker  # noqa: E402
 
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                            "step_profile.json")
@@ -116,23 +114,15 @@ def summarize_trace(path: str) -> Dict[str, Any]:
 def profile(variant: str, np_: int, args: argparse.Namespace) -> Dict[str, Any]:
     """Launch one variant at one -np with tracing; its worker result and trace summary."""
     with tempfile.TemporaryDirectory(prefix="step-profile-") as tmp:
-        result_path = os.path.join(tmp, "result.json")
         logdir = os.path.join(tmp, "trace")
-        worker_args = ["--variant", variant, "--result", result_path,
-                       "--global-batch", str(args.global_batch), "--steps", str(args.steps),
-                       "--warmup", str(args.warmup),
-                       "--intra-op-threads", str(max(1, (os.cpu_count() or 1) // np_)),
-                       "--inter-op-threads", "2", "--profile-dir", logdir,
-                       "--profile-steps", str(args.profile_steps)]
-        env = with_onednn(launch_env(TRAINING_LAUNCHER_PREFIXES), args.onednn)
-        argv = command(BY_NAME[variant], np_, worker_args, args.timeout)
-        rc, wall, pgid = run_logged(argv, tmp, args.timeout, env)
-        reap_group(pgid)
-        error = launch_error(rc, args.timeout, tmp, result_path)
-        if error is not None:
-            return {"error": error}
-        with open(result_path) as f:
-            result = json.load(f)
+        run = run_worker(command(BY_NAME[variant], np_, args.timeout), np_,
+                         ["--variant", variant, "--global-batch", str(args.global_batch),
+                          "--steps", str(args.steps), "--warmup", str(args.warmup),
+                          "--profile-dir", logdir, "--profile-steps", str(args.profile_steps)],
+                         args, tmp)
+        if run.result is None:
+            return {"error": run.error}
+        result = run.result
         traces = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
         if not traces:
             return {"error": "the profiler wrote no trace"}

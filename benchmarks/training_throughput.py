@@ -151,14 +151,15 @@ class Cell(LaunchStats):
 
 
 # ---- launching -----------------------------------------------------------------------------------
-def command(variant: Variant, np_: int, worker_args: List[str], start_timeout_s: float
-            ) -> List[str]:
+def command(variant: Variant, np_: int, start_timeout_s: float) -> List[str]:
+    """The launch of ``variant`` at ``np_`` instances, up to the worker's path (its arguments
+    follow)."""
     if variant.launcher == "horovodrun":
         return [tool("horovodrun", which=False), "--gloo", "-np", str(np_),
                 "-H", f"localhost:{np_}", "--network-interfaces", "lo",
-                "--start-timeout", str(int(start_timeout_s)), sys.executable, WORKER, *worker_args]
+                "--start-timeout", str(int(start_timeout_s)), sys.executable, WORKER]
     return [tool("poprun-lite", which=False), "-np", str(np_),
-            "--start-timeout", str(start_timeout_s), WORKER, *worker_args]
+            "--start-timeout", str(start_timeout_s), WORKER]
 
 
 def group_members(pgid: int) -> List[psutil.Process]:
@@ -191,37 +192,58 @@ def reap_group(pgid: int, patience_s: float = 3.0) -> List[str]:
     return described
 
 
+@dataclass
+class WorkerRun:
+    """One launch of the throughput worker: instance 0's result, or why there is none."""
+    wall_s: float
+    load_1min: float                  # the machine's load average when the launch started
+    stray_processes: List[str]        # outlived the launcher; killed
+    result: Optional[Dict[str, Any]] = None
+    error: Optional[str] = None
+
+
+def run_worker(launcher: List[str], np_: int, worker_args: List[str], args: argparse.Namespace,
+               workdir: str) -> WorkerRun:
+    """The worker started by ``launcher`` (:func:`command`) at ``np_`` instances in ``workdir``:
+    ``worker_args``, then the result file and the threads every launch uses (intra-op
+    ``max(1, cores // np_)``, inter-op 2); launcher variables dropped from the environment,
+    ``args.onednn`` applied, ``args.timeout`` as the bound; what outlives the launcher is killed."""
+    result_path = os.path.join(workdir, "result.json")
+    argv = [*launcher, *worker_args, "--result", result_path,
+            "--intra-op-threads", str(max(1, (os.cpu_count() or 1) // np_)),
+            "--inter-op-threads", "2"]
+    load = os.getloadavg()[0]
+    env = with_onednn(launch_env(TRAINING_LAUNCHER_PREFIXES), args.onednn)
+    rc, wall, pgid = run_logged(argv, workdir, args.timeout, env)
+    run = WorkerRun(wall, load, reap_group(pgid))
+    run.error = launch_error(rc, args.timeout, workdir, result_path)
+    if run.error is None:
+        with open(result_path) as f:
+            run.result = json.load(f)
+    return run
+
+
 def launch(variant: Variant, np_: int, round_: int, args: argparse.Namespace,
            global_batch: int) -> Launch:
     """Run one variant at one N to completion (or timeout); parse instance 0's result."""
-    cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory(prefix="throughput-") as tmp:
-        result_path = os.path.join(tmp, "result.json")
-        worker_args = ["--variant", variant.name, "--result", result_path,
-                       "--global-batch", str(global_batch), "--steps", str(args.steps),
-                       "--warmup", str(args.warmup), "--seed", str(args.seed),
-                       "--intra-op-threads", str(max(1, cores // np_)),
-                       "--inter-op-threads", "2"]
-        argv = command(variant, np_, worker_args, args.timeout)
-        load = os.getloadavg()[0]
-        env = with_onednn(launch_env(TRAINING_LAUNCHER_PREFIXES), args.onednn)
-        rc, wall, pgid = run_logged(argv, tmp, args.timeout, env)
-        strays = reap_group(pgid)
-        error = launch_error(rc, args.timeout, tmp, result_path)
-        if error is not None:
-            return Launch(variant.name, np_, round_, False, wall, error=error, load_1min=load,
-                          stray_processes=strays)
-        with open(result_path) as f:
-            result = json.load(f)
-    return Launch(variant.name, np_, round_, True, wall,
+        run = run_worker(command(variant, np_, args.timeout), np_,
+                         ["--variant", variant.name, "--global-batch", str(global_batch),
+                          "--steps", str(args.steps), "--warmup", str(args.warmup),
+                          "--seed", str(args.seed)], args, tmp)
+    result = run.result
+    if result is None:
+        return Launch(variant.name, np_, round_, False, run.wall_s, error=run.error,
+                      load_1min=run.load_1min, stray_processes=run.stray_processes)
+    return Launch(variant.name, np_, round_, True, run.wall_s,
                   samples_per_s=result["samples_per_s"],
                   median_step_samples_per_s=global_batch / result["median_step_s"],
                   final_loss_instance0=result["final_loss_instance0"],
                   cpu_ms_per_step=result["cpu_user_ms_per_step"]
                   + result["cpu_system_ms_per_step"],
                   minor_faults_per_step=result["minor_faults_per_step"],
-                  onednn=result.get("onednn"),
-                  setup_s=result["setup_s"], load_1min=load, stray_processes=strays)
+                  onednn=result.get("onednn"), setup_s=result["setup_s"],
+                  load_1min=run.load_1min, stray_processes=run.stray_processes)
 
 
 def run_all(variants: Sequence[Variant], nps: Sequence[int], args: argparse.Namespace,

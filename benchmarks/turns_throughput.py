@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import statistics
 import sys
@@ -37,10 +36,9 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import (ONEDNN_CHOICES, ONEDNN_HELP, TRAINING_LAUNCHER_PREFIXES,  # noqa: E402
-                     finish, launch_env, launch_error, stack_machine_info, run_logged,
-                     save_figure, subplots, tool, with_onednn)
-from training_throughput import GOAL, code_version, reap_group  # noqa: E402
+from _common import (ONEDNN_CHOICES, ONEDNN_HELP, finish, save_figure,  # noqa: E402
+                     stack_machine_info, subplots, tool)
+from training_throughput import GOAL, code_version, run_worker  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "_throughput_worker.py")
@@ -51,28 +49,16 @@ OURS = ("popdist", "ipu-horovod")
 
 def launch(np_: int, global_batch: int, args: argparse.Namespace) -> Dict[str, Any]:
     """One job holding every variant at ``np_`` instances: instance 0's result, or an error."""
-    cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory(prefix="turns-") as tmp:
-        result_path = os.path.join(tmp, "result.json")
-        argv = [tool("poprun-lite", which=False), "-np", str(np_),
-                "--start-timeout", str(args.timeout), WORKER,
-                "--variant", ",".join(args.variant_list), "--result", result_path,
-                "--global-batch", str(global_batch), "--steps", str(args.steps),
-                "--blocks", str(args.blocks), "--warmup", str(args.warmup),
-                "--seed", str(args.seed), "--intra-op-threads", str(max(1, cores // np_)),
-                "--inter-op-threads", "2"]
-        load = os.getloadavg()[0]
-        env = with_onednn(launch_env(TRAINING_LAUNCHER_PREFIXES), args.onednn)
-        rc, wall, pgid = run_logged(argv, tmp, args.timeout, env)
-        strays = reap_group(pgid)
-        error = launch_error(rc, args.timeout, tmp, result_path)
-        if error is not None:
-            return {"np": np_, "ok": False, "error": error, "wall_s": wall, "load_1min": load,
-                    "stray_processes": strays}
-        with open(result_path) as f:
-            result = json.load(f)
-    return {"np": np_, "ok": True, "wall_s": wall, "load_1min": load, "stray_processes": strays,
-            **result}
+        run = run_worker(
+            [tool("poprun-lite", which=False), "-np", str(np_), "--start-timeout",
+             str(args.timeout), WORKER], np_,
+            ["--variant", ",".join(args.variant_list), "--global-batch", str(global_batch),
+             "--steps", str(args.steps), "--blocks", str(args.blocks),
+             "--warmup", str(args.warmup), "--seed", str(args.seed)], args, tmp)
+    about = {"np": np_, "ok": run.result is not None, "wall_s": run.wall_s,
+             "load_1min": run.load_1min, "stray_processes": run.stray_processes}
+    return {**about, **run.result} if run.result is not None else {**about, "error": run.error}
 
 
 def block_ratios(runs: Sequence[Dict[str, Any]], ours: str, key: str) -> List[float]:
@@ -141,11 +127,13 @@ def plot(batches: Dict[str, Any], nps: Sequence[int], path: str, title: str) -> 
                 medians.append(cell["median"])
                 low.append(cell["median"] - cell["quartiles"][0])
                 high.append(cell["quartiles"][2] - cell["median"])
-            ax.errorbar(xs, medians, yerr=[low, high], marker="o", capsize=4,
-                        label=f"{ours} / plain Horovod")
+            if xs:  # a point whose job failed has no ratio
+                ax.errorbar(xs, medians, yerr=[low, high], marker="o", capsize=4,
+                            label=f"{ours} / plain Horovod")
         ax.axhline(GOAL, color="red", linestyle="--", linewidth=1, label=f"goal {GOAL}")
         ax.axhline(1.0, color="grey", linewidth=0.5)
         ax.set_xscale("log", base=2)
+        ax.set_xlim(min(nps) * 0.8, max(nps) * 1.25)
         ax.set_xticks(list(nps), [str(n) for n in nps])
         ax.set_xlabel("-np (instances)")
         ax.set_ylabel("samples/s ratio (median block; bars: quartiles)")
