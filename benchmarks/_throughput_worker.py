@@ -26,11 +26,13 @@ a global batch for the multi-worker ones, not sharded again), or for ``horovod-f
 callback stamps every batch's end; the timed steps are one ``fit`` of ``--steps`` steps after an
 untimed ``fit`` of ``--warmup`` steps.
 
-With several variants (``--variant horovod,popdist,ipu-horovod``: the custom loops over Horovod,
-which one process can hold together; benchmarks/turns_throughput.py), every instance builds each
-of them, warms each up, then times them in turns: ``--steps`` steps of each in ``--blocks``
-blocks, the order reversed every other block. The result holds every block's samples/s and CPU
-time per step per variant, and each variant's last loss.
+With several variants (``--variant horovod,popdist,ipu-horovod``, the custom loops over Horovod,
+or ``horovod-fit,popdist-fit,ipu-horovod-fit``, the same engines under Keras fit: what one process
+can hold together; benchmarks/turns_throughput.py), every instance builds each of them, warms
+each up, then times them in turns: ``--steps`` steps of each in ``--blocks`` blocks (a fit of
+that many steps for the fit variants), the order reversed every other block. The result holds
+every block's samples/s and CPU time per step per variant, each variant's last loss and a digest
+of its trained weights (their sum of squares).
 """
 from __future__ import annotations
 
@@ -64,21 +66,24 @@ NUM_CLASSES = 10
 DISTINCT_BATCHES = 4  # per replica; cached and repeated, so the input pipeline costs ~nothing
 
 
-# Custom loops over Horovod: one process can hold them all, so they can take turns in it.
-IN_TURN = ("horovod", "popdist", "ipu-horovod")
+# The engines over Horovod: one process can hold them all, so they can take turns in it (custom
+# loops together, or Keras fit variants together).
+IN_TURN_LOOPS = ("horovod", "popdist", "ipu-horovod")
+IN_TURN_FIT = tuple(f"{v}-fit" for v in IN_TURN_LOOPS)
 
 
 def variant_list(text: str) -> List[str]:
-    """``--variant``: one variant, or several of IN_TURN (no repeats)."""
+    """``--variant``: one variant, or several of IN_TURN_LOOPS or of IN_TURN_FIT (no repeats)."""
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in VARIANTS]
     if not names or unknown:
         raise argparse.ArgumentTypeError(f"unknown variant(s) {unknown or text!r}; choose from "
                                          + ", ".join(VARIANTS))
-    if len(names) > 1 and (len(set(names)) != len(names)
-                           or any(name not in IN_TURN for name in names)):
-        raise argparse.ArgumentTypeError(f"variants taking turns must be distinct ones of "
-                                         f"{', '.join(IN_TURN)}; got {text!r}")
+    if len(names) > 1 and (len(set(names)) != len(names) or not (
+            set(names) <= set(IN_TURN_LOOPS) or set(names) <= set(IN_TURN_FIT))):
+        raise argparse.ArgumentTypeError(
+            f"variants taking turns must be distinct ones of {', '.join(IN_TURN_LOOPS)} or of "
+            f"{', '.join(IN_TURN_FIT)}; got {text!r}")
     return names
 
 
@@ -86,8 +91,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variant", type=variant_list, required=True,
                         help="one of " + ", ".join(VARIANTS) + "; or several of "
-                             + ", ".join(IN_TURN) + ", comma-separated, timed in the same "
-                             "processes in turns (--blocks)")
+                             + ", ".join(IN_TURN_LOOPS) + " (or of " + ", ".join(IN_TURN_FIT)
+                             + "), comma-separated, timed in the same processes in turns "
+                             "(--blocks)")
     parser.add_argument("--blocks", type=int, default=1,
                         help="with several variants: each one's timed steps in this many blocks, "
                              "the variants taking turns block by block")
@@ -140,7 +146,14 @@ class Trainer:
     num_replicas: int
     step: Callable[[], tf.Tensor]        # runs one step; returns this instance's mean loss
     barrier: Callable[[], float]         # a collective over all replicas; returns their count
+    digest: Callable[[], float]          # the trained weights' sum of squares
     fit: Optional[Callable[[int, list], Dict[str, float]]] = None  # Keras fit of N steps
+
+
+def weights_digest(model: tf.keras.Model) -> Callable[[], float]:
+    """The sum of squares of ``model``'s trainable weights, read back as one number."""
+    return lambda: float(sum(tf.reduce_sum(tf.square(tf.convert_to_tensor(w)))
+                             for w in model.trainable_variables))
 
 
 def make_strategy(variant: str) -> "tuple[tf.distribute.Strategy, int, int]":
@@ -202,7 +215,8 @@ def strategy_trainer(variant: str, args: argparse.Namespace) -> Trainer:
     def barrier() -> float:
         return float(all_replicas())
 
-    return Trainer(rank, size, replicas, step=lambda: train_step(iterator), barrier=barrier)
+    return Trainer(rank, size, replicas, step=lambda: train_step(iterator), barrier=barrier,
+                   digest=weights_digest(model))
 
 
 def horovod_trainer(args: argparse.Namespace) -> Trainer:
@@ -233,7 +247,7 @@ def horovod_trainer(args: argparse.Namespace) -> Trainer:
         return hvd.allreduce(tf.ones([]), op=hvd.Sum)
 
     return Trainer(rank, size, size, step=lambda: train_step(iterator),
-                   barrier=lambda: float(all_ranks()))
+                   barrier=lambda: float(all_ranks()), digest=weights_digest(model))
 
 
 class Usage:
@@ -300,7 +314,8 @@ def fit_trainer(variant: str, args: argparse.Namespace) -> Trainer:
     def no_step() -> tf.Tensor:
         raise RuntimeError(f"{variant} trains with Keras fit, not step by step")
 
-    return Trainer(rank, size, replicas, step=no_step, barrier=barrier, fit=fit)
+    return Trainer(rank, size, replicas, step=no_step, barrier=barrier,
+                   digest=weights_digest(model), fit=fit)
 
 
 class BatchClock(tf.keras.callbacks.Callback):
@@ -319,10 +334,11 @@ class BatchClock(tf.keras.callbacks.Callback):
 
 
 def time_fit(trainer: Trainer, warmup: int, steps: int) -> Dict[str, object]:
-    """:func:`time_steps` for a Keras ``fit`` trainer: an untimed ``fit`` of ``warmup`` steps, a
-    barrier, then one ``fit`` of ``steps`` steps timed batch by batch."""
+    """:func:`time_steps` for a Keras ``fit`` trainer: an untimed ``fit`` of ``warmup`` steps (if
+    any), a barrier, then one ``fit`` of ``steps`` steps timed batch by batch."""
     started = time.perf_counter()
-    trainer.fit(warmup, [])
+    if warmup:
+        trainer.fit(warmup, [])
     if trainer.barrier() != trainer.num_replicas:
         raise RuntimeError("the barrier did not count every replica")
     warmup_s = time.perf_counter() - started
@@ -428,9 +444,13 @@ def time_in_turn(trainers: Dict[str, Trainer], args: argparse.Namespace) -> Dict
     """Each trainer's warm-up, then ``--steps`` timed steps of each in ``--blocks`` blocks of
     :func:`time_steps`, the trainers taking turns block by block in an order reversed every other
     block (A B, B A, ...), so a machine that drifts weighs on each alike. Per variant and block:
-    samples/s and CPU ms per step; per variant: the last block's final loss."""
+    samples/s and CPU ms per step; per variant: the last block's final loss and the trained
+    weights' digest. A Keras fit trainer runs each block as one fit (:func:`time_fit`)."""
+    def timed(trainer: Trainer, warmup: int, steps: int) -> Dict[str, object]:
+        return (time_fit if trainer.fit else time_steps)(trainer, warmup, steps)
+
     for trainer in trainers.values():
-        time_steps(trainer, args.warmup, 1)
+        timed(trainer, args.warmup, 1)
     block = args.steps // args.blocks
     names = list(trainers)
     blocks: Dict[str, Dict[str, List[float]]] = {
@@ -438,12 +458,13 @@ def time_in_turn(trainers: Dict[str, Trainer], args: argparse.Namespace) -> Dict
     final_loss: Dict[str, float] = {}
     for index in range(args.blocks):
         for name in (names if index % 2 == 0 else names[::-1]):
-            timing = time_steps(trainers[name], 0, block)
+            timing = timed(trainers[name], 0, block)
             blocks[name]["samples_per_s"].append(block * args.global_batch / timing["elapsed_s"])
             blocks[name]["cpu_ms_per_step"].append(timing["cpu_user_ms_per_step"]
                                                    + timing["cpu_system_ms_per_step"])
             final_loss[name] = timing["final_loss"]
-    return {"block_steps": block, "blocks": blocks, "final_loss_instance0": final_loss}
+    return {"block_steps": block, "blocks": blocks, "final_loss_instance0": final_loss,
+            "weights_digest_instance0": {name: t.digest() for name, t in trainers.items()}}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -12,16 +12,24 @@ order reversed every other block. Each block of ours is compared with the block 
 next to it in time, so drift cancels; the ratio reported is the median of those block ratios
 (samples/s ours / plain) with their range, and the CPU time per step ratio the same way. The
 last losses of all variants must agree (every variant trains the same steps on the same data from
-the same weights: a check that the comparison is fair). Goal: at least 0.97x at every -np and
-batch.
+the same weights: a check that the comparison is fair), and so must their trained weights (sum of
+squares). Goal: at least 0.97x at every -np and batch.
+
+``--path fit`` times the same engines under Keras ``model.fit`` instead: plain Horovod with its
+Keras ``DistributedOptimizer`` and ``BroadcastGlobalVariablesCallback``, the strategies with the
+model compiled under ``strategy.scope()``; each block is one ``fit`` of that many steps, timed
+from its first batch's start to its last batch's end. There the logged losses differ at -np > 1
+(Horovod's Keras loss is instance 0's own, a strategy's the mean over all replicas); the weights
+must still agree.
 
 What it does not measure: plain Horovod here runs under poprun-lite, not horovodrun, with the
 same Horovod build and transport as ours; training_throughput.py compares the launchers' whole
 jobs side by side.
 
-Run: ``PATH=.venv/bin:$PATH .venv/bin/python benchmarks/turns_throughput.py`` (``--np``,
-``--global-batch``, ``--steps``, ``--blocks``, ``--repeats``, ``--onednn``). Output:
-benchmarks/results/turns_throughput.json and a chart next to it (.png). Every launch has a
+Run: ``PATH=.venv/bin:$PATH .venv/bin/python benchmarks/turns_throughput.py`` (``--path``,
+``--np``, ``--global-batch``, ``--steps``, ``--blocks``, ``--repeats``, ``--onednn``). Output:
+benchmarks/results/turns_throughput.json (``turns_throughput_fit.json`` for ``--path fit``) and a
+chart next to it (.png). Every launch has a
 timeout (the launcher's process group is stopped: SIGTERM, then SIGKILL); loopback only.
 """
 from __future__ import annotations
@@ -42,7 +50,8 @@ from training_throughput import GOAL, code_version, run_worker  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "_throughput_worker.py")
-DEFAULT_OUT = os.path.join(HERE, "results", "turns_throughput.json")
+RESULTS = os.path.join(HERE, "results")
+FIT_SUFFIX = "-fit"  # the worker's name of an engine under Keras fit
 PLAIN = "horovod"
 OURS = ("popdist", "ipu-horovod")
 
@@ -53,12 +62,28 @@ def launch(np_: int, global_batch: int, args: argparse.Namespace) -> Dict[str, A
         run = run_worker(
             [tool("poprun-lite", which=False), "-np", str(np_), "--start-timeout",
              str(args.timeout), WORKER], np_,
-            ["--variant", ",".join(args.variant_list), "--global-batch", str(global_batch),
+            ["--variant", ",".join(worker_variant(v, args.path) for v in args.variant_list),
+             "--global-batch", str(global_batch),
              "--steps", str(args.steps), "--blocks", str(args.blocks),
              "--warmup", str(args.warmup), "--seed", str(args.seed)], args, tmp)
     about = {"np": np_, "ok": run.result is not None, "wall_s": run.wall_s,
              "load_1min": run.load_1min, "stray_processes": run.stray_processes}
-    return {**about, **run.result} if run.result is not None else {**about, "error": run.error}
+    if run.result is None:
+        return {**about, "error": run.error}
+    result = dict(run.result)
+    for key in ("blocks", "final_loss_instance0", "weights_digest_instance0"):
+        result[key] = {name.removesuffix(FIT_SUFFIX): value for name, value in result[key].items()}
+    return {**about, **result}
+
+
+def worker_variant(engine: str, path: str) -> str:
+    """The worker's variant for ``engine`` (horovod, popdist, ipu-horovod) on ``path``."""
+    return engine + FIT_SUFFIX if path == "fit" else engine
+
+
+def max_difference(values: Dict[str, float], relative: bool = False) -> float:
+    spread = max(values.values()) - min(values.values())
+    return spread / max(abs(v) for v in values.values()) if relative else spread
 
 
 def block_ratios(runs: Sequence[Dict[str, Any]], ours: str, key: str) -> List[float]:
@@ -92,9 +117,10 @@ def summarize(runs: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
             "median": statistics.median(ratios), "range": [min(ratios), max(ratios)],
             "quartiles": statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3,
             "blocks": len(ratios), "cpu_per_step_median": statistics.median(cpu)}
-    losses = [run["final_loss_instance0"] for run in good]
     out["final_loss_max_difference_between_variants"] = max(
-        max(loss.values()) - min(loss.values()) for loss in losses)
+        max_difference(run["final_loss_instance0"]) for run in good)
+    out["weights_digest_max_relative_difference_between_variants"] = max(
+        max_difference(run["weights_digest_instance0"], relative=True) for run in good)
     return out
 
 
@@ -144,6 +170,8 @@ def plot(batches: Dict[str, Any], nps: Sequence[int], path: str, title: str) -> 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--path", choices=("loop", "fit"), default="loop",
+                        help="custom training loops, or Keras model.fit")
     parser.add_argument("--np", default="1,2,4", help="comma-separated instance counts")
     parser.add_argument("--variants", default=",".join((PLAIN, *OURS)),
                         help=f"{PLAIN} and one or both of {', '.join(OURS)}")
@@ -157,8 +185,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--onednn", choices=ONEDNN_CHOICES, default="default", help=ONEDNN_HELP)
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per job")
-    parser.add_argument("--out", default=DEFAULT_OUT, help="JSON result; the plot goes next to it")
+    parser.add_argument("--out", default=None, help="JSON result; the plot goes next to it "
+                        "(default: results/turns_throughput[_fit].json beside this script)")
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = os.path.join(RESULTS, "turns_throughput_fit.json" if args.path == "fit"
+                                else "turns_throughput.json")
     args.np_list = [int(n) for n in args.np.split(",") if n.strip()]
     args.batch_list = [int(b) for b in args.global_batch.split(",") if b.strip()]
     args.variant_list = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -202,8 +234,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "what": ("samples/s ratio ours / plain Horovod of the small CNN of training_throughput.py, "
                  "the variants built in the same processes and timed in turns, block by block"),
-        "config": {"np": args.np_list, "global_batches": args.batch_list, "steps": args.steps,
-                   "blocks": args.blocks, "warmup": args.warmup, "repeats": args.repeats,
+        "config": {"path": args.path, "np": args.np_list, "global_batches": args.batch_list,
+                   "steps": args.steps, "blocks": args.blocks, "warmup": args.warmup, "repeats": args.repeats,
                    "variants": args.variant_list, "onednn_option": args.onednn,
                    "threads_per_instance": "intra-op max(1, cores // np), inter-op 2"},
         "batches": batches,
@@ -215,7 +247,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         "total_wall_s": time.perf_counter() - started,
     }
     machine = report["machine"]
-    title = (f"{args.steps} steps per variant in {args.blocks} turns, {args.repeats} job(s) per "
+    title = (f"{'Keras fit' if args.path == 'fit' else 'custom loops'}: "
+             f"{args.steps} steps per variant in {args.blocks} turns, {args.repeats} job(s) per "
              f"point; {machine['logical_cpus']} CPUs ({machine['cpu_model']}; oneDNN kernels "
              f"{'/'.join(onednn)}), Python {machine['python']}, TensorFlow {machine['tensorflow']}")
 

@@ -26,7 +26,7 @@ OTHER_TOOLS_OPTIONS = {
     "--gloo": "horovodrun", "-I": "python", "-F": "ssh", "--check": "gen_cli_reference.py",
     "--host-call": "the tests' estimator program", "--model-type": "Graphcore's Keras example",
     "--repeats": "benchmarks", "--baseline": "benchmarks", "--np": "benchmarks",
-    "--onednn": "benchmarks",
+    "--onednn": "benchmarks", "--path": "benchmarks",
     "-learning_rate": "arithmetic: minus the learning rate",
     "--use-synthetic-data": "Graphcore's applications", "--dist": "pytest-xdist",
 }

@@ -10,6 +10,9 @@ from popdist_launcher import collectives
 from popdist_launcher.ipu_runtime.tf_internal import (cross_device_ops_lib, reduce_util,
                                                       values_lib)
 
+# dtypes whose MEAN Horovod's allreduce divides (postscale_factor); others are divided after it.
+_SCALED_IN_HOROVOD = (tf.float16, tf.float32, tf.float64)
+
 
 def _local_parts(value) -> list:
     if isinstance(value, values_lib.DistributedValues):
@@ -59,11 +62,32 @@ class HorovodAllReduce(cross_device_ops_lib.CrossDeviceOps):
                     local = parts[0] if len(parts) == 1 else tf.add_n(parts)
                     dense_positions.append(i)
                     dense_tensors.append(tf.identity(local))
-            if dense_tensors:
-                if self._num_instances > 1:
-                    dense_tensors = collectives.grouped_allreduce(dense_tensors, op=collectives.Sum)
-                for i, tensor in zip(dense_positions, dense_tensors):
-                    results[i] = self._mean(tensor) if reduce_op == reduce_util.ReduceOp.MEAN else tensor
+            mean = reduce_op == reduce_util.ReduceOp.MEAN
+            for i, tensor in zip(dense_positions, self._reduce_dense(dense_tensors, mean)):
+                results[i] = tensor
+        return results
+
+    def _reduce_dense(self, tensors: List[tf.Tensor], mean: bool) -> List[tf.Tensor]:
+        """Sum over instances, then MEAN's division. Floating-point tensors are divided inside
+        Horovod's allreduce (its postscale, as plain Horovod's Average): no op per tensor."""
+        if not tensors:
+            return []
+        if self._num_instances == 1:
+            return [self._mean(t) for t in tensors] if mean else list(tensors)
+        floating = [i for i, t in enumerate(tensors) if t.dtype in _SCALED_IN_HOROVOD]
+        others = [i for i, t in enumerate(tensors) if t.dtype not in _SCALED_IN_HOROVOD]
+        results: List = [None] * len(tensors)
+        scale = 1.0 / self._num_global_replicas if mean else 1.0
+        if floating:
+            summed = collectives.grouped_allreduce([tensors[i] for i in floating],
+                                                   op=collectives.Sum, postscale_factor=scale)
+            for i, tensor in zip(floating, summed):
+                results[i] = tensor
+        if others:
+            summed = collectives.grouped_allreduce([tensors[i] for i in others],
+                                                   op=collectives.Sum)
+            for i, tensor in zip(others, summed):
+                results[i] = self._mean(tensor) if mean else tensor
         return results
 
     def _reduce_sparse(self, parts: list, reduce_op) -> tf.IndexedSlices:
@@ -77,6 +101,8 @@ class HorovodAllReduce(cross_device_ops_lib.CrossDeviceOps):
         return tf.IndexedSlices(values, indices, parts[0].dense_shape)
 
     def _mean(self, tensor):
+        if self._num_global_replicas == 1:
+            return tensor
         if tensor.dtype.is_integer:
             return tf.math.floordiv(tensor, tf.cast(self._num_global_replicas, tensor.dtype))
         return tensor * tf.cast(1.0 / self._num_global_replicas, tensor.dtype)
