@@ -39,6 +39,9 @@ def test_semantics(tmp_path, strategy, replicas):
         assert got["reduce_sum"] == pytest.approx(sum(ids))
         assert got["reduce_mean"] == pytest.approx(np.mean(ids))
         assert "not supported" in got["reduce_max_error"]
+        if strategy != "multi-worker":
+            # float: the exact mean; integer: its exact sum floor-divided by the replicas
+            assert got["mixed_mean"] == [np.mean(ids) + 0.5, sum(3 * r + 1 for r in ids) // R]
         G = 2 * R
         assert got["batches"] == [list(range(s * G, (s + 1) * G)) for s in range(3)]
         np.testing.assert_allclose(got["bn_moving_mean"], got["bn_expected_mean"], rtol=1e-5, atol=1e-5)

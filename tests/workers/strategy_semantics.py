@@ -47,6 +47,24 @@ out["on_read_mean"] = float(on_read_mean.numpy())
 out["on_read_sum"] = float(on_read_sum.numpy())
 out["reduce_sum"] = float(strategy.reduce("SUM", per_replica, axis=None).numpy())
 out["reduce_mean"] = float(strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None).numpy())
+
+
+# One batched MEAN of a float and an integer value (the Horovod strategies divide the float
+# inside the allreduce and floor-divide the integer's exact sum after it): inside a function.
+@tf.function
+def mixed_mean():
+    def ids():
+        rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+        return tf.cast(rid, tf.float32) + 0.5, tf.cast(rid, tf.int32) * 3 + 1
+
+    floats, ints = strategy.run(ids)
+    reduced = strategy.extended.batch_reduce_to(
+        tf.distribute.ReduceOp.MEAN, [(floats, floats), (ints, ints)])
+    return [strategy.experimental_local_results(r)[0] for r in reduced]
+
+
+if name != "multi-worker":  # TensorFlow's own collectives there
+    out["mixed_mean"] = [v.numpy().item() for v in mixed_mean()]
 try:
     strategy.reduce("MAX", per_replica, axis=None)
     out["reduce_max_error"] = None
