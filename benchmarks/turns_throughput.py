@@ -29,8 +29,8 @@ jobs side by side.
 Run: ``PATH=.venv/bin:$PATH .venv/bin/python benchmarks/turns_throughput.py`` (``--path``,
 ``--np``, ``--global-batch``, ``--steps``, ``--blocks``, ``--repeats``, ``--onednn``). Output:
 benchmarks/results/turns_throughput.json (``turns_throughput_fit.json`` for ``--path fit``) and a
-chart next to it (.png). Every launch has a
-timeout (the launcher's process group is stopped: SIGTERM, then SIGKILL); loopback only.
+chart next to it (.png). Every launch has a timeout (the launcher's process group is stopped:
+SIGTERM, then SIGKILL); loopback only.
 """
 from __future__ import annotations
 
@@ -235,8 +235,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         "what": ("samples/s ratio ours / plain Horovod of the small CNN of training_throughput.py, "
                  "the variants built in the same processes and timed in turns, block by block"),
         "config": {"path": args.path, "np": args.np_list, "global_batches": args.batch_list,
-                   "steps": args.steps, "blocks": args.blocks, "warmup": args.warmup, "repeats": args.repeats,
-                   "variants": args.variant_list, "onednn_option": args.onednn,
+                   "steps": args.steps, "blocks": args.blocks, "warmup": args.warmup,
+                   "repeats": args.repeats, "variants": args.variant_list, "onednn_option": args.onednn,
                    "threads_per_instance": "intra-op max(1, cores // np), inter-op 2"},
         "batches": batches,
         "goal": {"threshold": GOAL, "judged_on": "median block ratio",

@@ -70,24 +70,19 @@ class HorovodAllReduce(cross_device_ops_lib.CrossDeviceOps):
     def _reduce_dense(self, tensors: List[tf.Tensor], mean: bool) -> List[tf.Tensor]:
         """Sum over instances, then MEAN's division. Floating-point tensors are divided inside
         Horovod's allreduce (its postscale, as plain Horovod's Average): no op per tensor."""
-        if not tensors:
-            return []
         if self._num_instances == 1:
             return [self._mean(t) for t in tensors] if mean else list(tensors)
-        floating = [i for i, t in enumerate(tensors) if t.dtype in _SCALED_IN_HOROVOD]
-        others = [i for i, t in enumerate(tensors) if t.dtype not in _SCALED_IN_HOROVOD]
         results: List = [None] * len(tensors)
-        scale = 1.0 / self._num_global_replicas if mean else 1.0
-        if floating:
-            summed = collectives.grouped_allreduce([tensors[i] for i in floating],
-                                                   op=collectives.Sum, postscale_factor=scale)
-            for i, tensor in zip(floating, summed):
-                results[i] = tensor
-        if others:
-            summed = collectives.grouped_allreduce([tensors[i] for i in others],
-                                                   op=collectives.Sum)
-            for i, tensor in zip(others, summed):
-                results[i] = self._mean(tensor) if mean else tensor
+        for scaled in (True, False):
+            positions = [i for i, t in enumerate(tensors)
+                         if (t.dtype in _SCALED_IN_HOROVOD) == scaled]
+            if not positions:
+                continue
+            postscale = 1.0 / self._num_global_replicas if mean and scaled else 1.0
+            summed = collectives.grouped_allreduce([tensors[i] for i in positions],
+                                                   op=collectives.Sum, postscale_factor=postscale)
+            for i, tensor in zip(positions, summed):
+                results[i] = self._mean(tensor) if mean and not scaled else tensor
         return results
 
     def _reduce_sparse(self, parts: list, reduce_op) -> tf.IndexedSlices:
