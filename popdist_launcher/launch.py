@@ -146,15 +146,17 @@ def _config_kind(param: click.Parameter) -> str:
 def _check_build(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from popdist_launcher.launcher import check_build
-    lines, problems = check_build.report()
-    click.echo("\n".join(lines))
-    if problems:
-        console.write("")
-        for problem in problems:
-            console.say(f"missing: {problem}.")
+    from popdist_launcher.install import check_build
+    found = check_build.report()
+    click.echo("\n".join(found.lines))
+    if found.gaps:
+        click.echo("")
+    for gap in found.gaps:
+        click.echo(f"{'missing' if gap.required else 'optional'}: {gap.text()}.")
+    if found.failed:
         ctx.exit(1)
-    click.echo("\nAll required components are present.")
+    click.echo("\nEverything the library needs is present"
+               + (" (the optional pieces above add features)." if found.gaps else "."))
     ctx.exit(0)
 
 
@@ -365,8 +367,10 @@ def _check_build(ctx: click.Context, param: click.Parameter, value: bool) -> Non
               show_envvar=True,
               help="Let --export-config replace an existing file.")
 @click.option("--check-build", is_flag=True, is_eager=True, expose_value=False,
-              callback=_check_build, help="Show the versions and build options of TensorFlow, "
-                                         "Horovod, MPI, mpi4py and gRPC, then exit.")
+              callback=_check_build, help="Show what this environment has (TensorFlow, Keras, "
+                                         "Horovod, MPI, mpi4py, gRPC, GPUs, backends), what "
+                                         "each missing piece stops and the command that adds "
+                                         "it, then exit (1 if the library cannot run).")
 @click.option("-v", "--verbose", count=True, help="Log what the launcher does (-vv for more).")
 @click.version_option(__version__, "--version", prog_name=PROG)
 @_ipu_only

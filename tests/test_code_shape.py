@@ -162,8 +162,10 @@ KNOWN_PRIVATE_IMPORTS: Set[str] = set()
 # launcher); the compatibility layer (the import table, its finder and the modules its hooks
 # apply); the IPU runtime (what the strategies and Graphcore's names stand on); the
 # collectives; the strategies; Graphcore's names (ipu/, and popdist.py for ``popdist``); the
-# package root's lazy facade. The launcher's own units (launch, __main__, launcher.*) are not
-# in it: they stand on wire/ and compat's Keras choice, and import no library layer above.
+# package root's lazy facade. The launcher's own units (launch, __main__, launcher.*) and the
+# install tools its --check-build runs (install/: they probe TensorFlow and Horovod in child
+# interpreters) are not in it: they stand on wire/ and compat's Keras choice, and import no
+# library layer above.
 LIBRARY_LAYERS: List[FrozenSet[str]] = [
     frozenset({"wire"}),
     frozenset({"runtime", "tf_config", "stack_dump", "whereabouts"}),
@@ -174,7 +176,7 @@ LIBRARY_LAYERS: List[FrozenSet[str]] = [
     frozenset({"ipu", "popdist"}),
     frozenset({"popdist_launcher"}),
 ]
-LAUNCHER_UNITS = ("launch", "__main__", "launcher")
+LAUNCHER_UNITS = ("launch", "__main__", "launcher", "install")
 
 
 def package_files() -> List[pathlib.Path]:

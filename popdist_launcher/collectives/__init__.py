@@ -1,6 +1,12 @@
 """Cross-instance collectives on Horovod for TensorFlow eager, tf.function and Session code."""
 from __future__ import annotations
 
+from popdist_launcher.compat.needs import require
+
+require("tensorflow", "popdist_launcher.collectives")
+require("horovod", "popdist_launcher.collectives (PopDistStrategy, IPUHorovodStrategy and "
+                   "popdist.init use it)")
+
 from popdist_launcher.collectives._allreduce import allreduce, grouped_allreduce
 from popdist_launcher.collectives._describe import Average, Max, Min, Product, Sum
 from popdist_launcher.collectives._gather import allgather, broadcast, broadcast_variables

@@ -5,6 +5,9 @@ package does not import TensorFlow. Which attribute is which module comes from t
 package also exports its ops and optimizer modules at the top (``ipu.nn_ops`` is
 ``ipu.ops.nn_ops``).
 """
+from popdist_launcher.compat.needs import require
+
+require("tensorflow", "popdist_launcher.ipu (Graphcore's tensorflow.python.ipu)")
 import importlib
 import importlib.util
 

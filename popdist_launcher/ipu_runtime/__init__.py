@@ -5,3 +5,6 @@ internals in one place (``tf_internal``), IPUConfig and the system it configures
 (``jit_functions``), the dataset sharding check (``datasets``), the reduction-method enums and
 the Keras extensions (``keras_extensions`` installs the methods of ``keras/``).
 ``popdist_launcher.ipu`` re-exports what of it is Graphcore's public API."""
+from popdist_launcher.compat.needs import require
+
+require("tensorflow", "popdist_launcher's IPU runtime")

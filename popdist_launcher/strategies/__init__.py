@@ -1,6 +1,9 @@
 """The distribution strategies: IPUMultiWorkerStrategy (TensorFlow collectives over gRPC),
 PopDistStrategy (recommended; Horovod) and IPUHorovodStrategy (Horovod for everything).
 Importing one imports TensorFlow."""
+from popdist_launcher.compat.needs import require
+
+require("tensorflow", "popdist_launcher.strategies")
 import importlib
 
 _WHERE = {

@@ -6,6 +6,7 @@ the import table (popdist_launcher.compat.import_table) under its ``estimator-re
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import re
 import sys
@@ -30,9 +31,11 @@ def needed(version: str) -> bool:
 
 
 def install(tensorflow_module) -> None:
-    """The site hook, once ``tensorflow`` has imported: everything above, on TensorFlow 2.16+."""
+    """The site hook, once ``tensorflow`` has imported: everything above, on TensorFlow 2.16+
+    with tensorflow-estimator installed. Without it there is no ``tf.estimator``, as on a plain
+    TensorFlow 2.16+ (code that falls back when it is missing, such as Horovod's import, does)."""
     version = getattr(tensorflow_module, "__version__", "")
-    if not needed(version):
+    if not needed(version) or importlib.util.find_spec("tensorflow_estimator") is None:
         return
     from popdist_launcher.compat.startup import switch_on
     switch_on("estimator-removed")  # the table's estimator names (a real module always wins)
