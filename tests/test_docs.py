@@ -23,12 +23,15 @@ SHELL = {"sh", "bash", "shell", "console"}
 # naming a new one adds it here; a poprun-lite option must never be listed.
 OTHER_TOOLS_OPTIONS = {
     "--allow-run-as-root": "mpirun", "--cpu-bind": "srun", "--no-deps": "pip",
+    "--no-build-isolation": "pip",
     "--gloo": "horovodrun", "-I": "python", "-F": "ssh", "--check": "gen_cli_reference.py",
     "--host-call": "the tests' estimator program", "--model-type": "Graphcore's Keras example",
     "--repeats": "benchmarks", "--baseline": "benchmarks", "--np": "benchmarks",
     "--onednn": "benchmarks", "--path": "benchmarks",
     "-learning_rate": "arithmetic: minus the learning rate",
     "--use-synthetic-data": "Graphcore's applications", "--dist": "pytest-xdist",
+    **dict.fromkeys(("--wheel-cache", "--rebuild", "--gpu-operations", "--no-mpi"),
+                    "python -m popdist_launcher.install horovod"),
 }
 
 
@@ -254,6 +257,14 @@ def test_every_option_named_exists(page):
         unknown.append(f"{page.relative_to(ROOT)}:{number}: {option} is not a poprun-lite "
                        f"option{hint}")
     assert not unknown, "\n".join(unknown)
+
+
+def test_the_install_commands_documented_options_exist():
+    from popdist_launcher.install.__main__ import horovod
+    documented = [o for o, tool in OTHER_TOOLS_OPTIONS.items()
+                  if tool == "python -m popdist_launcher.install horovod"]
+    spelled = {name for param in horovod.params for name in (*param.opts, *param.secondary_opts)}
+    assert documented and set(documented) <= spelled
 
 
 def test_other_tools_options_are_not_ours():

@@ -33,7 +33,9 @@ WHEEL_CACHE = os.environ.get("POPDIST_WHEEL_CACHE") or os.path.join(
 def run(*argv, venv=None, timeout=900, cwd=None, check=True):
     """Run a command, with ``venv``'s bin/ first on PATH as an activated virtualenv has it."""
     env = job_environ()
+    # A user's shell: the suite's workers inherit the suite's own Keras 2 choice (conftest).
     env.pop("PYTHONPATH", None)
+    env.pop("TF_USE_LEGACY_KERAS", None)
     env["PYTHONNOUSERSITE"] = "1"
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     if venv is not None:
