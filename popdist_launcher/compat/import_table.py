@@ -155,6 +155,10 @@ ALIASES = (
             when=("estimator-removed",))
       for name, v in (("tensorflow.estimator", "v2"), ("tensorflow.compat.v2.estimator", "v2"),
                       ("tensorflow.compat.v1.estimator", "v1"))),
+    # The estimator's modules at TensorFlow 2.15's internal path (``from tensorflow.python.
+    # estimator import estimator_lib, model_fn, run_config``), as tensorflow-estimator's.
+    Alias("tensorflow.python.estimator", "tensorflow_estimator.python.estimator", shadows=False,
+          when=("estimator-removed",)),
     Alias("tensorflow.python.distribute.estimator_training",
           "popdist_launcher.compat.estimator.estimator_training", children=False, shadows=False,
           when=("estimator-removed",)),

@@ -10,13 +10,25 @@ module this TensorFlow has:
   with one sentence that says what to use instead.
 
 ``install`` (a table hook, once TensorFlow has imported) adds the removed attributes:
-``tf.compat.v1.NewCheckpointReader``.
+``tf.compat.v1.NewCheckpointReader``; ``array_ops.stack`` and ``unstack`` (moved to
+``array_ops_stack``, which Graphcore's tests and applications import them from
+``array_ops``); ``input_lib.DistributedDatasetInterface`` (moved to
+``tensorflow.python.types.distribute``; TensorFlow's own old Keras copy, ``tensorflow.python.
+keras``, still reads it there when it picks a data adapter).
 """
 
 
 def install(tf_module=None) -> None:
     """Add the removed attributes (once)."""
     import tensorflow as tf
+    from tensorflow.python.distribute import input_lib
+    from tensorflow.python.ops import array_ops, array_ops_stack
     from tensorflow.python.training import py_checkpoint_reader
+    from tensorflow.python.types import distribute as distribute_types
     if not hasattr(tf.compat.v1, "NewCheckpointReader"):
         tf.compat.v1.NewCheckpointReader = py_checkpoint_reader.NewCheckpointReader
+    for name in ("stack", "unstack"):
+        if not hasattr(array_ops, name):
+            setattr(array_ops, name, getattr(array_ops_stack, name))
+    if not hasattr(input_lib, "DistributedDatasetInterface"):
+        input_lib.DistributedDatasetInterface = distribute_types.DistributedDatasetInterface

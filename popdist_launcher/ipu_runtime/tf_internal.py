@@ -19,5 +19,6 @@ from tensorflow.python.eager.polymorphic_function import polymorphic_function  #
 from tensorflow.python.ops import control_flow_util  # noqa: F401
 from tensorflow.python.ops import ref_variable  # noqa: F401 (ipu host embedding tables)
 from tensorflow.python.ops import resource_variable_ops  # noqa: F401
+from tensorflow.python.ops import variable_scope  # noqa: F401 (the variables' synchronization)
 from tensorflow.python.trackable.base import CheckpointInitialValue  # noqa: F401
 from tensorflow.python.util import nest  # noqa: F401

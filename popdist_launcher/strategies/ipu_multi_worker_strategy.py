@@ -23,6 +23,7 @@ from popdist_launcher.ipu_runtime.datasets import is_sharded
 from popdist_launcher.ipu_runtime.tf_internal import (TFConfigClusterResolver,
                                                       collective_all_reduce_strategy, input_util,
                                                       nest, values_lib)
+from popdist_launcher.ipu_runtime.variables import as_ipu_variable
 from popdist_launcher.strategies import _host_input
 from popdist_launcher.strategies._common import (call_for_the_only_replica,
                                                  check_replication_mode, resolve_reduce_op)
@@ -113,14 +114,15 @@ class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceE
 
     def _create_variable(self, next_creator, **kwargs):
         if not self._variables_on_host:  # on a replica device: it reads as that device's IPU
-            return super()._create_variable(ipu_devices.on_replica_ipu(next_creator), **kwargs)
+            return as_ipu_variable(super()._create_variable(
+                ipu_devices.on_replica_ipu(next_creator), **kwargs))
         host = f"{self._worker_device}/device:CPU:0"
 
         def on_host(**kw):
             with tf.device(host):
                 return next_creator(**kw)
 
-        return super()._create_variable(on_host, **kwargs)
+        return as_ipu_variable(super()._create_variable(on_host, **kwargs))
 
 
 class IPUMultiWorkerStrategy(collective_all_reduce_strategy.CollectiveAllReduceStrategy):

@@ -26,6 +26,7 @@ from popdist_launcher.ipu_runtime.tf_internal import (CheckpointInitialValue, di
                                                       distribute_utils, input_lib_v1, input_util,
                                                       mirrored_strategy, nest, reduce_util,
                                                       values_lib)
+from popdist_launcher.ipu_runtime.variables import as_ipu_variable
 from popdist_launcher.strategies import _host_input
 from popdist_launcher.strategies._common import (call_for_the_only_replica,
                                                  check_replication_mode, resolve_reduce_op)
@@ -132,13 +133,14 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
 
     def _create_variable(self, next_creator, **kwargs):
         if not self._variables_on_host:  # on a replica device: it reads as that device's IPU
-            return super()._create_variable(ipu_devices.on_replica_ipu(next_creator), **kwargs)
+            return as_ipu_variable(super()._create_variable(
+                ipu_devices.on_replica_ipu(next_creator), **kwargs))
 
         def on_host(**kw):
             with tf.device(self._host_device):
                 return next_creator(**kw)
 
-        return super()._create_variable(on_host, **kwargs)
+        return as_ipu_variable(super()._create_variable(on_host, **kwargs))
 
     # ---- reductions ----------------------------------------------------------------------
     def _get_cross_device_ops(self, value):

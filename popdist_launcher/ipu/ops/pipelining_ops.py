@@ -61,8 +61,11 @@ class OptimizerFunctionOutput:
     def __init__(self, opt, loss, compute_gradients_args=None, compute_gradients_kwargs=None,
                  apply_gradients_args=None, apply_gradients_kwargs=None, variables=None, tape=None,
                  gradient_capture_context=None, captured_gradient_outfeed=None) -> None:
-        if not isinstance(opt, (tf.compat.v1.train.Optimizer, tf.keras.optimizers.legacy.Optimizer,
-                                tf.keras.optimizers.experimental.Optimizer)):  # any Keras base
+        # TensorFlow 1's Optimizer, or any Keras optimizer this TensorFlow may have (Keras 2's
+        # OptimizerV2 and 2.11+ Optimizer, Keras 3's, TensorFlow's own old Keras copy): their
+        # one common interface, whichever Keras tf.keras is for this program.
+        if not (isinstance(opt, tf.compat.v1.train.Optimizer)
+                or callable(getattr(opt, "apply_gradients", None))):
             raise TypeError("OptimizerFunctionOutput.opt must be a TensorFlow Optimizer or Keras "
                             "Optimizer object.")
         if not tf.is_tensor(loss):

@@ -10,6 +10,9 @@ import tensorflow as tf
 from popdist_launcher.compat import keras2
 
 OptimizerV2 = keras2.import_src("optimizers.legacy.optimizer_v2").OptimizerV2
+# Keras 2.11+'s optimizer base, by its module (tf.keras.optimizers.experimental is gone where
+# tf.keras is Keras 3, and tf.keras.optimizers.Optimizer is OptimizerV2 in IPU programs).
+Optimizer = keras2.import_src("optimizers.optimizer").Optimizer
 _HYPER_ALIASES = {"lr": "learning_rate"}
 
 
@@ -19,9 +22,7 @@ def _is_legacy(opt) -> bool:
 
 def check_optimizer(opt, what: str) -> None:
     """TypeError unless ``opt`` is a Keras optimizer (legacy ``OptimizerV2`` or Keras 2.11+)."""
-    # Keras 2.11+'s base by its lasting name (tf.keras.optimizers.Optimizer is OptimizerV2 for
-    # programs that import the IPU layer by Graphcore's names).
-    if not (_is_legacy(opt) or isinstance(opt, tf.keras.optimizers.experimental.Optimizer)):
+    if not (_is_legacy(opt) or isinstance(opt, Optimizer)):
         raise TypeError(f"{what} wraps a Keras optimizer (keras.optimizer_v2 / "
                         f"tf.keras.optimizers.legacy, or tf.keras.optimizers.experimental), got "
                         f"{type(opt).__name__}.")
