@@ -22,8 +22,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS = Path(__file__).resolve().parent / "workers"
 MODES = ("eager", "function", "session")
-DTYPES = ("float16", "float32", "float64", "int32", "int64")
-INT_DTYPES = ("int32", "int64")
+DTYPES = ("float16", "float32", "float64", "int16", "int32", "int64")
+INT_DTYPES = ("int16", "int32", "int64")
 STALL_TIMEOUT = 3.0
 EXIT_STALLED = 3  # tests/workers/collectives_mismatch.py
 

@@ -1,5 +1,5 @@
-"""allreduce and grouped_allreduce: dense tensors reduced by Horovod (integers exactly),
-tf.IndexedSlices gathered."""
+"""allreduce and grouped_allreduce: dense tensors reduced by Horovod (integers exactly, small
+integer types through a wider one), tf.IndexedSlices gathered."""
 from __future__ import annotations
 
 import functools
@@ -12,6 +12,12 @@ from popdist_launcher.collectives import _state
 from popdist_launcher.collectives._describe import (OP_NAMES, Average, Sum, TensorLike, check_op,
                                                     describe, horovod_name, suffixed)
 from popdist_launcher.collectives._tracking import tracked
+
+
+# Integer dtypes Horovod's allreduce kernel does not take (it takes uint8, int8, int32, int64
+# and the float types): reduced exactly in a wider one and cast back (a Sum that overflows
+# wraps, as it would in the dtype itself).
+_WIDER = {tf.int16: tf.int32, tf.uint16: tf.int32, tf.uint32: tf.int64}
 
 
 def _is_int(dtype: tf.DType) -> bool:
@@ -34,6 +40,9 @@ def _to_tensor(value: Any) -> Union[tf.Tensor, tf.IndexedSlices]:
 
 def _dense_allreduce(tensor: tf.Tensor, op: Any, prescale: float, postscale: float,
                      name: Optional[str], size: int) -> tf.Tensor:
+    if tensor.dtype in _WIDER:
+        wide = tf.cast(tensor, _WIDER[tensor.dtype])
+        return tf.cast(_dense_allreduce(wide, op, prescale, postscale, name, size), tensor.dtype)
     if not _is_int(tensor.dtype):
         return hvd.allreduce(tensor, op=op, prescale_factor=prescale, postscale_factor=postscale,
                              name=name)
@@ -87,8 +96,8 @@ def allreduce(tensor: TensorLike, op: Any = None, prescale_factor: float = 1.0,
 
     Integer tensors: Average is the exact integer Sum divided by the number of instances,
     rounded toward zero (``tf.truncatediv``; e.g. 3 and 4 average to 3, -3 and -4 to -3),
-    and the dtype is kept; scale factors must be integral (2.0 is fine, 0.5 raises ValueError)
-    and are applied exactly.
+    and the dtype is kept (int16 and uint16 are reduced as int32, which Horovod takes); scale
+    factors must be integral (2.0 is fine, 0.5 raises ValueError) and are applied exactly.
 
     A ``tf.IndexedSlices`` is allgathered (values and indices concatenated in instance order,
     dense_shape kept) and returned as IndexedSlices; Average divides the values by the number of
@@ -154,6 +163,10 @@ def grouped_allreduce(tensors: Iterable[TensorLike], op: Any = None, prescale_fa
 def _grouped_dense(group: List[tf.Tensor], op: Any, prescale: float, postscale: float,
                    name: Optional[str], size: int) -> List[tf.Tensor]:
     dtype = group[0].dtype
+    if dtype in _WIDER:
+        wide = [tf.cast(t, _WIDER[dtype]) for t in group]
+        out = _grouped_dense(wide, op, prescale, postscale, name, size)
+        return [tf.cast(t, dtype) for t in out]
     if not _is_int(dtype):
         return list(hvd.grouped_allreduce(group, op=op, prescale_factor=prescale,
                                           postscale_factor=postscale, name=name))

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from popdist_launcher import collectives as C
 
-DTYPES = [tf.float16, tf.float32, tf.float64, tf.int32, tf.int64]
+DTYPES = [tf.float16, tf.float32, tf.float64, tf.int16, tf.int32, tf.int64]
 OPS = {"sum": C.Sum, "average": C.Average, "min": C.Min, "max": C.Max, "product": C.Product}
 
 

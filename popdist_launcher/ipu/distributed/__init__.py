@@ -4,8 +4,11 @@ arguments, and the strategies at their IPU module paths (``ipu.distributed.popdi
 Both of Graphcore's spellings work: Horovod's ``allreduce(tensor, op=None)`` (``ipu.horovod``,
 TF1 SDKs) and PopDist's ``allreduce(value, reduce_op, tensor_name=None)`` (``ipu.distributed``,
 TF2 SDKs); ``op`` / ``reduce_op`` take ``Average``, ``Sum``, ``Min``, ``Max``, ``Product``,
-``tf.distribute.ReduceOp.SUM`` / ``MEAN`` or those names. The collectives start on first use,
-so no ``init()`` is needed (``init()`` is accepted). Importing this module imports TensorFlow.
+``tf.distribute.ReduceOp.SUM`` / ``MEAN`` or those names. ``allgather`` follows the program's
+SDK line: PopDist's stacking one (``host_collective_ops``) in TF2 programs, Horovod's
+concatenation in TF1 graphs; ``ipu.horovod.allgather`` always concatenates. The collectives
+start on first use, so no ``init()`` is needed (``init()`` is accepted). Importing this module
+imports TensorFlow.
 """
 from __future__ import annotations
 
@@ -64,6 +67,18 @@ def allreduce(tensor: Any, op: Any = None, reduce_op: Any = None,
 
 
 def allgather(tensor: Any, tensor_name: Optional[str] = None, name: Optional[str] = None) -> Any:
+    """Gather every instance's ``tensor``: in TF2 programs stacked on a new dimension 0 (as
+    ``host_collective_ops.allgather``, Graphcore's since SDK 3.1), in TF1 graphs concatenated on
+    dimension 0 (Horovod's, the TF1 SDKs')."""
+    if tf.compat.v1.executing_eagerly_outside_functions():
+        # Imported here: host_collective_ops takes this package's helpers above.
+        from popdist_launcher.ipu.distributed import host_collective_ops
+        return host_collective_ops.allgather(tensor, tensor_name=tensor_name or name)
+    return _horovod_allgather(tensor, tensor_name, name)
+
+
+def _horovod_allgather(tensor: Any, tensor_name: Optional[str] = None,
+                       name: Optional[str] = None) -> Any:
     """Concatenate every instance's ``tensor`` on dimension 0 (first dimensions may differ)."""
     _started()
     return collectives.allgather(tensor, name=tensor_name or name)

@@ -1,5 +1,6 @@
-"""``ipu.horovod``: the TF1 SDKs' name of ``ipu.distributed`` (``from tensorflow.python.ipu import
-horovod as hvd``), with the strategies at its module paths (``ipu.horovod.popdist_strategy``...).
+"""``ipu.horovod``: the older SDKs' name of ``ipu.distributed`` (``from tensorflow.python.ipu import
+horovod as hvd``), Horovod's API (``allgather`` concatenates on dimension 0), with the strategies
+at its module paths (``ipu.horovod.popdist_strategy``...).
 
 Its build facts are those of the SDK's Horovod, which was built with MPI only: ``mpi_built`` and
 ``mpi_enabled`` are True, ``gloo_built``, ``gloo_enabled``, ``nccl_built`` and ``ddl_built``
@@ -7,6 +8,7 @@ False, whatever transport the collectives use here (``ipu.distributed`` reports 
 Horovod's)."""
 from popdist_launcher.ipu.distributed import *  # noqa: F401,F403
 from popdist_launcher.ipu.distributed import __all__  # noqa: F401
+from popdist_launcher.ipu.distributed import _horovod_allgather as allgather  # noqa: F401
 
 
 def _sdk_fact(name: str, value: bool):
