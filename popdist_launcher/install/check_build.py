@@ -197,8 +197,8 @@ def _tensorflow_gaps(info: Dict[str, dict], dists: List[tensorflow_dist.TensorFl
                         "IPU programs, Horovod's Keras API, estimators and TensorFlow 1 programs "
                         "need Keras 2; programs written for Keras 3 are unaffected",
                         (make or f"`pip install {no_deps}'tf-keras~={minor}.0'`"
-                                + ("" if not no_deps else f" (tf-keras declares the full "
-                                   f"`tensorflow` wheel, which {flavour.name} already is)"))))
+                                + ("" if not no_deps else f" (the full `tensorflow` wheel "
+                                   f"tf-keras declares would go in over {flavour.name})"))))
     if not tf["estimator"]:
         command = ("`pip install --no-deps tensorflow-estimator==2.15.0`"
                    if flavour.release >= (2, 16) else
