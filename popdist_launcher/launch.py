@@ -212,13 +212,19 @@ def _check_build(ctx: click.Context, param: click.Parameter, value: bool) -> Non
                    "SIGQUIT to poprun-lite prints the stacks at any time.  [default: none]")
 @click.option("--hang-timeout", type=float, default=None, callback=cli_values.seconds(True),
               show_envvar=True, metavar="SECONDS",
-              help="When nothing in the job moved (progress reports, instances entering or "
-                   "leaving collectives) for SECONDS, an instance that is stopped, runs its own "
-                   "code while its peers wait, or waits in another collective than they do is "
-                   "hung: it is named, its stack printed, and it is killed and counts as failed "
-                   "(docs/elastic.md, 'Hung workers'). 0 turns the check off.  [default: 5 x "
-                   "the longest interval between the job's events, at least 30 s; 120 s before "
-                   "the first step]")
+              help="The hang check's short bounds: an instance stopped, left waiting once its "
+                   "peers ended, waiting in another collective than its peers, or whose own "
+                   "threads stay blocked (no CPU, no I/O) while its peers wait, is hung after "
+                   "SECONDS: named with the evidence, its stack printed, killed, failed "
+                   "(docs/job-end.md, 'Hung instances'). 0 turns the check off.  [default: 30 s "
+                   "for a stopped or lone instance, 180 s for an absent or blocked one, or 5 x "
+                   "the longest interval between the job's events if longer]")
+@click.option("--hang-busy-timeout", type=float, default=None,
+              callback=cli_values.seconds(False), show_envvar=True, metavar="SECONDS",
+              help="How long one instance may run its own code (CPU, I/O or a moving stack) "
+                   "while its peers wait for it before the hang check calls it hung; never "
+                   "less than --hang-timeout.  [default: 600 s, or 5 x the longest interval "
+                   "between the job's events if longer]")
 @click.option("--port-range", default=None, metavar="LOW-HIGH", callback=cli_values.parse_port_range,
               show_envvar=True, help="Where to look for free TF_CONFIG ports "
                                      "[default: below the kernel's ephemeral range].")

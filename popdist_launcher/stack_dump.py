@@ -16,7 +16,7 @@ ENV = "POPRUN_STACK_FD"  # "FD:WRAPPER_PID:SIGNAL", set by the wrapper for its p
 READY = b"\0ready\n"
 STALL = b"\0stall "
 PROGRESS = b"\0progress "
-WHEREABOUTS_ENV = "POPRUN_WHEREABOUTS"  # "0": no whereabouts sampler (--hang-timeout 0)
+WHEREABOUTS_ENV = "POPRUN_WHEREABOUTS"  # "0": no whereabouts sampler (--hang-timeout 0 sets it)
 _found = {}  # pid -> _ours() (a forked child asks again: it is not the wrapper's program)
 
 

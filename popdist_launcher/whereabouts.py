@@ -1,19 +1,26 @@
-"""Where an instance is, for poprun-lite's hang check: a thread samples the program's Python
-stacks every second and tells the launcher, only when the answer changes, whether the program
-waits in a collective (which one), runs TensorFlow, is in a marked long phase, or runs its own
-code; and ``long_phase``, the context manager that marks a long phase.
+"""Where an instance is and what it does, for poprun-lite's hang check: a thread samples the
+program's Python stacks every second and tells the launcher, only when the answer changes, its
+position (whether the main thread waits in a collective, which one; runs TensorFlow; is in a
+marked long phase; runs its own code; or waits for a thread at interpreter exit) and its
+activity (what the program's own threads did since the last look); and ``long_phase``, the
+context manager that marks a long phase.
 
-The answer is read from the stacks, so no program is edited: a frame of one of Horovod's
-Python collective functions (``hvd.allreduce``, ``allgather``, ``broadcast``,
-``broadcast_object``, ``broadcast_variables``, ``join``, ``barrier``, the elastic state sync) or
-of ours is "collective NAME" (the innermost one names it); a thread whose innermost frame is in
+Position, read from the stacks, so no program is edited: a frame of one of Horovod's Python
+collective functions (``hvd.allreduce``, ``allgather``, ``broadcast``, ``broadcast_object``,
+``broadcast_variables``, ``join``, ``barrier``, the elastic state sync) or of ours is
+"collective NAME" (the innermost one names it); a thread whose innermost frame is in
 TensorFlow, Keras, Horovod or this library, or in an import, runs TensorFlow ("tensorflow": a
 graph step, where a graph collective waits unseen, or the library's own long operations such as
 a checkpoint save, an evaluation or an export), told apart by the CPU its TensorFlow threads
 used in the last second: "computing" when they use BUSY of a core (3 %), else "tensorflow";
-anything else is the
-program's own code ("program": a busy loop, a lock, a blocked read). The main thread decides;
-when it waits for another thread to end (training in a thread), the other threads do.
+anything else is the program's own code ("program"). The main thread decides; when it waits
+for another thread to end (training in a thread), the other threads do.
+
+Activity (``Activity``), from every thread that runs the program's own code (its innermost
+frame outside the standard library and the libraries above, a generator that ``tf.data`` runs
+included), its CPU time and characters read and written (``/proc/self/task``) and whether its
+stack moved: "busy", "sleeping" (in ``time.sleep``: a choice), "blocked" (a lock, a read, a
+queue: a wait only another process may end) or "waiting" (no such thread).
 
 Standard library only: it starts in every program poprun-lite's wrapper starts.
 """
@@ -111,6 +118,9 @@ def position(frames: dict, main_id: int, skip: "set[int]") -> str:
     libraries = _library_dirs()
     horovod = next((d for d in libraries if d.endswith(os.sep + "horovod" + os.sep)), "")
     main = frames.get(main_id)
+    if main is not None and main.f_code.co_filename == threading.__file__ and \
+            main.f_code.co_name == "_shutdown":
+        return "exit"  # the interpreter waits for a thread before it exits
     where = classify(main, libraries, horovod)
     if where == "program" and main is not None and \
             main.f_code.co_filename == threading.__file__:  # waits for a thread (or a lock)
@@ -132,6 +142,161 @@ def _rank() -> int:
             except Exception:
                 return -1
     return -1
+
+
+# ---- what the program's threads do: the evidence for a hang's kind ---------------------------
+ACTIVITIES = ("busy", "sleeping", "blocked", "waiting")
+# Linux system calls a thread sleeps in by choice (time.sleep), per machine
+SLEEP_CALLS = {"x86_64": {35, 230}, "aarch64": {101, 115}, "ppc64le": {162, 371}}
+_SLEEPS = SLEEP_CALLS.get(os.uname().machine if hasattr(os, "uname") else "", set())
+_STDLIB = tuple(p + os.sep for p in {os.path.dirname(os.__file__),
+                                    os.path.dirname(threading.__file__)})
+
+
+def _task(tid: int) -> "tuple[int, int, str, str]":
+    """(CPU ticks, characters read and written, state letter, system call) of thread ``tid``
+    of this process; system call "" when unknown, "running" when it runs."""
+    try:
+        with open(f"/proc/self/task/{tid}/stat", "rb") as stat:
+            text = stat.read()
+        fields = text[text.rfind(b")") + 2:].split()
+        ticks, state = int(fields[11]) + int(fields[12]), fields[0].decode()
+    except (OSError, ValueError, IndexError):
+        return 0, 0, "", ""
+    chars = 0
+    try:
+        with open(f"/proc/self/task/{tid}/io", "rb") as io:
+            for line in io.read().splitlines()[:2]:  # rchar, wchar
+                chars += int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open(f"/proc/self/task/{tid}/syscall", "rb") as call:
+            first = call.read().split(b" ", 1)[0].strip()
+    except OSError:
+        first = b""
+    return ticks, chars, state, first.decode("ascii", "replace")
+
+
+def _own_frame(frame, libraries: "tuple[str, ...]"):
+    """The innermost frame of ``frame``'s stack in the program's own code: outside the
+    standard library and the libraries above, and reached, walking out, from the program's own
+    files before any library (NumPy called by the program is its own code; a package that
+    TensorFlow calls is not). None when the thread runs none (an idle pool thread, a library's
+    thread), is inside a library the program called, or waits for another of its threads
+    (``Thread.join``)."""
+    innermost = None
+    while frame is not None:
+        code = frame.f_code
+        path = code.co_filename
+        if path.startswith(libraries):
+            return None
+        if path == threading.__file__ and code.co_name in ("join", "_shutdown"):
+            return None
+        if not (path.startswith(_STDLIB) or path.startswith("<")):
+            innermost = innermost or frame
+            if not any(part in path for part in _PACKAGES):
+                return innermost  # the program's own file
+        frame = frame.f_back
+    return innermost
+
+
+_PACKAGES = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+
+
+def _place(frame) -> str:
+    """ "gen at prog.py:41" for a frame."""
+    code = frame.f_code
+    return f"{code.co_name} at {os.path.basename(code.co_filename)}:{frame.f_lineno}"
+
+
+class Activity:
+    """What the program's own threads did since the last look: "busy" (CPU, I/O or a moving
+    stack), "sleeping" (one sleeps by choice: time.sleep), "blocked" (all wait without CPU or
+    I/O: a lock, a read, a queue, a generator's wait) or "waiting" (no thread runs the program's
+    own code: it waits inside TensorFlow or Horovod); and where."""
+
+    def __init__(self) -> None:
+        self.seen: "dict[int, tuple]" = {}  # thread ident -> (frame key, ticks, chars)
+        self.pool_ticks: "int | None" = None  # TensorFlow's threads' CPU, when one runs Python
+        self.pool_busy = False  # their CPU went to the program's Python (a py_function)
+
+    def look(self, frames: dict, skip: "set[int]", main_id: int,
+             libraries: "tuple[str, ...]") -> "tuple[str, str]":
+        """(activity, where: "main thread in gen at prog.py:41") from every thread's stack
+        (``sys._current_frames()``) and this process's /proc entries."""
+        threads = {t.ident: t for t in threading.enumerate()}
+        own = {}
+        for ident, frame in frames.items():
+            found = _own_frame(frame, libraries) if ident not in skip else None
+            if found is not None:
+                own[ident] = found
+        seen, busy, sleeping, blocked = {}, [], [], []
+        needed = BUSY * _TICK * SAMPLE_S
+        for ident, frame in own.items():
+            thread = threads.get(ident)
+            who = "main thread" if ident == main_id else \
+                f"thread {thread.name}" if thread is not None else "a TensorFlow thread"
+            where = f"{who} in {_place(frame)}"
+            key = (id(frame.f_code), frame.f_lineno, frame.f_lasti)
+            if thread is None or not thread.native_id:  # Python that TensorFlow runs
+                seen[ident] = (key, 0, 0)
+                before = self.seen.get(ident)
+                if before is None or before[0] != key:
+                    busy.append(where)
+                blocked.append(where)
+                continue
+            ticks, chars, state, call = _task(thread.native_id)
+            seen[ident] = (key, ticks, chars)
+            before = self.seen.get(ident)
+            if before is None or before[0] != key or ticks - before[1] >= needed or \
+                    chars > before[2] or state == "R":
+                busy.append(where)
+            elif call.isdigit() and int(call) in _SLEEPS:
+                sleeping.append(where)
+            else:
+                blocked.append(where)
+        pool = any(i not in threads for i in own)
+        self.pool_busy = False
+        if pool:  # TensorFlow's threads run the program's Python: their CPU, or one sleeps
+            ticks, sleeps = _pool()
+            if self.pool_ticks is not None and ticks - self.pool_ticks >= needed:
+                self.pool_busy = True
+                busy.append(next(w for w in blocked if w.startswith("a TensorFlow thread")))
+            if sleeps:
+                sleeping.append("a TensorFlow thread running the program's code")
+            self.pool_ticks = ticks
+        else:
+            self.pool_ticks = None
+        self.seen = seen
+        if not own:
+            return "waiting", ""
+        if busy:
+            return "busy", busy[0]
+        if sleeping:
+            return "sleeping", sleeping[0]
+        return "blocked", blocked[0]
+
+
+def _pool() -> "tuple[int, bool]":
+    """TensorFlow's own threads (named tf_...): their CPU ticks so far, and whether one of
+    them sleeps (time.sleep in Python that TensorFlow runs: a generator, a py_function)."""
+    total, sleeps = 0, False
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0, False
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/comm", "rb") as comm:
+                if not comm.read().startswith(b"tf_"):
+                    continue
+        except OSError:
+            continue
+        ticks, _, _, call = _task(int(tid))
+        total += ticks
+        sleeps = sleeps or (call.isdigit() and int(call) in _SLEEPS)
+    return total, sleeps
 
 
 def _compute_ticks() -> int:
@@ -156,22 +321,40 @@ def _compute_ticks() -> int:
     return total
 
 
-BUSY = 0.03  # a TensorFlow step whose threads used this much of a core in a sample computes
+BUSY_DETAIL_S = 10.0  # a busy thread's place is sent again at most this often
+BUSY = 0.03  # threads that used this much of a core in a sample compute
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+def encode(left: int, rank: int, activity: str, where: str, detail: str) -> bytes:
+    """The report "LEFT RANK ACTIVITY POSITION<TAB>DETAIL" (one line)."""
+    text = f"{left} {rank} {activity} {where}\t{detail}"
+    return text.replace("\n", " ").replace("\0", " ").encode("utf-8", "replace")[:500]
+
+
+def decode(text: str) -> "tuple[int, int, str, str, str]":
+    """(left, rank, activity, position, detail) from ``encode``'s line; ValueError if it is
+    not one."""
+    head, _, detail = text.rstrip("\n").partition("\t")
+    left, rank, activity, where = (head.split(" ", 3) + ["", "", "", ""])[:4]
+    if activity not in ACTIVITIES:
+        raise ValueError(f"not a whereabouts report: {text!r}")
+    return int(left), int(rank), activity, where, detail
+
+
 class Sampler:
-    """The thread: every SAMPLE_S, the position; sent when it changed ("LEFT RANK POSITION"),
+    """The thread: every SAMPLE_S, the position and the activity; sent when either changed,
     with the number of times the program left a wait (collective or TensorFlow) so far and
-    its Horovod rank."""
+    its Horovod rank (``encode``)."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.left = 0
-        self.last = ""
-        self.rank = -1
+        self.last: "tuple" = ("", "", -1, "")
+        self.detail, self.sent = "", 0.0
         self.main_id = threading.main_thread().ident
         self.ticks: "tuple[float, int] | None" = None  # (when, TensorFlow's CPU ticks then)
+        self.activity = Activity()
         self.thread = threading.Thread(target=self.run, name="poprun-whereabouts", daemon=True)
 
     def sample(self) -> None:
@@ -180,26 +363,30 @@ class Sampler:
         skip.update(t.ident for t in threading.enumerate()
                     if t.daemon and t.name.startswith(("poprun-", "collectives-stall")))
         where = position(frames, self.main_id, skip)
+        activity, detail = self.activity.look(frames, skip, self.main_id, _library_dirs())
         del frames
         if where == "tensorflow":  # waiting in a graph collective, or computing?
             now, ticks = time.monotonic(), _compute_ticks()
-            if self.ticks is not None and \
+            if self.ticks is not None and not self.activity.pool_busy and \
                     ticks - self.ticks[1] >= BUSY * _TICK * (now - self.ticks[0]):
-                where = "computing"
+                where = "computing"  # (CPU that the program's own Python used is not)
             self.ticks = (now, ticks)
         else:
             self.ticks = None
         rank = _rank()
-        if (where, rank) == (self.last, self.rank):
+        now = time.monotonic()
+        key = (where, activity, rank, "" if activity == "busy" else detail)
+        if key == self.last and (activity != "busy" or detail == self.detail
+                                 or now - self.sent < BUSY_DETAIL_S):
             return
-        self.rank = rank
-        if self.last.startswith(("collective", "tensorflow", "computing")) and \
-                not where.startswith(("tensorflow", "computing")):
+        self.detail, self.sent = detail, now
+        before = self.last[0]
+        if before != where and before.startswith(("collective", "tensorflow", "computing")) \
+                and not where.startswith(("tensorflow", "computing")):
             self.left += 1
-        self.last = where
-        message = f"{self.left} {rank} {where}".replace("\n", " ").replace("\0", " ")
+        self.last = key
         try:
-            os.write(self.fd, WHERE + message.encode("utf-8", "replace")[:500] + b"\n")
+            os.write(self.fd, WHERE + encode(self.left, rank, activity, where, detail) + b"\n")
         except OSError:
             raise SystemExit from None  # the wrapper is gone
 

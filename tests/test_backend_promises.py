@@ -312,10 +312,11 @@ def test_a_hung_instance_is_named_with_its_stack_and_cut(backend):
                          program("hang_member.py"), "eager", "16", "lock:3:4", timeout=240)
     err = result.stderr
     assert result.returncode == 1, err[-4000:]
-    found = re.search(r"instance (\d) \(host ([\w.-]+)\) was hung: (.*?); killed it with SIGKILL",
-                      err)
+    found = re.search(r"instance (\d) \(host ([\w.-]+)\) was hung \(blocked\): (.*?); killed "
+                      r"it with SIGKILL", err)
     assert found and found[1] == "3" and found[2] == backend.hosts[3], err[-4000:]
-    assert found[3].startswith("it ran its own code, outside any collective, for "), found[3]
+    assert found[3].startswith("no CPU and no I/O for "), found[3]
+    assert "main thread in hang at hang_member.py:" in found[3], found[3]
     assert "in collective allreduce" in found[3], found[3]
     assert f"hang check: the Python stacks of instance 3 (host {backend.hosts[3]}, pid " in err
     assert re.search(r'hang_member\.py", line \d+ in hang', err), err[-4000:]

@@ -7,7 +7,6 @@ from typing import List, Sequence, Tuple
 import pytest
 
 from popdist_launcher.launcher.elastic import failure_policy as policy
-from popdist_launcher.launcher.hang import FIRST_STEP_S, HANG_FLOOR_S, HangWatch
 
 BLACKLIST, RESTART, END = policy.BLACKLIST, policy.RESTART, policy.END
 
@@ -109,62 +108,3 @@ def test_streaks_are_per_host():
                                      (22, "22nd"), (111, "111th")])
 def test_ordinals(n, text):
     assert policy.ordinal(n) == text
-
-
-# ---- the hang bound (launcher/hang.py), pure bookkeeping -------------------------------------
-
-def test_the_default_hang_bound_follows_the_reports_with_a_floor():
-    watch = HangWatch(None)
-    assert watch.bound() == FIRST_STEP_S and watch.deadline() is None  # nothing runs yet
-    watch.progress(0, 100.0)
-    assert watch.bound() == HANG_FLOOR_S  # one report: past the first step, no interval yet
-    watch.progress(0, 101.0)
-    assert watch.bound() == HANG_FLOOR_S
-    watch.progress(0, 121.0)
-    assert watch.bound() == 100.0  # 5 x 20 s
-    assert watch.deadline() == 221.0
-
-
-def test_a_given_hang_timeout_and_zero():
-    watch = HangWatch(4.0)
-    assert watch.deadline() is None  # nothing runs yet
-    watch.progress(1, 10.0)
-    assert watch.deadline() == 14.0 and not watch.due(13.9) and watch.due(14.0)
-    off = HangWatch(0.0)
-    off.progress(1, 10.0)
-    off.progress(1, 11.0)
-    assert off.bound() is None and off.deadline() is None
-
-
-def test_a_probe_finds_the_stopped_instance_and_the_clock_starts_again():
-    watch = HangWatch(4.0)
-    watch.progress(0, 10.0)
-    watch.progress(1, 10.0)
-    watch.probe([0, 1], 14.0)
-    assert not watch.answer(0, "S")
-    assert watch.answer(1, "T")
-    assert watch.verdict(15.0) == {1: "stopped"}
-    assert watch.deadline() == 19.0
-
-
-def test_a_probe_without_a_stopped_instance_finds_nothing():
-    watch = HangWatch(4.0)
-    watch.progress(0, 10.0)
-    watch.probe([0], 14.0)
-    watch.answer(0, "S")
-    assert watch.verdict(14.5) == {}
-
-
-def test_an_uninterruptible_wait_is_hung_only_when_a_second_probe_finds_it_again():
-    watch = HangWatch(10.0)
-    watch.progress(0, 100.0)
-    watch.progress(1, 100.0)
-    watch.probe([0, 1], 110.0)
-    watch.answer(0, "D")
-    watch.answer(1, "S")
-    assert watch.verdict(110.5) == {}
-    assert watch.deadline() == 112.5  # probed again PROBE_WAIT_S later, not a bound later
-    watch.probe([0, 1], 112.5)
-    watch.answer(0, "D")
-    watch.answer(1, "S")
-    assert watch.verdict(113.0) == {0: "in an uninterruptible wait"}

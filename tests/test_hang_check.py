@@ -1,10 +1,13 @@
 """The hang check through the real CLI (real Horovod workers, real TensorFlow): a worker that
-spins in Python, waits on a lock it holds, blocks reading a pipe, or calls another collective
-than its peers is found, named with its stack and cut, in a fixed-world job (the job fails
+spins in Python (busy), waits on a lock it holds or blocks reading a pipe (blocked), or calls
+another collective than its peers (absent) is found, named with its kind, evidence and stack
+and cut, in a fixed-world job (the job fails
 naming it), a restart-mode job (the attempt ends, the job re-forms) and a Horovod-mode elastic
 job (killed, handled as a death: the survivor restores its commit and the job finishes with the
 reference's weights); and legitimate long phases (a marked one, TensorFlow busy on one rank,
-every rank in its own code) are not cut. The pure decisions are in test_hang_decision.py."""
+every rank in its own code, one rank busy past the old 30 s bound) are not cut. The hangs
+inside TensorFlow and the other controls are in test_hang_kinds.py; the pure decisions in
+test_hang_decision.py and test_hang_check_units.py."""
 import re
 import sys
 from pathlib import Path
@@ -19,7 +22,9 @@ from test_elastic_horovod import Job, check_weights, loop_reference, rounds  # n
 pytestmark = pytest.mark.slow
 
 MEMBER = program("hang_member.py")
-HUNG = re.compile(r"instance (\d) \(host localhost\) was hung: (.*?); killed it with SIGKILL")
+HUNG = re.compile(r"instance (\d) \(host localhost\) was hung \((\w+)\): (.*?); killed it with "
+                  r"SIGKILL")
+BUSY = ("--hang-busy-timeout", "12")  # a spinning worker is cut after 12 s, not 600
 
 
 def run(mode, fault, *options, steps="16", timeout=240, backend="local"):
@@ -27,22 +32,25 @@ def run(mode, fault, *options, steps="16", timeout=240, backend="local"):
                   steps, fault, timeout=timeout)
 
 
-@pytest.mark.parametrize("mode, fault, peers", [
-    ("function", "busy:1:4", "instance 0 in a TensorFlow step"),
-    ("eager", "lock:1:4", "instance 0 in collective allreduce"),
-    ("function", "read:0:4", "instance 1 in a TensorFlow step"),
+@pytest.mark.parametrize("mode, fault, kind, evidence, peers", [
+    ("function", "busy:1:4", "busy", "it ran its own code (CPU, I/O or a moving stack) for ",
+     "instance 0 in a TensorFlow step"),
+    ("eager", "lock:1:4", "blocked", "no CPU and no I/O for ", "instance 0 in collective allreduce"),
+    ("function", "read:0:4", "blocked", "no CPU and no I/O for ", "instance 1 in a TensorFlow step"),
 ])
-def test_a_fixed_job_names_and_cuts_the_hung_worker(mode, fault, peers):
-    result = run(mode, fault, "--hang-timeout", "8")
+def test_a_fixed_job_names_and_cuts_the_hung_worker(mode, fault, kind, evidence, peers):
+    result = run(mode, fault, "--hang-timeout", "8", *BUSY)
     err = result.stderr
     assert result.returncode == 1, err[-4000:]
     hung = int(fault.split(":")[1])
     found = HUNG.search(err)
-    assert found and int(found[1]) == hung, err[-4000:]
-    assert found[2].startswith("it ran its own code, outside any collective, for ")
-    assert f"while its peers waited ({peers}" in found[2]
-    assert f"rank {hung}, pid " in found[2]
-    assert "nothing in the job moved for 8 s: --hang-timeout)" in found[2]
+    assert found and int(found[1]) == hung and found[2] == kind, err[-4000:]
+    assert found[3].startswith(evidence), found[3]
+    assert re.search(r"main thread in hang at hang_member\.py:\d+", found[3]), found[3]
+    assert f"; its peers waited ({peers}" in found[3]
+    assert f"rank {hung}, pid " in found[3]
+    bound = "bound 12 s (--hang-busy-timeout)" if kind == "busy" else "bound 8 s (--hang-timeout)"
+    assert found[3].endswith(bound), found[3]
     # its stack, printed before it is cut, shows where it hangs
     assert f"hang check: the Python stacks of instance {hung} (host localhost, pid " in err
     assert re.search(r'hang_member\.py", line \d+ in hang', err), err[-4000:]
@@ -56,28 +64,34 @@ def test_the_mpi_backend_decides_the_same():
     err = result.stderr
     assert result.returncode == 1, err[-4000:]
     found = HUNG.search(err)
-    assert found and found[1] == "1", err[-4000:]
-    assert "while its peers waited (instance 0 in collective allreduce; rank 1, pid " in found[2]
+    assert found and found[1] == "1" and found[2] == "blocked", err[-4000:]
+    assert "; its peers waited (instance 0 in collective allreduce); rank 1, pid " in found[3]
 
 
-def test_with_the_default_options_a_spinning_worker_is_cut():
-    result = run("function", "busy:1:20", steps="400", timeout=300)
-    err = result.stderr
-    assert result.returncode == 1, err[-4000:]
-    found = HUNG.search(err)
-    assert found and found[1] == "1", err[-4000:]
-    assert re.search(r"nothing in the job moved for \d+ s: the default hang bound\)", found[2])
+def test_with_the_default_options_a_rank_busy_past_the_old_bound_is_not_cut():
+    # Rank 0 runs its own code (NumPy) for 40 s while rank 1 waits in its next allreduce: more
+    # than the 30 s the check once allowed; with the default bounds (busy: 600 s) the job
+    # finishes as under horovodrun.
+    result = poprun("-np", "2", "--backend", "local", sys.executable,
+                    program("hang_cases.py"), "report", "0", "40", timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "was hung" not in result.stderr
+    weights = re.findall(r"done rank \d weight (\S+)", result.stdout)
+    assert len(weights) == 2 and weights[0] == weights[1], result.stdout[-2000:]
 
 
 def test_two_ranks_in_different_collectives_are_both_named():
     result = run("eager", "mismatch:1:4", "--hang-timeout", "8")
     err = result.stderr
     assert result.returncode == 1, err[-4000:]
-    found = HUNG.search(err)
-    assert found, err[-4000:]
-    assert "the instances waited in different collectives, none in the majority" in found[2]
-    assert "instance 0 in collective allreduce; instance 1 in collective broadcast_object > " \
-           "broadcast" in found[2]
+    for index, where in ((0, "collective allreduce"),
+                         (1, "collective broadcast_object > broadcast")):
+        line = re.search(rf"hang check: instance {index} \(host localhost\) was hung \(absent\): "
+                         rf"it waited in {where} for \d+ s while the others waited in different "
+                         rf"collectives, none in the majority; its peers waited \(instance 0 in "
+                         rf"collective allreduce; instance 1 in collective broadcast_object > "
+                         rf"broadcast\); rank {index}, pid \d+; bound 8 s \(--hang-timeout\)", err)
+        assert line, err[-4000:]
 
 
 @pytest.mark.parametrize("fault", ["long:0:4:20", "tfbusy:0:4:20", "allown:0:4:20"])
@@ -94,7 +108,7 @@ def test_long_phases_are_not_cut(fault):
 def test_restart_mode_ends_the_attempt_and_the_job_re_forms():
     # Attempt 0: rank 1 spins before step 4 and is cut; attempt 1 (no fault) finishes.
     result = poprun("-np", "2", "--min-np", "2", "--backend", "local", "--hang-timeout", "8",
-                    sys.executable, MEMBER, "function", "6", "busy:1:4", timeout=300)
+                    *BUSY, sys.executable, MEMBER, "function", "6", "busy:1:4", timeout=300)
     err = result.stderr
     assert result.returncode == 0, err[-4000:]
     found = HUNG.search(err)
@@ -106,14 +120,14 @@ def test_restart_mode_ends_the_attempt_and_the_job_re_forms():
 @pytest.mark.parametrize("kind", ["busy", "lock", "read"])
 def test_horovod_mode_the_hung_worker_is_killed_and_the_job_goes_on(tmp_path, kind):
     job = Job(tmp_path, ["-np", "2", "--min-np", "1", "--backend", "local", "--elastic-mode",
-                         "horovod", "--hang-timeout", "8", "-x", "ELASTIC_HANG",
+                         "horovod", "--hang-timeout", "8", *BUSY, "-x", "ELASTIC_HANG",
                          "elastic_loop.py"], env={"ELASTIC_HANG": f"{kind}:15"})
     text = job.finish()
     assert job.proc.returncode == 0, text[-5000:]
     check_weights(job, loop_reference)
-    assert re.search(r"instance \d \(rank 1 of 2\) on localhost was hung: it ran its own code, "
-                     r"outside any collective, for \d+ s while its peers waited \(instance \d "
-                     r"in a TensorFlow step", text), text[-5000:]
+    kinds = {"busy": "busy", "lock": "blocked", "read": "blocked"}
+    assert re.search(rf"instance \d \(rank 1 of 2\) on localhost was hung \({kinds[kind]}\): .*"
+                     rf"; its peers waited \(instance \d in a TensorFlow step", text), text[-5000:]
     assert "hang check: the Python stacks of instance" in text
     assert [size for _, size, _ in rounds(text)][:2] == [2, 2]
     assert wait_gone(job.worker_pids(), timeout=10) == []
@@ -127,10 +141,10 @@ def test_horovod_mode_two_workers_in_different_collectives_end_the_round_both_na
                          "elastic_loop.py"], env={"ELASTIC_HANG": "mismatch:15"})
     text = job.finish()
     assert job.proc.returncode != 0, text[-5000:]
-    named = re.findall(r"instance \d \(rank (\d) of 2\) on localhost was hung: the instances "
-                       r"waited in different collectives, none in the majority, for \d+ s "
-                       r"\(instance \d in a TensorFlow step, not computing \(a graph "
-                       r"collective\); instance \d in collective broadcast_object > broadcast",
-                       text)
+    named = re.findall(r"instance \d \(rank (\d) of 2\) on localhost was hung \(absent\): it "
+                       r"waited in [^;]* for \d+ s while the others waited in different "
+                       r"collectives, none in the majority; its peers waited \(instance \d in a "
+                       r"TensorFlow step, not computing \(a graph collective\); instance \d in "
+                       r"collective broadcast_object > broadcast", text)
     assert sorted(set(named)) == ["0", "1"], text[-5000:]
     assert wait_gone(job.worker_pids(), timeout=10) == []

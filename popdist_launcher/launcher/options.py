@@ -14,6 +14,7 @@ from popdist_launcher.launcher import topology
 from popdist_launcher.launcher.backends.detect import in_slurm_allocation
 from popdist_launcher.launcher.elastic import setup as elastic_setup
 from popdist_launcher.launcher.elastic.setup import ElasticOptions
+from popdist_launcher.launcher.hang import bounds as hang
 from popdist_launcher.launcher.output import OutputOptions
 from popdist_launcher.launcher.plan import PlanError, check_counts, parse_exports, resolve_program
 from popdist_launcher.launcher.remote import SshOptions, agent_from_environ
@@ -44,7 +45,8 @@ class JobOptions(NamedTuple):
     tf_config_mode: str = "auto"  # --tf-config (tf_config.AUTO)
     evaluator: bool = False  # --evaluator
     elastic: Optional[ElasticOptions] = None  # --min-np, --max-np, --host-discovery-script
-    hang_timeout: Optional[float] = None  # --hang-timeout: None the default bound, 0 off
+    hang_timeout: Optional[float] = None  # --hang-timeout: None the default bounds, 0 off
+    hang_busy_timeout: Optional[float] = None  # --hang-busy-timeout: None the default
     host_options: HostOptions = HostOptions()  # what every layout is computed from
 
     @property
@@ -100,7 +102,9 @@ def build(params: Mapping[str, Any], environ: Mapping[str, str]) -> JobOptions:
         instance_mpi_local_args=p["instance_mpi_local_args"])
     elastic = elastic_setup.settle(p, num_instances, named, argv) if elastic_given else None
     exported = _horovod_settings(p["timeline_filename"], p["autotune"], p["autotune_log_file"]) \
-        + (((contract.TF1, "1"),) if p["tf1"] else ()) + parse_exports(p["env"], environ)
+        + (((contract.TF1, "1"),) if p["tf1"] else ()) \
+        + hang.environment(p.get("hang_timeout"), environ, parse_exports(p["env"], environ)) \
+        + parse_exports(p["env"], environ)
     if elastic is not None:
         layout = elastic_layout(host_options, elastic.hosts, elastic.first_size)
     else:
@@ -120,7 +124,8 @@ def build(params: Mapping[str, Any], environ: Mapping[str, str]) -> JobOptions:
                                    p["thread_budget"], p["gpus_per_instance"],
                                    p["report_bindings"]),
         tf_config_mode=p["tf_config"], evaluator=p["evaluator"], elastic=elastic,
-        hang_timeout=p.get("hang_timeout"), host_options=host_options)
+        hang_timeout=p.get("hang_timeout"), hang_busy_timeout=p.get("hang_busy_timeout"),
+        host_options=host_options)
 
 
 def check_values(p: Mapping[str, Any]) -> None:

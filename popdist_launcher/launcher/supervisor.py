@@ -9,8 +9,8 @@ instance to exit non-zero ends the job (the others get SIGTERM, then SIGKILL aft
 period), as does an engine (mpirun, srun, ssh) that ends before its instances started; SIGINT,
 SIGTERM and SIGHUP are forwarded as they are and stop the job; SIGUSR1 and SIGUSR2 are forwarded;
 SIGQUIT prints every instance's Python stacks; ``--timeout`` collects the stacks, then stops the
-job; the hang check (``hang_check.py``) finds a hung instance once the job made no progress and
-hands it to its world, which treats it as a dead one. What an instance's end means is its
+job; the hang check (``hang/``), fed every frame that tells where an instance is, finds a hung one
+and hands it to its world, which treats it as a dead one. What an instance's end means is its
 world's (``world.py``): in an elastic job's open world
 instances are added while the job runs and their ends are reported instead. The wrappers'
 connections are ``hub.py``'s, the processes it starts ``spawner.py``'s, stdin forwarding
@@ -29,8 +29,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from popdist_launcher.launcher import console, processes, report
 from popdist_launcher.launcher.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.attempt_end import write_attempt_end
-from popdist_launcher.launcher.hang import HangWatch
-from popdist_launcher.launcher.hang_check import HangCheck
+from popdist_launcher.launcher.hang.check import HangCheck, SupervisorPort
 from popdist_launcher.launcher.hub import Conn, Hub
 from popdist_launcher.launcher.loop import EventLoop
 from popdist_launcher.launcher.output import STDERR, STDOUT, Router
@@ -57,7 +56,8 @@ class Supervisor:
     def __init__(self, plan: LaunchPlan, backend: Backend, router: Router,
                  rendezvous_socket: Optional[socket.socket] = None,
                  timeout: Optional[float] = None, world: Optional[World] = None,
-                 hang_timeout: Optional[float] = None) -> None:
+                 hang_timeout: Optional[float] = None,
+                 hang_busy_timeout: Optional[float] = None) -> None:
         self.plan = plan
         self.backend = backend
         self.router = router
@@ -66,7 +66,6 @@ class Supervisor:
         if plan.evaluator:  # supervised as an instance, started as a local wrapper
             self.instances.append(Instance(plan.num_instances, socket.gethostname(), "evaluator"))
         self._timeout = timeout
-        self.hang = HangWatch(hang_timeout)
         self._events = EventLoop()
         self._secret = os.urandom(16).hex()
         self._spawner = Spawner(self._events.sel, rendezvous_socket,
@@ -74,7 +73,7 @@ class Supervisor:
                                     label, text, shown=not self._outcome.decided))
         self._hub = Hub(self._events.sel, plan.num_instances)
         self._stacks = StackCollector(router, self._hub, self._ends, self._timed_out)
-        self._hangs = HangCheck(self, self.hang)
+        self.hang = HangCheck(SupervisorPort(self), hang_timeout, hang_busy_timeout)
         self.world = world if world is not None else FixedWorld()
         self.world.bind(self)
         self._wiring: Optional[Wiring] = None
@@ -158,7 +157,7 @@ class Supervisor:
         the stall); it stops the job."""
         if self._outcome.decided or self.state in (JobState.DRAINING,) + FINAL:
             return
-        failure = self._hangs.stall or failure
+        failure = self.hang.stall or failure
         self._outcome.failure = failure
         running = sum(1 for i in self.instances
                       if not i.settled and i.index != failure.cause.instance)
@@ -247,7 +246,7 @@ class Supervisor:
                 self._stacks.request(self.instances, f"--timeout {self._timeout:g} s expired",
                                      "timeout")
         if self.state in (JobState.STARTING, JobState.RUNNING):
-            self._hangs.on_deadline(now)
+            self.hang.tick(now)
         if self._stacks.dump is not None and now >= self._stacks.dump.deadline:
             self._stacks.done()
         if self._kill_deadline is not None and now >= self._kill_deadline:
@@ -342,9 +341,10 @@ class Supervisor:
             self.router.feed(inst.index, STDOUT, payload)
         elif kind == p.STDERR:
             self.router.feed(inst.index, STDERR, payload)
+            self.hang.output(inst, payload, time.monotonic())
         elif kind == p.STARTED:
             inst.pid = int(payload)
-            self.hang.start(time.monotonic())
+            self.hang.started(inst, time.monotonic())
             self.world.started(inst)
             if inst.state is InstanceState.CONNECTED:
                 inst.to(InstanceState.RUNNING)
@@ -362,15 +362,16 @@ class Supervisor:
             except ValueError:
                 return
             inst.progress = step if inst.progress is None else max(inst.progress, step)
-            self.hang.progress(inst.index, time.monotonic())
+            self.hang.progress(inst, time.monotonic())
             self.world.progressed(inst, step)
         elif kind == p.PROBED:
-            self._hangs.on_probed(inst, payload)
+            self.hang.probed(inst, payload, time.monotonic())
         elif kind == p.WHERE:
-            self._hangs.on_where(inst, payload)
+            self.hang.where(inst, payload, time.monotonic())
         elif kind == p.STALL:
-            self._hangs.on_stall(inst, payload.decode("utf-8", "replace").strip(),
-                                 self.state in (JobState.STARTING, JobState.RUNNING))
+            self.hang.on_stall(inst, payload.decode("utf-8", "replace").strip(),
+                               self.state in (JobState.STARTING, JobState.RUNNING),
+                               time.monotonic())
 
     def _on_exit(self, inst: Instance, returncode: int) -> None:
         inst.returncode = returncode
@@ -379,7 +380,7 @@ class Supervisor:
         if inst.index == 0:
             self._stdin.drop()
         self._stacks.ended(inst.index)
-        self.hang.forget(inst.index)
+        self.hang.ended(inst, time.monotonic(), returncode == 0)
         self.world.exited(inst)
 
     @property
@@ -395,7 +396,7 @@ class Supervisor:
         """``inst`` ended without an exit status (``what`` happened; ``how`` as an open world
         reports it); ``host_gone``: its host stopped answering. Its world says what follows."""
         inst.to(InstanceState.LOST)
-        self.hang.forget(inst.index)
+        self.hang.ended(inst, time.monotonic(), False)
         if inst.conn is not None:
             self._hub.close(inst.conn)
         inst.kill_forked_program()

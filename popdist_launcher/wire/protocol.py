@@ -20,7 +20,7 @@ STACKS = 6     # text: the program's Python stacks (faulthandler), after a DUMP
 STALL = 7      # text: the program's collectives watchdog reports a stall
 PROGRESS = 8   # "STEP": the program reported training progress (popdist_launcher.report_progress)
 PROBED = 9     # one letter: the program's process state (/proc/PID/stat: R, S, D, T ...)
-WHERE = 10     # "LEFT POSITION": where the program is now, for the hang check (whereabouts.py)
+WHERE = 10     # "LEFT RANK ACTIVITY POSITION<TAB>DETAIL" for the hang check (whereabouts.encode)
 # launcher -> wrapper
 CHALLENGE = 20  # 16 random bytes, sent on accept (TCP and Unix sockets)
 SPEC = 21       # mac(secret, b"launcher" + wrapper's challenge, index) + encode_spec()

@@ -9,7 +9,8 @@ environment: ELASTIC_PID_DIR  each worker writes its pid to <dir>/pid-<hostname>
              ELASTIC_HANG=KIND:STEP  rank 1 hangs as it begins this step, once per job (the file
                                 OUT_JSON.hung remembers it): KIND "busy" spins in Python,
                                 "lock" waits on a lock it holds, "read" reads a pipe nobody
-                                writes, "mismatch" calls hvd.broadcast_object instead
+                                writes, "mismatch" calls hvd.broadcast_object instead;
+                                "work" runs its own code for 20 s and goes on (no hang)
              ELASTIC_HANG_ON_SIGNAL=KIND  a worker that gets SIGUSR2 hangs so (busy, lock, read)
 
 Step n trains on global batch n % BATCHES of elastic_reference.py, split across the ranks, so
@@ -74,6 +75,11 @@ hang_kind, _, hang_step = os.environ.get("ELASTIC_HANG", "").partition(":")
 
 
 def hang(kind):
+    if kind == "work":  # not a hang: 20 s of its own code (NumPy), then it goes on
+        end = time.monotonic() + 20
+        while time.monotonic() < end:
+            sum(range(10000))
+        return
     if kind == "busy":
         while True:
             pass

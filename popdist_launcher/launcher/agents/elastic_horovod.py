@@ -8,7 +8,7 @@ end. The agent (``HorovodAgent``) opens the job; the part that runs it (``Horovo
 its parts from the start, owns the open world and calls it. What a failure means for its host
 is the failure policy's (``elastic/failure_policy.py``), which the driver helper asks with the
 job's progress mark (the commits the workers reported); a hung worker (``--hang-timeout``,
-``hang.py``) ends as a dead one; the helper's heartbeat bounds a stopped or stuck helper
+``hang/``) ends as a dead one; the helper's heartbeat bounds a stopped or stuck helper
 (DRIVER_SILENT_S).
 
 Every membership change is one line on the console and in ``--output-dir/membership.log``;

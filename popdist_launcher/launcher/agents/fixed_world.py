@@ -94,7 +94,8 @@ class Agent:
             supervisor = self.supervisor = Supervisor(
                 plan, self.layout.backend, router,
                 rendezvous_socket=prepared.take_rendezvous_socket(), timeout=options.timeout,
-                hang_timeout=options.hang_timeout)
+                hang_timeout=options.hang_timeout,
+                hang_busy_timeout=options.hang_busy_timeout)
             prepared.release_binds()
             self._supervising(supervisor)
             try:

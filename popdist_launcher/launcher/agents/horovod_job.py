@@ -104,7 +104,8 @@ def open_job(options: JobOptions, job_id: str, secret: str, where: Where,
         supervisor = Supervisor(base_plan(options, job_id, secret, where.address,
                                           listener.getsockname()[1]),
                                 layout.backend, router, timeout=options.timeout,
-                                hang_timeout=options.hang_timeout, world=world)
+                                hang_timeout=options.hang_timeout,
+                                hang_busy_timeout=options.hang_busy_timeout, world=world)
         driver = DriverLink(listener, driver_settings(options, where), secret)
         opened.callback(driver.close)
         supervisor.watch(driver, events.on_driver)
