@@ -153,9 +153,10 @@ _STDLIB = tuple(p + os.sep for p in {os.path.dirname(os.__file__),
                                     os.path.dirname(threading.__file__)})
 
 
-def _task(tid: int) -> "tuple[int, int, str, str]":
+def _task(tid: int, more: bool = True) -> "tuple[int, int, str, str]":
     """(CPU ticks, characters read and written, state letter, system call) of thread ``tid``
-    of this process; system call "" when unknown, "running" when it runs."""
+    of this process; system call "" when unknown, "running" when it runs; without ``more``,
+    its CPU ticks and state only."""
     try:
         with open(f"/proc/self/task/{tid}/stat", "rb") as stat:
             text = stat.read()
@@ -163,6 +164,8 @@ def _task(tid: int) -> "tuple[int, int, str, str]":
         ticks, state = int(fields[11]) + int(fields[12]), fields[0].decode()
     except (OSError, ValueError, IndexError):
         return 0, 0, "", ""
+    if not more:
+        return ticks, 0, state, ""
     chars = 0
     try:
         with open(f"/proc/self/task/{tid}/io", "rb") as io:
@@ -222,10 +225,12 @@ class Activity:
         self.pool_busy = False  # their CPU went to the program's Python (a py_function)
 
     def look(self, frames: dict, skip: "set[int]", main_id: int,
-             libraries: "tuple[str, ...]") -> "tuple[str, str]":
+             libraries: "tuple[str, ...]", threads: "dict | None" = None) -> "tuple[str, str]":
         """(activity, where: "main thread in gen at prog.py:41") from every thread's stack
-        (``sys._current_frames()``) and this process's /proc entries."""
-        threads = {t.ident: t for t in threading.enumerate()}
+        (``sys._current_frames()``), the Python threads (ident -> Thread; all by default) and
+        this process's /proc entries."""
+        if threads is None:
+            threads = {t.ident: t for t in threading.enumerate()}
         own = {}
         for ident, frame in frames.items():
             found = _own_frame(frame, libraries) if ident not in skip else None
@@ -259,7 +264,7 @@ class Activity:
         pool = any(i not in threads for i in own)
         self.pool_busy = False
         if pool:  # TensorFlow's threads run the program's Python: their CPU, or one sleeps
-            ticks, sleeps = _pool()
+            ticks, sleeps = _tensorflow_threads(calls=True)
             if self.pool_ticks is not None and ticks - self.pool_ticks >= needed:
                 self.pool_busy = True
                 busy.append(next(w for w in blocked if w.startswith("a TensorFlow thread")))
@@ -278,9 +283,10 @@ class Activity:
         return "blocked", blocked[0]
 
 
-def _pool() -> "tuple[int, bool]":
-    """TensorFlow's own threads (named tf_...): their CPU ticks so far, and whether one of
-    them sleeps (time.sleep in Python that TensorFlow runs: a generator, a py_function)."""
+def _tensorflow_threads(calls: bool = False) -> "tuple[int, bool]":
+    """TensorFlow's own threads (named tf_...): their CPU ticks so far, and (``calls``) whether
+    one of them sleeps (time.sleep in Python that TensorFlow runs: a generator, a py_function).
+    Not Horovod's background thread, which polls while it waits."""
     total, sleeps = 0, False
     try:
         tasks = os.listdir("/proc/self/task")
@@ -293,32 +299,16 @@ def _pool() -> "tuple[int, bool]":
                     continue
         except OSError:
             continue
-        ticks, _, _, call = _task(int(tid))
+        ticks, _, _, call = _task(int(tid), calls)
         total += ticks
         sleeps = sleeps or (call.isdigit() and int(call) in _SLEEPS)
     return total, sleeps
 
 
 def _compute_ticks() -> int:
-    """CPU ticks so far of the threads that run TensorFlow's work: its own (named tf_...) and
-    the main thread (eager ops); not Horovod's background thread, which polls while it waits."""
-    total = 0
-    main = str(os.getpid())
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return 0
-    for tid in tasks:
-        try:
-            with open(f"/proc/self/task/{tid}/stat", "rb") as stat:
-                text = stat.read()
-        except OSError:
-            continue
-        name = text[text.find(b"(") + 1:text.rfind(b")")]
-        if tid == main or name.startswith(b"tf_"):
-            fields = text[text.rfind(b")") + 2:].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total
+    """CPU ticks so far of the threads that run TensorFlow's work: its own and the main
+    thread (eager ops)."""
+    return _tensorflow_threads()[0] + _task(os.getpid(), False)[0]
 
 
 BUSY_DETAIL_S = 10.0  # a busy thread's place is sent again at most this often
@@ -359,11 +349,13 @@ class Sampler:
 
     def sample(self) -> None:
         frames = sys._current_frames()
+        threads = {t.ident: t for t in threading.enumerate()}
         skip = {threading.get_ident()}
-        skip.update(t.ident for t in threading.enumerate()
+        skip.update(i for i, t in threads.items()
                     if t.daemon and t.name.startswith(("poprun-", "collectives-stall")))
         where = position(frames, self.main_id, skip)
-        activity, detail = self.activity.look(frames, skip, self.main_id, _library_dirs())
+        activity, detail = self.activity.look(frames, skip, self.main_id, _library_dirs(),
+                                              threads)
         del frames
         if where == "tensorflow":  # waiting in a graph collective, or computing?
             now, ticks = time.monotonic(), _compute_ticks()

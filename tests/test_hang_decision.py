@@ -100,11 +100,11 @@ def test_alone_at_interpreter_exit_or_blocked_at_the_short_bound():
     assert decide({0: own("blocked")}, B, alone_s=29.0).hung == ()
 
 
-def test_alone_and_busy_at_the_long_bound():
+def test_working_alone_is_busy_at_the_long_bound():
     detail = "main thread in train at prog.py:3"
     assert decide({0: own("busy", detail=detail)}, B, alone_s=599.0).hung == ()
     verdict = decide({0: own("busy", detail=detail)}, B, alone_s=600.0)
-    assert verdict.hung == (Hung(0, "alone", 600.0, "its peers ended 600 s ago and it ran its "
+    assert verdict.hung == (Hung(0, "busy", 600.0, "its peers ended 600 s ago and it ran its "
                                                     f"own code since; {detail}"),)
 
 

@@ -101,10 +101,10 @@ def build(params: Mapping[str, Any], environ: Mapping[str, str]) -> JobOptions:
         mpi_global_args=p["mpi_global_args"], mpi_local_args=p["mpi_local_args"],
         instance_mpi_local_args=p["instance_mpi_local_args"])
     elastic = elastic_setup.settle(p, num_instances, named, argv) if elastic_given else None
+    exports = parse_exports(p["env"], environ)
     exported = _horovod_settings(p["timeline_filename"], p["autotune"], p["autotune_log_file"]) \
         + (((contract.TF1, "1"),) if p["tf1"] else ()) \
-        + hang.environment(p.get("hang_timeout"), environ, parse_exports(p["env"], environ)) \
-        + parse_exports(p["env"], environ)
+        + hang.environment(p.get("hang_timeout"), environ, exports) + exports
     if elastic is not None:
         layout = elastic_layout(host_options, elastic.hosts, elastic.first_size)
     else:

@@ -15,7 +15,8 @@ from typing import Dict, List, Optional, Protocol
 from popdist_launcher.launcher import console, report
 from popdist_launcher.launcher.attempt import TIMEOUT_EXIT_CODE, Failure, Instance
 from popdist_launcher.launcher.hang.bounds import Clock, stall_check_s
-from popdist_launcher.launcher.hang.decision import Hung, Verdict, decide, describe_groups
+from popdist_launcher.launcher.hang.decision import (BOUND_OF, Hung, Verdict, decide,
+                                                     describe_groups)
 from popdist_launcher.launcher.hang.evidence import UNKNOWN, MissingRanks, Track, parse_report
 from popdist_launcher.wire import protocol as p
 
@@ -123,7 +124,7 @@ class HangCheck:
             index = self._index_of(rank)
             track = self.tracks.get(index) if index is not None else None
             if track is not None:
-                track.missing, track.missing_at = f"'{tensors}'", now
+                track.named_missing(tensors, now)
 
     def ended(self, inst: Instance, now: float, well: bool) -> None:
         """``inst`` ended (``well``: exit status 0)."""
@@ -137,7 +138,7 @@ class HangCheck:
         self.ended_at = None
         for track in self.tracks.values():
             track.position_at = track.activity_at = now
-            track.missing, track.missing_at = "", None
+            track.named_missing("", None)
 
     # ---- asked by the supervisor -----------------------------------------------------------
     def deadline(self) -> Optional[float]:
@@ -172,11 +173,9 @@ class HangCheck:
     def explain(self, hung: Hung, found: Verdict, rank: int) -> str:
         inst = self.port.instance(hung.index)
         ident = (f"rank {rank}, " if rank >= 0 else "") + f"pid {inst.pid}"
-        bound = self.clock.bounds()
-        busy = hung.kind == "busy" or hung.kind == "alone" and "ran its own code" in hung.evidence
-        limit = bound.long if busy else bound.wait if hung.kind in ("absent", "blocked") \
-            else bound.short
-        if busy and limit != self.clock.timeout:
+        which = BOUND_OF[hung.kind]
+        limit = getattr(self.clock.bounds(), which)
+        if which == "long" and limit != self.clock.timeout:
             how = "--hang-busy-timeout" if limit == self.clock.busy_timeout else \
                 "the default busy bound"
         else:

@@ -25,13 +25,16 @@ from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 from popdist_launcher.launcher.hang.bounds import Bounds
 from popdist_launcher.launcher.hang.evidence import Position, Seen
 
+# the bound (``Bounds`` field) each kind is held to
+BOUND_OF = {"stopped": "short", "alone": "short", "absent": "wait", "blocked": "wait",
+            "busy": "long"}
 STATES = {"T": "stopped (T)", "t": "stopped by a tracer (t)",
           "D": "in an uninterruptible wait (D)"}
 
 
 class Hung(NamedTuple):
     index: int
-    kind: str  # stopped, alone, absent, blocked, busy
+    kind: str  # stopped, alone, absent, blocked, busy (BOUND_OF)
     held: float  # seconds
     evidence: str  # what shows it, in words
 
@@ -129,8 +132,11 @@ def _alone(seen: Mapping[int, Seen], waiting: List[int], bounds: Bounds,
             what, bound = f"it is blocked in {s.position.describe()}{_thread(s)}", bounds.short
             held = min(held, s.activity_s)
         elif s.activity == "busy" and s.position.kind != "computing":
-            what, bound = f"it ran its own code since{_thread(s)}", bounds.long
             held = min(held, s.activity_s)
+            if held >= bounds.long:  # working alone: held to the busy bound
+                hung.append(Hung(index, "busy", held, f"{ago} and it ran its own code since"
+                                                      f"{_thread(s)}"))
+            continue
         else:
             continue
         if held >= bound:

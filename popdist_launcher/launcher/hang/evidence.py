@@ -21,17 +21,15 @@ class Position(NamedTuple):
     def describe(self) -> str:
         if self.kind == "collective":
             return f"collective {self.name}"
-        if self.kind == "tensorflow":
-            return "a TensorFlow step, not computing (a graph collective)"
-        if self.kind == "computing":
-            return "a TensorFlow step, computing"
         if self.kind == "long":
             return f"long phase '{self.name}'"
-        if self.kind == "program":
-            return "its own code, outside any collective"
-        if self.kind == "exit":
-            return "interpreter exit, waiting for a thread"
-        return "an unknown place"
+        return _PLACES.get(self.kind, "an unknown place")
+
+
+_PLACES = {"tensorflow": "a TensorFlow step, not computing (a graph collective)",
+           "computing": "a TensorFlow step, computing",
+           "program": "its own code, outside any collective",
+           "exit": "interpreter exit, waiting for a thread"}
 
 
 UNKNOWN = Position("unknown")
@@ -97,8 +95,14 @@ class Track:
             self.activity_at = now
         left = before is not None and report.left > before.left
         if left or moved:
-            self.missing, self.missing_at = "", None  # it moved on since Horovod named it
+            self.named_missing("", None)  # it moved on since Horovod named it
         return moved, left
+
+    def named_missing(self, tensors: str, now: Optional[float]) -> None:
+        """Horovod's stall inspector names it missing from ``tensors`` at ``now`` ("", None:
+        no longer)."""
+        self.missing = f"'{tensors}'" if tensors else ""
+        self.missing_at = now
 
     def probed(self, state: str, now: float) -> None:
         if state != self.state:
