@@ -356,7 +356,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="hostB is lost once rank 0 has printed this step at size 4")
     parser.add_argument("--gloo-timeout", type=float, default=20.0,
                         help="HOROVOD_GLOO_TIMEOUT_SECONDS for both launchers")
-    parser.add_argument("--recovery-cap", type=float, default=300.0,
+    parser.add_argument("--recovery-cap", type=float, default=720.0,
                         help="seconds after the loss without a smaller step = no recovery")
     parser.add_argument("--hang-timeout", type=float, default=None,
                         help="poprun-lite's --hang-timeout [default: the launcher's own bound]")

@@ -11,9 +11,11 @@ elastic custom loop, ``hvd.DistributedGradientTape`` in a ``tf.function``, a com
 ``--fault-step``, rank 1's worker gets:
 
 * ``kill``          SIGKILL (the baseline: a death);
-* ``busy``          SIGUSR2, on which it spins in a Python loop (``ELASTIC_HANG_ON_SIGNAL``);
-* ``deadlock``      SIGUSR2, on which it waits on a lock it holds;
-* ``blocked-read``  SIGUSR2, on which it reads a pipe nobody writes.
+* ``stopped``       SIGSTOP (the hang check's kind "stopped", 30 s by default);
+* ``busy``          SIGUSR2, on which it spins in a Python loop (``ELASTIC_HANG_ON_SIGNAL``;
+  kind "busy", 600 s);
+* ``deadlock``      SIGUSR2, on which it waits on a lock it holds (kind "blocked", 180 s);
+* ``blocked-read``  SIGUSR2, on which it reads a pipe nobody writes (kind "blocked", 180 s).
 
 ``recovery_s``: the first step rank 0 prints after its reset (``reset rank 0 ... t=``), minus
 ``time.time()`` just before the signal; none within ``--recovery-cap`` s is "no recovery". Each
@@ -48,7 +50,8 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 from _common import finish, launch_env, machine_info, stop, subplots  # noqa: E402
 from workers.elastic_reference import loop_reference  # noqa: E402
 
-FAULTS = ("kill", "busy", "deadlock", "blocked-read")
+FAULTS = ("kill", "stopped", "busy", "deadlock", "blocked-read")
+SIGNALS = {"kill": signal.SIGKILL, "stopped": signal.SIGSTOP}  # the others: SIGUSR2
 HANGS = {"busy": "busy", "deadlock": "lock", "blocked-read": "read"}
 WORKER = os.path.join(ROOT, "tests", "workers", "elastic_loop.py")
 STEP = re.compile(r"\bstep (\d+) size (\d+) t=(\d+(?:\.\d+)?)")
@@ -105,7 +108,7 @@ def run_once(fault: str, args: argparse.Namespace, workdir: str) -> Dict[str, An
             result["error"] = "no worker of rank 1"
             return result
         t_fault = time.time()
-        os.kill(victim, signal.SIGKILL if fault == "kill" else signal.SIGUSR2)
+        os.kill(victim, SIGNALS.get(fault, signal.SIGUSR2))
 
         def recovered() -> Optional[float]:
             body = text()
@@ -128,8 +131,9 @@ def run_once(fault: str, args: argparse.Namespace, workdir: str) -> Dict[str, An
             diff = max(abs(a - b) for a, b in zip(final["kernel"] + final["bias"],
                                                    list(want["kernel"]) + list(want["bias"])))
             result["weights_ok"] = bool(diff <= 1e-6)
-        hung = re.search(r"was hung: .*?; killed with SIGKILL", text())
+        hung = re.search(r"was hung \((\w+)\): .*?; killed with SIGKILL", text())
         result["hang_line"] = hung[0] if hung else None
+        result["hang_kind"] = hung[1] if hung else None
     finally:
         if proc.poll() is None:
             stop(proc)
@@ -145,9 +149,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--commit-every", type=int, default=10)
     parser.add_argument("--step-sleep", type=float, default=0.2, help="seconds per step")
     parser.add_argument("--fault-step", type=int, default=25)
-    parser.add_argument("--recovery-cap", type=float, default=240.0)
+    parser.add_argument("--recovery-cap", type=float, default=720.0,
+                        help="seconds (the default busy bound is 600 s)")
     parser.add_argument("--start-timeout", type=float, default=240.0)
-    parser.add_argument("--finish-timeout", type=float, default=300.0)
+    parser.add_argument("--finish-timeout", type=float, default=780.0)
     parser.add_argument("--out", default=DEFAULT_OUT, help="the JSON report (and its .png)")
     args = parser.parse_args(argv)
     faults = [f for f in args.faults.split(",") if f]
