@@ -413,6 +413,21 @@ class StepMarks(tf.keras.callbacks.Callback):
         self._trace.__exit__(None, None, None)
 
 
+def sampler_cpu_s() -> Optional[float]:
+    """CPU seconds used so far by poprun-lite's hang-check sampler in this process (its
+    thread "poprun-whereabouts"); None when it does not run here."""
+    import threading
+    thread = next((t for t in threading.enumerate() if t.name == "poprun-whereabouts"), None)
+    if thread is None or not thread.native_id:
+        return None
+    try:
+        with open(f"/proc/self/task/{thread.native_id}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def onednn_enabled() -> Optional[bool]:
     """Whether TensorFlow runs its oneDNN CPU kernels here (by default only on CPUs with
     AVX512-VNNI, AVX-VNNI or AMX; TF_ENABLE_ONEDNN_OPTS overrides) or Eigen's."""
@@ -499,6 +514,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             "step_times_s": step_times,
             "final_loss_instance0": timing["final_loss"],
             "warmup_s": timing["warmup_s"],
+            "sampler_cpu_s": sampler_cpu_s(),
             **{k: v for k, v in timing.items() if k.endswith("_per_step")},
         }
     if trainer.rank == 0:

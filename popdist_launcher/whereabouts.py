@@ -92,13 +92,30 @@ def _collective(frame, horovod: str) -> "str | None":
     return " > ".join(reversed(names[:3])) if names else None
 
 
+def _importing(frame, libraries: "tuple[str, ...]") -> bool:
+    """Whether ``frame``'s thread runs an import: walking out, importlib's machinery comes
+    before any frame of the program's own files (a module's top-level code, a library loading
+    its parts or an extension being loaded)."""
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if path.startswith("<frozen importlib"):
+            return True
+        if not (path.startswith(libraries) or path.startswith(_STDLIB) or
+                path.startswith("<") or any(part in path for part in _PACKAGES)):
+            return False  # the program's own file
+        frame = frame.f_back
+    return False
+
+
 def classify(frame, libraries: "tuple[str, ...]", horovod: str) -> str:
-    """One thread's position: "collective NAME", "tensorflow" or "program"."""
+    """One thread's position: "collective NAME", "import", "tensorflow" or "program"."""
     if frame is None:
         return "program"
     named = _collective(frame, horovod)
     if named:
         return f"collective {named}"
+    if _importing(frame, libraries):
+        return "import"  # loading modules: work, not a wait
     path = frame.f_code.co_filename
     if path.startswith("<frozen ") or \
             (path.startswith(libraries) and not path.startswith(_HERE + "whereabouts")):
@@ -106,7 +123,7 @@ def classify(frame, libraries: "tuple[str, ...]", horovod: str) -> str:
     return "program"
 
 
-RANK = {"program": 0, "tensorflow": 1, "collective": 2}
+RANK = {"program": 0, "import": 0, "tensorflow": 1, "collective": 2}
 
 
 def position(frames: dict, main_id: int, skip: "set[int]") -> str:
@@ -343,7 +360,8 @@ class Sampler:
         self.last: "tuple" = ("", "", -1, "")
         self.detail, self.sent = "", 0.0
         self.main_id = threading.main_thread().ident
-        self.ticks: "tuple[float, int] | None" = None  # (when, TensorFlow's CPU ticks then)
+        # (when, TensorFlow's CPU ticks then) at the last look inside a TensorFlow step
+        self.ticks: "tuple[float, int] | None" = None
         self.activity = Activity()
         self.thread = threading.Thread(target=self.run, name="poprun-whereabouts", daemon=True)
 
@@ -359,12 +377,14 @@ class Sampler:
         del frames
         if where == "tensorflow":  # waiting in a graph collective, or computing?
             now, ticks = time.monotonic(), _compute_ticks()
-            if self.ticks is not None and not self.activity.pool_busy and \
-                    ticks - self.ticks[1] >= BUSY * _TICK * (now - self.ticks[0]):
+            before, self.ticks = self.ticks, (now, ticks)
+            if before is None:
+                return  # told at the next sample, when its CPU is known
+            # CPU since the last look inside a step (the time between counts: a loop that is in
+            # a step at every other look is computing)
+            if not self.activity.pool_busy and \
+                    ticks - before[1] >= BUSY * _TICK * (now - before[0]):
                 where = "computing"  # (CPU that the program's own Python used is not)
-            self.ticks = (now, ticks)
-        else:
-            self.ticks = None
         rank = _rank()
         now = time.monotonic()
         key = (where, activity, rank, "" if activity == "busy" else detail)

@@ -66,13 +66,30 @@ def test_learned_intervals_older_than_the_window_are_forgotten():
     assert clock.learned() == 50.0
 
 
-def test_a_restart_does_not_count_the_gap_before_it():
+def test_a_restart_does_not_count_the_gap_before_it_nor_its_start_up():
     clock = Clock(None)
     clock.event(0.0)
     clock.event(10.0)
     clock.restart(100.0)  # 90 s after the last event: no interval
     clock.event(101.0)
     assert clock.learned() == 50.0 and clock.last == 101.0
+    clock.restart(200.0)
+    clock.event(260.0, under_way=False)  # 60 s of start-up: no interval
+    clock.event(300.0, under_way=False)
+    clock.event(301.0)  # under way
+    assert clock.learned() == 50.0 and clock.last == 301.0
+    clock.event(321.0)
+    assert clock.learned() == 100.0
+
+
+def test_the_first_event_of_a_job_starts_the_clock_whether_or_not_under_way():
+    clock = Clock(None)
+    clock.event(0.0, under_way=False)
+    clock.event(40.0, under_way=False)
+    assert clock.learned() == 0.0 and not clock.under_way
+    clock.event(45.0)
+    clock.event(50.0)
+    assert clock.learned() == 25.0
 
 
 def test_timeout_zero_turns_the_check_off():
@@ -520,6 +537,7 @@ def test_horovods_word_holds_three_stall_checks_so_it_must_be_repeated():
     # the default bound learned from a 200 s interval: 1000 s, past the word's 3 x 60 + 5 s
     for repeated in (False, True):
         port, check, insts = job(2, timeout=None)
+        check.progress(insts[0], 0.0)  # under way
         check.progress(insts[0], 200.0)
         report_at(check, insts[0], 200.0, "waiting", "tensorflow", rank=0)
         report_at(check, insts[1], 200.0, "waiting", "tensorflow", rank=1)
@@ -624,18 +642,27 @@ def test_a_new_round_forgets_the_peer_that_ended():
     assert port.collections == []
 
 
-def test_reports_and_progress_teach_the_default_clock():
+def test_reports_and_progress_teach_the_default_clock_once_the_job_is_under_way():
     port, check, insts = job(2, timeout=None)
     assert check.clock.last == 0.0
-    check.progress(insts[0], 100.0)
+    report_at(check, insts[0], 60.0, "busy", "import")  # starting up: no interval
+    report_at(check, insts[0], 90.0, "waiting", "collective allreduce")
+    report_at(check, insts[0], 95.0, "busy", "program", left=1)  # a wait completed: under way
+    assert check.clock.bounds() == Bounds(30.0, 180.0, 600.0) and check.clock.last == 95.0
+    check.progress(insts[0], 195.0)  # 100 s
     assert check.clock.bounds() == Bounds(500.0, 500.0, 600.0)
     check.where(insts[0], b"not a report", 300.0)
     check.where(Instance(7, "elsewhere"), whereabouts.encode(0, 7, "busy", "program", ""), 300.0)
     assert check.clock.bounds() == Bounds(500.0, 500.0, 600.0)
-    report_at(check, insts[0], 300.0, "busy", "program")  # moved: an event, 200 s on
+    report_at(check, insts[0], 395.0, "waiting", "collective allreduce", left=1)  # 200 s on
     assert check.clock.bounds() == Bounds(1000.0, 1000.0, 1000.0)
-    report_at(check, insts[0], 500.0, "busy", "program", detail="elsewhere")  # nothing new
-    assert check.clock.last == 300.0
+    report_at(check, insts[0], 500.0, "waiting", "collective allreduce", detail="x",
+              left=1)  # nothing new
+    assert check.clock.last == 395.0
+    check.restart(600.0)  # a new round starts up again: no interval until it is under way
+    report_at(check, insts[0], 900.0, "busy", "program", left=1)
+    report_at(check, insts[0], 905.0, "waiting", "collective allreduce", left=1)
+    assert check.clock.learned() == 1000.0 and check.clock.last == 905.0
 
 
 # ---- a collectives watchdog's stall ------------------------------------------------------------

@@ -254,6 +254,20 @@ def test_an_instance_without_reports_is_held_to_the_busy_bound():
     assert "in an unknown place" in verdict.hung[0].evidence
 
 
+def test_an_import_is_work_held_to_the_busy_bound_whatever_its_threads_or_horovod_say():
+    # a worker that loads TensorFlow slowly while its peers wait: its other thread waiting on a
+    # queue, Horovod naming it missing, a peer in a named collective: none of it is a hang
+    loading = Position("import")
+    for seen in ({0: waits(), 1: own("blocked", 599.0, where=loading)},
+                 {0: waits(coll("sync > broadcast_object")),
+                  1: own("waiting", 599.0, where=loading, missing="'x'")}):
+        assert decide(seen, B).hung == ()
+    verdict = decide({0: waits(), 1: own("blocked", 600.0, where=loading,
+                                          detail="thread q in get at prog.py:9")}, B)
+    assert verdict.hung == (Hung(1, "busy", 600.0, "it was in an import (loading modules) for "
+                                                   "600 s; thread q in get at prog.py:9"),)
+
+
 def test_every_holder_past_its_bound_is_named():
     seen = {0: waits(), 1: own("blocked", 500.0), 2: own("busy", 700.0), 3: own("busy", 10.0)}
     verdict = decide(seen, B)
@@ -370,7 +384,7 @@ def test_classify_tells_library_code_from_the_programs():
     assert whereabouts.classify(stack((PROG, "main"), (TF + "eager/execute.py", "run")),
                                 libraries, "") == "tensorflow"
     assert whereabouts.classify(stack((PROG, "main"), ("<frozen importlib._bootstrap>", "x")),
-                                libraries, "") == "tensorflow"
+                                libraries, "") == "import"
     assert whereabouts.classify(stack((TF + "data/ops.py", "gen"), (PROG, "gen")),
                                 libraries, "") == "program"
     sampler = stack((whereabouts.__file__, "sample"))
@@ -480,11 +494,12 @@ def test_encode_and_decode_one_line():
 
 def test_the_sampler_reports_changes_only_and_counts_the_waits_it_left(monkeypatch):
     places = iter(["collective allreduce", "collective allreduce", "program", "tensorflow",
-                   "tensorflow", "program", "program", "program"])
-    looks = iter([("waiting", "")] * 6 + [("busy", "main thread in a at p.py:1"),
-                                          ("busy", "main thread in b at p.py:2")])
+                   "tensorflow", "tensorflow", "program", "program", "program", "tensorflow"])
+    looks = iter([("waiting", "")] * 7 + [("busy", "main thread in a at p.py:1"),
+                                          ("busy", "main thread in b at p.py:2"),
+                                          ("waiting", "")])
     clock = [100.0]
-    ticks = iter([0, 10 ** 6])
+    ticks = iter([0, 10 ** 6, 10 ** 6, 2 * 10 ** 6])
     monkeypatch.setattr(whereabouts, "position", lambda frames, main, skip: next(places))
     monkeypatch.setattr(whereabouts, "_rank", lambda: 3)
     monkeypatch.setattr(whereabouts, "_compute_ticks", lambda: next(ticks))
@@ -493,7 +508,7 @@ def test_the_sampler_reports_changes_only_and_counts_the_waits_it_left(monkeypat
     try:
         sampler = whereabouts.Sampler(write)
         sampler.activity.look = lambda *args: next(looks)
-        for _ in range(8):
+        for _ in range(10):
             sampler.sample()
             clock[0] += 1.0
         os.set_blocking(read, False)
@@ -505,10 +520,31 @@ def test_the_sampler_reports_changes_only_and_counts_the_waits_it_left(monkeypat
     assert [line[len(whereabouts.WHERE):].decode() for line in sent[:-1]] == [
         "0 3 waiting collective allreduce\t",
         "1 3 waiting program\t",
-        "1 3 waiting tensorflow\t",
+        # the first sample in a step is not told: its CPU is not known yet
         "1 3 waiting computing\t",  # its TensorFlow threads used a core since the last sample
+        "1 3 waiting tensorflow\t",  # and then none
         "2 3 waiting program\t",
-        "2 3 busy program\tmain thread in a at p.py:1"]  # b: a busy thread's place waits 10 s
+        "2 3 busy program\tmain thread in a at p.py:1",  # b: a busy thread's place waits 10 s
+        "2 3 waiting computing\t"]  # told at once: CPU since the last look inside a step
+
+
+def test_an_import_is_told_apart_from_a_step_that_a_module_runs_when_imported():
+    libraries = (TF, HOROVOD, whereabouts._HERE)
+    boot = "<frozen importlib._bootstrap>"
+    loading = stack((PROG, "<module>"), (boot, "_find_and_load"), (TF + "__init__.py", "<module>"),
+                    (boot, "_find_and_load"), (TF + "python/pywrap.py", "<module>"))
+    assert whereabouts.classify(loading, libraries, HOROVOD) == "import"
+    # a library loading its parts lazily inside the program's call is an import too
+    lazy = stack((PROG, "main"), (TF + "util/lazy_loader.py", "__getattr__"), (boot, "_load"),
+                 ("/env/site-packages/other/mod.py", "<module>"))
+    assert whereabouts.classify(lazy, libraries, HOROVOD) == "import"
+    # the program's own module, imported, that trains at its top level: a step, not an import
+    trains = stack((PROG, "<module>"), (boot, "_find_and_load"), ("/home/u/lib.py", "<module>"),
+                   (TF + "eager/execute.py", "run"))
+    assert whereabouts.classify(trains, libraries, HOROVOD) == "tensorflow"
+    waits_in = stack((boot, "_find_and_load"), ("/home/u/lib.py", "<module>"),
+                     (HOROVOD + "tensorflow/mpi_ops.py", "allreduce"))
+    assert whereabouts.classify(waits_in, libraries, HOROVOD) == "collective allreduce"
 
 
 @pytest.mark.parametrize("callback", ["ModelCheckpoint", "BackupAndRestore"])

@@ -3,8 +3,9 @@ tests/programs/hang_cases.py): hangs inside TensorFlow end (a ``from_generator``
 blocks under a ``tf.function`` step and under Keras ``fit``: blocked; a differently named graph
 allreduce: both absent; a spinning ``tf.py_function``: busy), a rank left alone at interpreter
 exit is ended, and what horovodrun would finish is never cut: one rank busy in NumPy, downloading
-before the first collective, sleeping or writing files for longer than the short bounds, and a
-Horovod elastic worker working 20 s after a commit while its peer waits (one round)."""
+before the first collective, sleeping, writing files or in an import that waits for longer than
+the short bounds, and a Horovod elastic worker working 20 s after a commit while its peer waits
+(one round)."""
 import re
 import sys
 from pathlib import Path
@@ -90,10 +91,11 @@ def test_a_rank_left_alone_at_interpreter_exit_is_ended():
 
 
 @pytest.mark.parametrize("case, rank", [("report", 0), ("download", 0), ("sleep", 1),
-                                        ("save", 0)])
+                                        ("save", 0), ("import", 1)])
 def test_one_rank_working_or_sleeping_past_the_short_bounds_is_not_cut(case, rank):
-    # 20 s of NumPy, of a slow download before the first collective, of sleep or of pickle
-    # writes while the peer waits; --hang-timeout 6 (the short bounds), busy bound 600 s.
+    # 20 s of NumPy, of a slow download before the first collective, of sleep, of pickle
+    # writes or of an import that waits while the peer waits; --hang-timeout 6 (the short
+    # bounds), busy bound 600 s.
     result = run(case, rank, "20", options=("--hang-timeout", "6"))
     assert result.returncode == 0, result.stderr[-4000:]
     assert "was hung" not in result.stderr

@@ -7,6 +7,8 @@ Controls (must finish):
   download  RANK downloads for SECONDS (a slow local TCP server) before the first collective
   sleep     RANK sleeps SECONDS after step 4
   save      RANK writes files (pickle) for SECONDS after step 4
+  import    RANK imports a package after step 4 (from a folder named site-packages) whose
+            top-level code waits SECONDS on an event, as a library fetching data when imported
 Hangs:
   generator a tf.function step fed by tf.data from_generator; RANK's generator blocks for ever
             before step 4
@@ -69,6 +71,14 @@ def phase(kind, for_s):
             total += float(np.linalg.norm(np.random.rand(200, 200) @ np.random.rand(200, 200)))
     elif kind == "sleep":
         time.sleep(for_s)
+    elif kind == "import":
+        import tempfile
+        folder = os.path.join(tempfile.mkdtemp(), "site-packages")
+        os.makedirs(os.path.join(folder, "slow_import_pkg"))
+        with open(os.path.join(folder, "slow_import_pkg", "__init__.py"), "w") as f:
+            f.write(f"import threading\nthreading.Event().wait({for_s})\n")
+        sys.path.insert(0, folder)
+        import slow_import_pkg  # noqa: F401
     elif kind == "save":
         import pickle
         import tempfile
@@ -133,7 +143,7 @@ if case in ("generator",):
     data = iter(tf.data.Dataset.from_generator(
         gen, output_signature=(tf.TensorSpec([1], tf.float64), tf.TensorSpec([1], tf.float64))))
 for step in range(1, STEPS + 1):
-    if step == 5 and mine and case in ("report", "sleep", "save"):
+    if step == 5 and mine and case in ("report", "sleep", "save", "import"):
         print(f"rank {rank} {case} for {seconds:g} s", flush=True)
         phase(case, seconds)
     if case == "generator":

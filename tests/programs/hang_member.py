@@ -3,12 +3,15 @@
 usage: hang_member.py MODE STEPS [FAULT:RANK:STEP[:SECONDS]]
 MODE "eager" (an hvd.allreduce per step) or "function" (hvd.DistributedGradientTape in a
 tf.function). Before step STEP, rank RANK: "busy" spins in Python, "lock" waits on a lock it
-holds, "read" reads a pipe nobody writes, "mismatch" calls hvd.broadcast_object instead of
-the step, "long" sleeps SECONDS inside popdist_launcher.long_phase, "tfbusy" runs TensorFlow
-for SECONDS, "allown" (every rank) sleeps SECONDS in its own code; only in a job's first attempt. Each rank prints "step N
-rank R" after each step and "done rank R weight W" at the end.
+holds, "read" reads a pipe nobody writes, "stop" stops itself (SIGSTOP), "mismatch" calls
+hvd.broadcast_object instead of the step, "long" sleeps SECONDS inside
+popdist_launcher.long_phase, "tfbusy" runs TensorFlow for SECONDS, "allown" (every rank) sleeps
+SECONDS in its own code; only in a job's first attempt. Each rank prints "step N rank R" after
+each step and "done rank R weight W" at the end; a rank that hangs prints "rank R hangs (FAULT)"
+first.
 """
 import os
+import signal
 import sys
 import threading
 import time
@@ -59,6 +62,8 @@ def hang():
     if kind == "read":
         read_end, _ = os.pipe()
         os.read(read_end, 1)
+    if kind == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
     if kind == "mismatch":
         hvd.broadcast_object(rank, root_rank=0)
 

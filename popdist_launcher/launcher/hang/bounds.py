@@ -9,9 +9,11 @@ intervals.
 - ``long``: an instance busy in its own code while its peers wait: --hang-busy-timeout
   (LONG_S by default), never less than --hang-timeout.
 By default each is also at least FACTOR times the longest interval between two of the job's
-events (progress reports, completed waits, position changes, rounds) of the last
-LEARN_WINDOW_S, so a job whose own phases are long gets longer bounds; a given --hang-timeout is
-used as it is.
+events (progress reports, completed waits, position changes) of the last LEARN_WINDOW_S, so a
+job whose own phases are long gets longer bounds; a given --hang-timeout is used as it is. The
+clock learns only once the job is under way: from its first progress report or completed wait
+after each start or round (starting up, importing TensorFlow on a loaded machine, is no
+interval of the job).
 """
 from __future__ import annotations
 
@@ -42,14 +44,19 @@ class Clock:
         self.timeout = timeout
         self.busy_timeout = busy_timeout
         self.last: Optional[float] = None
+        self.under_way = False  # a progress report or a completed wait came since the start
         self._intervals: Deque[Tuple[float, float]] = collections.deque()  # (end, interval)
 
     @property
     def on(self) -> bool:
         return self.timeout != 0
 
-    def event(self, now: float) -> None:
-        """One of the job's events happened at ``now``."""
+    def event(self, now: float, under_way: bool = True) -> None:
+        """One of the job's events happened at ``now`` (``under_way``: one that shows the job
+        under way, a progress report or a completed wait)."""
+        if not self.under_way:
+            self.under_way, self.last = under_way, now
+            return
         if self.last is not None:
             self._intervals.append((now, now - self.last))
             while self._intervals and self._intervals[0][0] < now - LEARN_WINDOW_S:
@@ -57,8 +64,8 @@ class Clock:
         self.last = now
 
     def restart(self, now: float) -> None:
-        """A new round: the gap before it is no interval of the job."""
-        self.last = now
+        """A new round: the gap before it is no interval of the job, nor is its start-up."""
+        self.last, self.under_way = now, False
 
     def learned(self) -> float:
         return FACTOR * max((i for _, i in self._intervals), default=0.0)

@@ -95,7 +95,7 @@ class HangCheck:
     def started(self, inst: Instance, now: float) -> None:
         self.tracks[inst.index] = Track(now)
         if self.clock.last is None:
-            self.clock.event(now)
+            self.clock.event(now, under_way=False)
         if self.next_tick is None and self.clock.on:
             self.next_tick = now + TICK_S
             self.next_probe = now + PROBE_EVERY_S
@@ -108,7 +108,7 @@ class HangCheck:
             return
         moved, left = track.update(found, now)
         if moved or left:
-            self.clock.event(now)
+            self.clock.event(now, under_way=left)
 
     def progress(self, inst: Instance, now: float) -> None:
         self.clock.event(now)

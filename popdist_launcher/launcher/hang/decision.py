@@ -13,7 +13,8 @@ Kinds, each with its bound (``bounds.py``):
     inspector names it missing: the wait bound.
   - **blocked**: every thread of its own code waits without CPU or I/O (a lock, a read, a
     queue, a generator's wait): the wait bound.
-  - **busy**: its own code runs (CPU, I/O or a moving stack): the long bound.
+  - **busy**: its own code runs (CPU, I/O or a moving stack), or it imports modules (whatever
+    its other threads do): the long bound.
   - never: one that computes in TensorFlow, sleeps (``time.sleep`` is a choice), or is in a
     marked long phase (which holds every verdict but stopped).
 The time held is how long both it and its peers have been so.
@@ -153,6 +154,12 @@ def _holder(index: int, s: Seen, bounds: Bounds, wait_s: float) -> Optional[Hung
                                                f"{_thread(s)}")
         return None
     if s.activity == "sleeping" or s.position.kind == "computing":
+        return None
+    if s.position.kind == "import":  # loading modules is work, whatever else its threads do
+        held = min(s.position_s, wait_s)
+        if held >= bounds.long:
+            return Hung(index, "busy", held, f"it was in {s.position.describe()} for "
+                                             f"{held:.0f} s{_thread(s)}")
         return None
     if s.missing and s.activity in ("waiting", "unknown") and s.position.kind != "program":
         held = min(s.position_s, wait_s)

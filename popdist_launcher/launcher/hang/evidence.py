@@ -11,7 +11,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from popdist_launcher import whereabouts
 
-KINDS = ("program", "tensorflow", "computing", "collective", "long", "exit")
+KINDS = ("program", "import", "tensorflow", "computing", "collective", "long", "exit")
 
 
 class Position(NamedTuple):
@@ -29,6 +29,7 @@ class Position(NamedTuple):
 _PLACES = {"tensorflow": "a TensorFlow step, not computing (a graph collective)",
            "computing": "a TensorFlow step, computing",
            "program": "its own code, outside any collective",
+           "import": "an import (loading modules)",
            "exit": "interpreter exit, waiting for a thread"}
 
 
