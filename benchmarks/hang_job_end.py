@@ -127,7 +127,8 @@ class Launch:
         if self.hung_at is not None and self.ended_at is not None:
             end = round(self.ended_at - self.hung_at, 2)
         return {"case": self.case, "launcher": self.launcher,
-                "command": os.path.basename(argv_of(self.launcher, self.case)[0]), "end_s": end,
+                "command": self.launcher if self.launcher == "poprun-lite" else
+                os.path.basename(argv_of(self.launcher, self.case)[0]), "end_s": end,
                 "exit_code": self.proc.returncode, "hang_seen": self.hung_at is not None,
                 "expected_kind": CASES[self.case][2], "kind": hung[1] if hung else None,
                 "evidence": hung[2][:400] if hung else None,
