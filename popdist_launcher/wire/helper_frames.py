@@ -97,8 +97,9 @@ class Fatal:
 
 @dataclasses.dataclass(frozen=True)
 class Alive:
-    """The helper's heartbeat."""
+    """The helper's heartbeat, every HEARTBEAT_S."""
     KIND = "ALIVE"
+    HEARTBEAT_S = 1.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -41,7 +41,7 @@ from popdist_launcher.wire.protocol import CUT_PEERS
 
 LOST_CODE = 255       # the exit code the driver records for a lost worker (as ssh's)
 NOT_RUN_CODE = 1      # ... for one that never ran
-HEARTBEAT_S = 1.0  # the driver helper's heartbeat (elastic/helper/elastic_driver.py sends ALIVE)
+HEARTBEAT_S = frames.Alive.HEARTBEAT_S  # the driver helper's heartbeat (its ALIVE frames)
 DRIVER_SILENT_S = 10.0  # no message for this long: the helper is stopped or stuck
 
 
