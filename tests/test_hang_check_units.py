@@ -303,6 +303,52 @@ def test_track_probes_and_a_track_without_reports():
     assert (track.state, track.state_at) == ("S", 18.0)
 
 
+def test_an_uninterruptible_wait_that_works_between_probes_is_io_not_stopped():
+    track = Track(0.0)
+    track.probed("D 100\n", 5.0)
+    track.probed("D 4196", 10.0)  # it wrote 4 kB since: I/O under way, its time starts again
+    track.probed("D 9000", 15.0)
+    assert (track.state, track.state_at) == ("D", 15.0)
+    track.probed("D 9000", 20.0)  # no work since the last probe: still in D since 15
+    track.probed("D 9000", 25.0)
+    assert (track.state, track.state_at) == ("D", 15.0)
+    stopped = Track(0.0)
+    stopped.probed("T 5", 5.0)
+    stopped.probed("T 6", 10.0)  # a stopped process is stopped whatever its counters say
+    assert (stopped.state, stopped.state_at) == ("T", 5.0)
+    unknown = Track(0.0)
+    unknown.probed("D -1", 5.0)  # counters that cannot be read: the state alone decides
+    unknown.probed("D -1", 10.0)
+    assert (unknown.state, unknown.state_at) == ("D", 5.0)
+
+
+def test_the_wrappers_probe_reads_the_main_threads_state_and_work(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+    from popdist_launcher.launcher.spawned.wrapper import program_state
+    writer = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        f"with open({str(tmp_path / 'out')!r}, 'w') as f:\n"
+        "    while True:\n"
+        "        f.write('x' * 65536); f.flush(); time.sleep(0.01)\n")])
+    try:
+        time.sleep(0.5)
+        first = program_state(writer.pid)
+        time.sleep(0.5)
+        second = program_state(writer.pid)
+        state, work = first.split()
+        assert state in "RSD" and int(second.split()[1]) > int(work) >= 0, (first, second)
+        os.kill(writer.pid, 19)  # SIGSTOP
+        time.sleep(0.2)
+        assert program_state(writer.pid).split()[0] == "T"
+    finally:
+        writer.kill()
+        writer.wait()
+    assert program_state(writer.pid) == "?"
+
+
 # ---- HangCheck through a fake Port ------------------------------------------------------------
 
 class FakePort:
@@ -479,6 +525,18 @@ def test_a_process_that_runs_again_starts_its_stopped_time_again():
     check.tick(19.0)
     assert port.cuts == [insts[0]]
     assert "in an uninterruptible wait (D) at every probe for 10 s" in insts[0].hung
+
+
+def test_a_process_writing_in_d_at_every_probe_is_not_cut():
+    port, check, insts = job(1)
+    for t in range(1, 60, 5):
+        check.probed(insts[0], f"D {t * 1000}".encode(), float(t))  # more written each time
+        ticks(check, t, t + 4)
+    assert port.cuts == [] and insts[0].hung == ""
+    for t in range(61, 80, 5):
+        check.probed(insts[0], b"D 56000", float(t))  # then nothing more: hung in D
+        ticks(check, t, t + 4)
+    assert port.cuts == [insts[0]]
 
 
 def test_two_hung_instances_are_both_cut(capsys):

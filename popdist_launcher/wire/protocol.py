@@ -27,7 +27,7 @@ EXIT = 5       # "RETURNCODE": negative = killed by that signal
 STACKS = 6     # text: the program's Python stacks (faulthandler), after a DUMP
 STALL = 7      # text: the program's collectives watchdog reports a stall
 PROGRESS = 8   # "STEP": the program reported training progress (popdist_launcher.report_progress)
-PROBED = 9     # one letter: the program's process state (/proc/PID/stat: R, S, D, T ...)
+PROBED = 9     # "STATE WORK": its main thread's state (R, S, D, T ...), CPU + I/O so far
 WHERE = 10     # a position report for the hang check (wire/position_report.py)
 # launcher -> wrapper
 CHALLENGE = 20  # 16 random bytes, sent on accept (TCP and Unix sockets)

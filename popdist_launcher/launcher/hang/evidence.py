@@ -81,6 +81,7 @@ class Track:
         self.activity_at = now
         self.state = ""
         self.state_at = now
+        self.work = -1  # its main thread's CPU ticks and characters read and written, -1 unknown
         self.missing = ""
         self.missing_at: Optional[float] = None  # the last time Horovod named it
 
@@ -104,9 +105,20 @@ class Track:
         self.missing = f"'{tensors}'" if tensors else ""
         self.missing_at = now
 
-    def probed(self, state: str, now: float) -> None:
-        if state != self.state:
+    def probed(self, answer: str, now: float) -> None:
+        """The wrapper's answer to a probe: "STATE WORK" (or a bare state letter). An
+        uninterruptible wait (D) whose main thread worked since the last probe (CPU, or a read
+        or a write done) is I/O under way: its time in D starts again."""
+        state, _, work_text = answer.strip().partition(" ")
+        state = state[:1]
+        try:
+            work = int(work_text)
+        except ValueError:
+            work = -1
+        progressed = state == "D" and work >= 0 and self.work >= 0 and work != self.work
+        if state != self.state or progressed:
             self.state, self.state_at = state, now
+        self.work = work
 
     def seen(self, now: float, missing_for: float) -> Seen:
         report = self.report
