@@ -5,18 +5,16 @@ the launcher, through the same pipe, for every instance's stacks; and the progra
 progress (``report_progress``) and its whereabouts for the hang check (``whereabouts.py``) go
 to the launcher the same way.
 
-Standard library only, and no typing (35 ms): it runs in every Python process that has
-POPRUN_STACK_FD set.
+Standard library only (and the pipe's spelling, ``wire/stack_pipe.py``, which imports nothing),
+and no typing (35 ms): it runs in every Python process that has POPRUN_STACK_FD set.
 """
 from __future__ import annotations
 
 import os
 
-ENV = "POPRUN_STACK_FD"  # "FD:WRAPPER_PID:SIGNAL", set by the wrapper for its program only
-READY = b"\0ready\n"
-STALL = b"\0stall "
-PROGRESS = b"\0progress "
-WHEREABOUTS_ENV = "POPRUN_WHEREABOUTS"  # "0": no whereabouts sampler (--hang-timeout 0 sets it)
+from popdist_launcher.wire.stack_pipe import FD_ENV as ENV
+from popdist_launcher.wire.stack_pipe import PROGRESS, READY, STALL, WHEREABOUTS_ENV
+
 _found = {}  # pid -> _ours() (a forked child asks again: it is not the wrapper's program)
 
 

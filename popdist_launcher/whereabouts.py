@@ -22,7 +22,9 @@ included), its CPU time and characters read and written (``/proc/self/task``) an
 stack moved: "busy", "sleeping" (in ``time.sleep``: a choice), "blocked" (a lock, a read, a
 queue: a wait only another process may end) or "waiting" (no such thread).
 
-Standard library only: it starts in every program poprun-lite's wrapper starts.
+Standard library only, besides the report's and the pipe's spelling (``wire/position_report.py``,
+``wire/stack_pipe.py``, which import nothing): it starts in every program poprun-lite's wrapper
+starts.
 """
 from __future__ import annotations
 
@@ -32,8 +34,10 @@ import sys
 import threading
 import time
 
+from popdist_launcher.wire.position_report import encode
+from popdist_launcher.wire.stack_pipe import WHERE
+
 SAMPLE_S = 1.0
-WHERE = b"\0where "
 # Horovod's Python collective functions (horovod/tensorflow, horovod/_keras, horovod/common)
 HOROVOD_COLLECTIVES = frozenset((
     "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "broadcast_",
@@ -162,7 +166,6 @@ def _rank() -> int:
 
 
 # ---- what the program's threads do: the evidence for a hang's kind ---------------------------
-ACTIVITIES = ("busy", "sleeping", "blocked", "waiting")
 # Linux system calls a thread sleeps in by choice (time.sleep), per machine
 SLEEP_CALLS = {"x86_64": {35, 230}, "aarch64": {101, 115}, "ppc64le": {162, 371}}
 _SLEEPS = SLEEP_CALLS.get(os.uname().machine if hasattr(os, "uname") else "", set())
@@ -331,22 +334,6 @@ def _compute_ticks() -> int:
 BUSY_DETAIL_S = 10.0  # a busy thread's place is sent again at most this often
 BUSY = 0.03  # threads that used this much of a core in a sample compute
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def encode(left: int, rank: int, activity: str, where: str, detail: str) -> bytes:
-    """The report "LEFT RANK ACTIVITY POSITION<TAB>DETAIL" (one line)."""
-    text = f"{left} {rank} {activity} {where}\t{detail}"
-    return text.replace("\n", " ").replace("\0", " ").encode("utf-8", "replace")[:500]
-
-
-def decode(text: str) -> "tuple[int, int, str, str, str]":
-    """(left, rank, activity, position, detail) from ``encode``'s line; ValueError if it is
-    not one."""
-    head, _, detail = text.rstrip("\n").partition("\t")
-    left, rank, activity, where = (head.split(" ", 3) + ["", "", "", ""])[:4]
-    if activity not in ACTIVITIES:
-        raise ValueError(f"not a whereabouts report: {text!r}")
-    return int(left), int(rank), activity, where, detail
 
 
 class Sampler:

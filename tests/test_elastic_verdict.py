@@ -7,14 +7,15 @@ from typing import Dict, List, Sequence, Tuple
 from popdist_launcher.launcher.attempt import Instance, JobResult, JobState
 from popdist_launcher.launcher.elastic.horovod_rounds import Ending, Round, Worker, summary
 from popdist_launcher.launcher.output import OutputOptions, Router
+from popdist_launcher.wire import helper_frames as frames
 
 SUCCEEDED = JobResult(JobState.SUCCEEDED, 0, None, None)
 
 
 def worker(wid: int, round_: int, host: str, local_rank: int, returncode: int,
            blame: str) -> Worker:
-    w = Worker({"wid": wid, "round": round_, "hostname": host, "rank": 0, "size": 4,
-                "local_rank": local_rank})
+    w = Worker(frames.Start(wid=wid, round=round_, hostname=host, rank=0, size=4,
+                            local_rank=local_rank, local_size=2, cross_rank=0, cross_size=2))
     w.inst = Instance(wid, host)
     w.inst.returncode = returncode
     w.how, w.code, w.blame = "exited", returncode, blame
@@ -31,7 +32,8 @@ def verdict(hosts: Sequence[Tuple[str, int]], ends: List[Tuple[str, int, int, st
         results[f"{host}[{local_rank}]"] = [code, 100.0 + wid]
     rounds = [Round(1, 2, [hosts[0]]), Round(2, sum(n for _, n in hosts), hosts)]
     router = Router(len(ends) + 1, OutputOptions())
-    code, text = summary(rounds, workers, Ending(SUCCEEDED, None, {"results": results}, {},
+    code, text = summary(rounds, workers, Ending(SUCCEEDED, None,
+                                                 frames.Done(error=None, results=results), {},
                                                  min_np), router)
     return code, text.strip().splitlines()[-1].removeprefix("poprun-lite: ")
 

@@ -6,7 +6,6 @@ explicit times, through a fake ``Port`` around real ``attempt.Instance`` objects
 what it cuts and with which words, whose stacks it collects, and a watchdog's stall."""
 import pytest
 
-from popdist_launcher import whereabouts
 from popdist_launcher.launcher import report
 from popdist_launcher.launcher.attempt import Failure, Instance, InstanceState
 from popdist_launcher.launcher.hang import Bounds, Clock, HangCheck, environment
@@ -15,6 +14,8 @@ from popdist_launcher.launcher.hang.bounds import (HOROVOD_STALL_ENV, LEARN_WIND
 from popdist_launcher.launcher.hang.decision import Hung, Verdict
 from popdist_launcher.launcher.hang.evidence import (UNKNOWN, MissingRanks, Position, Report,
                                                      Seen, Track, parse_report, position_of)
+from popdist_launcher.wire import position_report
+
 
 # ---- bounds.Clock -------------------------------------------------------------------------------
 
@@ -131,9 +132,10 @@ def test_the_default_bound_needs_nothing_since_60_s_is_horovods_default():
 
 # ---- evidence: the sampler's reports ------------------------------------------------------------
 
-@pytest.mark.parametrize("activity", whereabouts.ACTIVITIES)
+@pytest.mark.parametrize("activity", position_report.ACTIVITIES)
 @pytest.mark.parametrize("where, position", [
     ("program", Position("program")),
+    ("import", Position("import")),
     ("tensorflow", Position("tensorflow")),
     ("computing", Position("computing")),
     ("exit", Position("exit")),
@@ -144,13 +146,40 @@ def test_the_default_bound_needs_nothing_since_60_s_is_horovods_default():
 ])
 def test_parse_report_reads_what_the_sampler_encodes(activity, where, position):
     detail = "main thread in gen at prog.py:41"
-    payload = whereabouts.encode(7, 2, activity, where, detail)
+    payload = position_report.encode(7, 2, activity, where, detail)
     assert parse_report(payload) == Report(7, 2, activity, position, detail)
     assert parse_report(payload + b"\n") == Report(7, 2, activity, position, detail)
 
 
+def test_every_kind_of_position_the_sampler_sends_is_read_and_described():
+    from popdist_launcher import whereabouts
+    sent = {kind for kind in whereabouts.RANK} | {"computing", "long", "exit"}
+    assert sent == set(position_report.KINDS)
+    for kind in position_report.KINDS:
+        assert Position(kind, "x").describe() != "an unknown place", kind
+
+
+def test_the_stack_pipe_is_spelled_once_for_the_program_and_the_wrapper():
+    from popdist_launcher import stack_dump, whereabouts
+    from popdist_launcher.wire import protocol, stack_pipe
+    assert (protocol.STACK_FD_ENV, protocol.STACK_READY, protocol.STACK_STALL,
+            protocol.STACK_PROGRESS, protocol.STACK_WHERE) == \
+        (stack_dump.ENV, stack_dump.READY, stack_dump.STALL, stack_dump.PROGRESS,
+         whereabouts.WHERE) == \
+        (stack_pipe.FD_ENV, stack_pipe.READY, stack_pipe.STALL, stack_pipe.PROGRESS,
+         stack_pipe.WHERE)
+    assert WHEREABOUTS_ENV == stack_dump.WHEREABOUTS_ENV == stack_pipe.WHEREABOUTS_ENV
+    # each marker starts with a NUL (faulthandler's text never holds one) and none is the start
+    # of another: the wrapper tells them apart by their first bytes
+    for marker in stack_pipe.MARKERS:
+        assert marker.startswith(b"\0") and b"\n" not in marker.rstrip(b"\n")
+        assert not any(other != marker and other.startswith(marker)
+                       for other in stack_pipe.MARKERS)
+    assert b"\n" not in position_report.encode(1, 2, "busy", "program", "a\nb")
+
+
 def test_parse_report_of_a_place_it_does_not_know_or_without_detail():
-    assert parse_report(whereabouts.encode(0, -1, "waiting", "nowhere", "")) == \
+    assert parse_report(position_report.encode(0, -1, "waiting", "nowhere", "")) == \
         Report(0, -1, "waiting", UNKNOWN, "")
     assert parse_report(b"3 1 busy program") == Report(3, 1, "busy", Position("program"), "")
 
@@ -274,6 +303,52 @@ def test_track_probes_and_a_track_without_reports():
     assert (track.state, track.state_at) == ("S", 18.0)
 
 
+def test_an_uninterruptible_wait_that_works_between_probes_is_io_not_stopped():
+    track = Track(0.0)
+    track.probed("D 100\n", 5.0)
+    track.probed("D 4196", 10.0)  # it wrote 4 kB since: I/O under way, its time starts again
+    track.probed("D 9000", 15.0)
+    assert (track.state, track.state_at) == ("D", 15.0)
+    track.probed("D 9000", 20.0)  # no work since the last probe: still in D since 15
+    track.probed("D 9000", 25.0)
+    assert (track.state, track.state_at) == ("D", 15.0)
+    stopped = Track(0.0)
+    stopped.probed("T 5", 5.0)
+    stopped.probed("T 6", 10.0)  # a stopped process is stopped whatever its counters say
+    assert (stopped.state, stopped.state_at) == ("T", 5.0)
+    unknown = Track(0.0)
+    unknown.probed("D -1", 5.0)  # counters that cannot be read: the state alone decides
+    unknown.probed("D -1", 10.0)
+    assert (unknown.state, unknown.state_at) == ("D", 5.0)
+
+
+def test_the_wrappers_probe_reads_the_main_threads_state_and_work(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+    from popdist_launcher.launcher.spawned.wrapper import program_state
+    writer = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        f"with open({str(tmp_path / 'out')!r}, 'w') as f:\n"
+        "    while True:\n"
+        "        f.write('x' * 65536); f.flush(); time.sleep(0.01)\n")])
+    try:
+        time.sleep(0.5)
+        first = program_state(writer.pid)
+        time.sleep(0.5)
+        second = program_state(writer.pid)
+        state, work = first.split()
+        assert state in "RSD" and int(second.split()[1]) > int(work) >= 0, (first, second)
+        os.kill(writer.pid, 19)  # SIGSTOP
+        time.sleep(0.2)
+        assert program_state(writer.pid).split()[0] == "T"
+    finally:
+        writer.kill()
+        writer.wait()
+    assert program_state(writer.pid) == "?"
+
+
 # ---- HangCheck through a fake Port ------------------------------------------------------------
 
 class FakePort:
@@ -338,7 +413,7 @@ def ticks(check, first, last):
 
 
 def report_at(check, inst, now, activity, where, detail="", left=0, rank=None):
-    check.where(inst, whereabouts.encode(left, inst.index if rank is None else rank, activity,
+    check.where(inst, position_report.encode(left, inst.index if rank is None else rank, activity,
                                          where, detail), now)
 
 
@@ -450,6 +525,18 @@ def test_a_process_that_runs_again_starts_its_stopped_time_again():
     check.tick(19.0)
     assert port.cuts == [insts[0]]
     assert "in an uninterruptible wait (D) at every probe for 10 s" in insts[0].hung
+
+
+def test_a_process_writing_in_d_at_every_probe_is_not_cut():
+    port, check, insts = job(1)
+    for t in range(1, 60, 5):
+        check.probed(insts[0], f"D {t * 1000}".encode(), float(t))  # more written each time
+        ticks(check, t, t + 4)
+    assert port.cuts == [] and insts[0].hung == ""
+    for t in range(61, 80, 5):
+        check.probed(insts[0], b"D 56000", float(t))  # then nothing more: hung in D
+        ticks(check, t, t + 4)
+    assert port.cuts == [insts[0]]
 
 
 def test_two_hung_instances_are_both_cut(capsys):
@@ -652,7 +739,7 @@ def test_reports_and_progress_teach_the_default_clock_once_the_job_is_under_way(
     check.progress(insts[0], 195.0)  # 100 s
     assert check.clock.bounds() == Bounds(500.0, 500.0, 600.0)
     check.where(insts[0], b"not a report", 300.0)
-    check.where(Instance(7, "elsewhere"), whereabouts.encode(0, 7, "busy", "program", ""), 300.0)
+    check.where(Instance(7, "elsewhere"), position_report.encode(0, 7, "busy", "program", ""), 300.0)
     assert check.clock.bounds() == Bounds(500.0, 500.0, 600.0)
     report_at(check, insts[0], 395.0, "waiting", "collective allreduce", left=1)  # 200 s on
     assert check.clock.bounds() == Bounds(1000.0, 1000.0, 1000.0)

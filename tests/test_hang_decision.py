@@ -18,6 +18,7 @@ from popdist_launcher import whereabouts
 from popdist_launcher.launcher.hang import Bounds
 from popdist_launcher.launcher.hang.decision import Hung, describe_groups, decide
 from popdist_launcher.launcher.hang.evidence import Position, Seen
+from popdist_launcher.wire import position_report, stack_pipe
 
 B = Bounds(30.0, 180.0, 600.0)  # short, wait, long (the default floors)
 PROGRAM = Position("program")
@@ -482,14 +483,14 @@ def test_activity_tells_a_blocked_thread_from_a_sleeping_one():
 
 
 def test_encode_and_decode_one_line():
-    line = whereabouts.encode(2, 1, "blocked", "collective sync > broadcast", "main\nthread\0x")
+    line = position_report.encode(2, 1, "blocked", "collective sync > broadcast", "main\nthread\0x")
     assert line == b"2 1 blocked collective sync > broadcast\tmain thread x"
-    assert whereabouts.decode(line.decode() + "\n") == \
+    assert position_report.decode(line.decode() + "\n") == \
         (2, 1, "blocked", "collective sync > broadcast", "main thread x")
-    assert len(whereabouts.encode(0, 0, "busy", "program", "x" * 1000)) == 500
+    assert len(position_report.encode(0, 0, "busy", "program", "x" * 1000)) == 500
     for bad in ("", "1 2 napping program\t", "x 1 busy program\t"):
         with pytest.raises(ValueError):
-            whereabouts.decode(bad)
+            position_report.decode(bad)
 
 
 def test_the_sampler_reports_changes_only_and_counts_the_waits_it_left(monkeypatch):
@@ -516,8 +517,8 @@ def test_the_sampler_reports_changes_only_and_counts_the_waits_it_left(monkeypat
     finally:
         os.close(read)
         os.close(write)
-    assert all(line.startswith(whereabouts.WHERE) for line in sent[:-1]) and sent[-1] == b""
-    assert [line[len(whereabouts.WHERE):].decode() for line in sent[:-1]] == [
+    assert all(line.startswith(stack_pipe.WHERE) for line in sent[:-1]) and sent[-1] == b""
+    assert [line[len(stack_pipe.WHERE):].decode() for line in sent[:-1]] == [
         "0 3 waiting collective allreduce\t",
         "1 3 waiting program\t",
         # the first sample in a step is not told: its CPU is not known yet

@@ -2,6 +2,7 @@
 process started: every kind survives encode and decode, and a line that is no frame is a
 ValueError naming why."""
 import json
+import typing
 
 import pytest
 
@@ -27,6 +28,13 @@ def test_there_is_one_example_of_each_kind():
     assert sorted(type(f).KIND for f in EXAMPLES) == sorted(frames.KINDS)
 
 
+def test_each_kind_goes_one_way_and_is_a_frame():
+    """The launcher sends TO_HELPER, the helper TO_LAUNCHER; each side handles the other's."""
+    assert not set(frames.TO_HELPER) & set(frames.TO_LAUNCHER)
+    assert len(frames.KINDS) == len(frames.TO_HELPER) + len(frames.TO_LAUNCHER)
+    assert set(typing.get_args(frames.Frame)) == set(frames.KINDS.values())
+
+
 @pytest.mark.parametrize("frame", EXAMPLES, ids=lambda f: f.KIND)
 def test_each_kind_is_one_json_line_and_decodes_to_the_same_record(frame):
     line = frames.encode(frame)
@@ -45,6 +53,7 @@ def test_the_launchers_exited_may_leave_out_how_what_and_mark():
     ("[1, 2]", "JSON object, not list"),
     ('{"kind": "HELLO"}', "unknown kind"),
     ('{"wid": 1}', "unknown kind"),
+    ('{"kind": ["STOP"]}', "unknown kind"),
     ('{"kind": "STOP"}', "STOP frame with other fields"),
     ('{"kind": "STOP", "wid": 1, "extra": 2}', "STOP frame with other fields"),
 ])

@@ -6,8 +6,13 @@ a pure function (``horovod_env.py``), and the hosts' sources (a discovery script
 fixed hosts that do nothing)."""
 from __future__ import annotations
 
+import select
+import socket
+
 from popdist_launcher.launcher.attempt import Instance, InstanceState, JobResult, JobState
-from popdist_launcher.launcher.agents.elastic_horovod import LOST_CODE, NOT_RUN_CODE, HorovodRun
+from popdist_launcher.launcher.agents.elastic_horovod import (FRAMES, LOST_CODE, NOT_RUN_CODE,
+                                                              HorovodRun)
+from popdist_launcher.launcher.elastic.driver_link import HelperSocket
 from popdist_launcher.launcher.elastic.discovery.poller import FixedHosts
 from popdist_launcher.launcher.elastic.horovod_env import GLOO_TIMEOUT_S, JobEnv, worker_env
 from popdist_launcher.launcher.agents.horovod_job import HorovodJob
@@ -17,6 +22,7 @@ from popdist_launcher.launcher.plan import Host
 from popdist_launcher.launcher.spawned import peer_sockets
 from popdist_launcher.wire import helper_frames as frames
 from popdist_launcher.wire.protocol import CUT_PEERS, UNSET_ENV
+from test_helper_frames import EXAMPLES  # one record of each kind
 
 RENDEZVOUS = ("127.0.0.1", 4242)
 
@@ -24,9 +30,8 @@ RENDEZVOUS = ("127.0.0.1", 4242)
 # ---- the worker environment ---------------------------------------------------------------------
 def start_frame(wid=0, rank=0, size=2, local_rank=0, local_size=2, round_number=1,
                 hostname="hostA"):
-    return {"kind": "START", "wid": wid, "round": round_number, "hostname": hostname,
-            "rank": rank, "size": size, "local_rank": local_rank, "local_size": local_size,
-            "cross_rank": 0, "cross_size": 1}
+    return frames.Start(wid=wid, round=round_number, hostname=hostname, rank=rank, size=size,
+                        local_rank=local_rank, local_size=local_size, cross_rank=0, cross_size=1)
 
 
 def test_worker_env_sets_horovods_slot_and_popdists_replicas_from_the_rank():
@@ -212,12 +217,13 @@ def exited(run, wid, code):
 def test_agent_start_exit_retry_blacklist_and_done(tmp_path, monkeypatch):
     run = horovod_run(tmp_path, monkeypatch)
     job, link, world = run.job, run.job.driver, run.job.world
-    run.on_frame({"kind": "ROUND", "round": 1, "size": 3, "hosts": [["hostA", 2], ["hostB", 1]]})
+    run.on_frame(frames.Round(round=1, size=3, hosts=[["hostA", 2], ["hostB", 1]]))
     for wid, host, local in ((0, "hostA", 0), (1, "hostA", 1), (2, "hostB", 0)):
         run.on_frame(start_frame(wid, wid, 3, local, 2 if host == "hostA" else 1, 1, host))
     assert job.supervisor.rounds == 1  # the hang clock starts again with each round
     assert world.started == [(0, "hostA"), (1, "hostA"), (2, "hostB")]
-    assert world.envs["2"]["HOROVOD_RANK"] == "2" and world.envs["2"]["POPDIST_NUM_INSTANCES"] == "3"
+    assert world.envs["2"]["HOROVOD_RANK"] == "2"
+    assert world.envs["2"]["POPDIST_NUM_INSTANCES"] == "3"
 
     # the program on hostB fails: the slot is blamed, the survivors' connections cut once
     exited(run, 2, 1)
@@ -227,7 +233,8 @@ def test_agent_start_exit_retry_blacklist_and_done(tmp_path, monkeypatch):
     assert world.frames == [(0, CUT_PEERS, notice), (1, CUT_PEERS, notice)]
 
     # the driver retries the slot (the others cannot carry --min-np without it); it fails again
-    run.on_frame({"kind": "RETRY", "wid": 3, "sentence": "hostB[0] exited with 1"})
+    run.on_frame(frames.Retry(host="hostB", wid=3, streak=1, limit=2,
+                              sentence="hostB[0] exited with 1"))
     run.on_frame(start_frame(3, 2, 3, 0, 1, 1, "hostB"))
     run.progressed(world.instances[0], 4)  # a commit between the two failures
     exited(run, 3, 1)
@@ -235,9 +242,8 @@ def test_agent_start_exit_retry_blacklist_and_done(tmp_path, monkeypatch):
     assert len(world.frames) == 2  # once a round
 
     # hostB is blacklisted; round 2 forms on hostA; a START for a lost host never runs
-    run.on_frame({"kind": "BLACKLIST", "host": "hostB", "cooldown": None, "forever": True,
-                    "limit": 2})
-    run.on_frame({"kind": "ROUND", "round": 2, "size": 2, "hosts": [["hostA", 2]]})
+    run.on_frame(frames.Blacklist(host="hostB", cooldown=None, forever=True, limit=2))
+    run.on_frame(frames.Round(round=2, size=2, hosts=[["hostA", 2]]))
     job.probes.lost["hostC"] = "no answer"
     run.on_frame(start_frame(4, 0, 2, 0, 1, 2, "hostC"))
     assert link.sent[-1] == frames.Exited(wid=4, code=NOT_RUN_CODE, how="start-failed",
@@ -245,13 +251,13 @@ def test_agent_start_exit_retry_blacklist_and_done(tmp_path, monkeypatch):
     assert 4 not in run.workers and len(world.instances) == 4
 
     # the driver stops a worker; then both survivors end well and the driver is done
-    run.on_frame({"kind": "STOP", "wid": 1})
+    run.on_frame(frames.Stop(wid=1))
     assert world.stopped == [1]
     for wid in (0, 1):
         exited(run, wid, 0)
         assert link.sent[-1].blame == "none"
     results = {"hostA[0]": [0, 3.0], "hostA[1]": [0, 3.0], "hostB[0]": [1, 2.0]}
-    run.on_frame({"kind": "DONE", "results": results, "error": None})
+    run.on_frame(frames.Done(error=None, results=results))
     assert world.closed and link.sock is None
     code, text = run.verdict(JobResult(JobState.SUCCEEDED, 0, None, None))
     assert code == 0, text
@@ -270,21 +276,69 @@ def test_agent_start_exit_retry_blacklist_and_done(tmp_path, monkeypatch):
 def test_agent_lost_worker_loses_its_host_and_a_fatal_frame_stops_the_job(tmp_path, monkeypatch):
     run = horovod_run(tmp_path, monkeypatch)
     job, link = run.job, run.job.driver
-    run.on_frame({"kind": "ROUND", "round": 1, "size": 2, "hosts": [["hostA", 1], ["hostB", 1]]})
+    run.on_frame(frames.Round(round=1, size=2, hosts=[["hostA", 1], ["hostB", 1]]))
     run.on_frame(start_frame(0, 0, 2, 0, 1, 1, "hostA"))
     run.on_frame(start_frame(1, 1, 2, 0, 1, 1, "hostB"))
     run.worker_ended(run.workers[1].inst, "lost", "was lost: its host stopped answering")
     assert link.sent[-1] == frames.Exited(wid=1, code=LOST_CODE, how="lost", blame="host",
                                           what="was lost: its host stopped answering", mark=0)
     assert job.probes.lost == {"hostB": "was lost: its host stopped answering"}
-    run.on_frame({"kind": "ALIVE"})
-    run.on_frame({"kind": "FATAL", "reason": "hostB: too many failures."})
+    run.on_frame(frames.Alive())
+    run.on_frame(frames.Fatal(reason="hostB: too many failures."))
     assert job.supervisor.stops == ["the elastic job cannot go on: hostB: too many failures."]
     code, text = run.verdict(JobResult(JobState.STOPPED, 1, None, None))
     assert code == 1
     assert text.count("job failed: hostB: too many failures. Hosts lost: hostB (was lost: its "
                       "host stopped answering).") == 1
 
+
+def test_every_kind_is_read_back_as_sent_and_each_of_the_helpers_kinds_has_a_handler(
+        tmp_path, monkeypatch):
+    """One record of every kind, encoded as the helper encodes it, through the launcher's end
+    of a socketpair (HelperSocket.read, in two pieces that split a line) into the agent's
+    dispatch: each arrives as the record sent and the handler of its type acts on it; the
+    launcher's own kinds have none; a line that is no frame is a FATAL saying why."""
+    assert set(FRAMES) == set(frames.TO_LAUNCHER)
+    ours, theirs = socket.socketpair()
+    link = HelperSocket(ours)
+    data = b"".join(frames.encode(f) for f in EXAMPLES) + b'\n{"kind": "HELLO"}\n'
+    received = []
+    for piece in (data[:100], data[100:]):  # a unix socketpair: each arrives in one piece
+        theirs.sendall(piece)
+        assert select.select([link], [], [], 5)[0]
+        received += link.read()
+    assert received == [*EXAMPLES, frames.Fatal(
+        reason="the elastic driver sent b'{\"kind\": \"HELLO\"}', which is no message (a "
+               "frame of unknown kind)")]
+    theirs.close()
+    assert select.select([link], [], [], 5)[0] and link.read() is None
+    link.close_socket()
+
+    run = horovod_run(tmp_path, monkeypatch)
+    job = run.job
+    job.probes = FakeProbes(["node0", "node1"])  # the examples' hosts
+    log = tmp_path / "membership.log"
+
+    def state():
+        return (job.supervisor.rounds, list(job.driver.sent), list(job.supervisor.stops),
+                list(job.world.started), list(job.world.stopped), job.world.closed, run.done,
+                log.read_text() if log.exists() else "")
+
+    acted = {}
+    for frame in received:
+        before = state()
+        run.on_frame(frame)
+        acted[frame.KIND] = before != state()
+    assert acted == {"HOSTS": False, "ALLOW": False, "EXITED": False, "ROUND": True,
+                     "START": True, "STOP": True, "BLACKLIST": True, "RETRY": True,
+                     "FATAL": True, "ALIVE": False, "DONE": True}
+    assert job.driver.sent == [] and job.world.started == [(0, "node1")]
+    assert job.world.envs["4"]["HOROVOD_RANK"] == "2" and job.world.stopped == [0]
+    assert "node1 blacklisted for 12.5 s" in log.read_text()
+    assert job.supervisor.stops == [
+        "the elastic job cannot go on: fewer than --min-np 2 slots were usable",
+        "the elastic job cannot go on: " + received[-1].reason]
+    assert run.done == EXAMPLES[-1] and job.world.closed
 
 
 def test_fixed_hosts_start_nothing_and_a_discovery_poller_is_started_and_watched(tmp_path,

@@ -97,8 +97,9 @@ class Fatal:
 
 @dataclasses.dataclass(frozen=True)
 class Alive:
-    """The helper's heartbeat."""
+    """The helper's heartbeat, every HEARTBEAT_S."""
     KIND = "ALIVE"
+    HEARTBEAT_S = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,8 +111,9 @@ class Done:
 
 
 Frame = Union[Hosts, Allow, Exited, Round, Start, Stop, Blacklist, Retry, Fatal, Alive, Done]
-KINDS = {cls.KIND: cls for cls in (Hosts, Allow, Exited, Round, Start, Stop, Blacklist, Retry,
-                                   Fatal, Alive, Done)}
+TO_HELPER = (Hosts, Allow, Exited)  # what the launcher sends; the helper handles each
+TO_LAUNCHER = (Round, Start, Stop, Blacklist, Retry, Fatal, Alive, Done)  # ... and the reverse
+KINDS = {cls.KIND: cls for cls in (*TO_HELPER, *TO_LAUNCHER)}
 
 
 def encode(frame: Frame) -> bytes:
@@ -125,7 +127,8 @@ def decode(line: Union[bytes, str]) -> Frame:
     fields = json.loads(line)
     if not isinstance(fields, dict):
         raise ValueError(f"a frame is a JSON object, not {type(fields).__name__}")
-    cls = KINDS.get(fields.pop("kind", None))
+    kind = fields.pop("kind", None)
+    cls = KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ValueError("a frame of unknown kind")
     try:

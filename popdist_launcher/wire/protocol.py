@@ -8,6 +8,14 @@ answering the wrapper's own challenge the same way, in front of what it says to 
 """
 import struct
 
+# The program's end of the stack pipe, and what a program writes on it besides faulthandler's
+# text (spelled once, in wire/stack_pipe.py, which the program's side imports too).
+from popdist_launcher.wire.stack_pipe import FD_ENV as STACK_FD_ENV
+from popdist_launcher.wire.stack_pipe import PROGRESS as STACK_PROGRESS
+from popdist_launcher.wire.stack_pipe import READY as STACK_READY
+from popdist_launcher.wire.stack_pipe import STALL as STACK_STALL
+from popdist_launcher.wire.stack_pipe import WHERE as STACK_WHERE
+
 HEADER = struct.Struct("!BI")
 
 # wrapper -> launcher
@@ -19,8 +27,8 @@ EXIT = 5       # "RETURNCODE": negative = killed by that signal
 STACKS = 6     # text: the program's Python stacks (faulthandler), after a DUMP
 STALL = 7      # text: the program's collectives watchdog reports a stall
 PROGRESS = 8   # "STEP": the program reported training progress (popdist_launcher.report_progress)
-PROBED = 9     # one letter: the program's process state (/proc/PID/stat: R, S, D, T ...)
-WHERE = 10     # "LEFT RANK ACTIVITY POSITION<TAB>DETAIL" for the hang check (whereabouts.encode)
+PROBED = 9     # "STATE WORK": its main thread's state (R, S, D, T ...), CPU + I/O so far
+WHERE = 10     # a position report for the hang check (wire/position_report.py)
 # launcher -> wrapper
 CHALLENGE = 20  # 16 random bytes, sent on accept (TCP and Unix sockets)
 SPEC = 21       # mac(secret, b"launcher" + wrapper's challenge, index) + encode_spec()
@@ -46,13 +54,6 @@ SECRET_ENV = "POPRUN_JOB_SECRET"
 # Names the wrapper removes from what the program inherits (space-separated), e.g. TF_CONFIG
 # under --tf-config none when the launcher's own environment (a TFJob pod) has one.
 UNSET_ENV = "POPRUN_UNSET"
-STACK_FD_ENV = "POPRUN_STACK_FD"  # the program's end of the stack pipe (see stack_dump.py)
-# What a program writes on the stack pipe besides faulthandler's text (which never has NULs);
-# the same values as popdist_launcher.stack_dump's, which the program imports instead.
-STACK_READY = b"\0ready\n"
-STACK_STALL = b"\0stall "
-STACK_PROGRESS = b"\0progress "
-STACK_WHERE = b"\0where "
 
 
 SPEC_HEADER = struct.Struct("!BII")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Type
 
 from popdist_launcher.launcher import hosts as hostlib
 from popdist_launcher.launcher import console, ports, processes
@@ -41,7 +41,7 @@ from popdist_launcher.wire.protocol import CUT_PEERS
 
 LOST_CODE = 255       # the exit code the driver records for a lost worker (as ssh's)
 NOT_RUN_CODE = 1      # ... for one that never ran
-HEARTBEAT_S = 1.0  # the driver helper's heartbeat (elastic/helper/elastic_driver.py sends ALIVE)
+HEARTBEAT_S = frames.Alive.HEARTBEAT_S  # the driver helper's heartbeat (its ALIVE frames)
 DRIVER_SILENT_S = 10.0  # no message for this long: the helper is stopped or stuck
 
 
@@ -116,7 +116,7 @@ class HorovodRun:
         self.rounds: List[Round] = []
         self.logs: Dict[int, LogFiles] = {}
         self.fatal: Optional[str] = None
-        self.done: Optional[dict] = None
+        self.done: Optional[frames.Done] = None
         self.cut_peers = os.environ.get(peer_sockets.SWITCH_ENV, "1") != "0"
         self.cut_rounds: Set[int] = set()  # the rounds whose survivors were cut
         self.mark = 0  # progress reports (commits) seen: the failure policy's progress mark
@@ -195,38 +195,38 @@ class HorovodRun:
         for frame in received:
             self.on_frame(frame)
 
-    def on_frame(self, frame: dict) -> None:
-        """One frame from the driver helper, to its handler (``FRAMES``)."""
-        handler = FRAMES.get(frame["kind"])
+    def on_frame(self, frame: frames.Frame) -> None:
+        """One frame from the driver helper (a record of ``wire/helper_frames.py``), to the
+        handler of its type (``FRAMES``); the launcher's own kinds have none."""
+        handler = FRAMES.get(type(frame))
         if handler is not None:
             handler(self, frame)
 
-    def _on_stop(self, frame: dict) -> None:
-        worker = self.workers.get(int(frame["wid"]))
+    def _on_stop(self, frame: frames.Stop) -> None:
+        worker = self.workers.get(frame.wid)
         if worker is not None:
             self.job.world.stop_instance(worker.inst)
 
-    def _on_blacklist(self, frame: dict) -> None:
-        cooldown = frame.get("cooldown")
-        how_long = "for the rest of the job" if cooldown is None else \
-            f"for {float(cooldown):.1f} s (--blacklist-cooldown-range)"
-        if frame.get("forever"):
-            how_long += (f" (it failed --host-failure-limit {frame['limit']} times in a "
+    def _on_blacklist(self, frame: frames.Blacklist) -> None:
+        how_long = "for the rest of the job" if frame.cooldown is None else \
+            f"for {float(frame.cooldown):.1f} s (--blacklist-cooldown-range)"
+        if frame.forever:
+            how_long += (f" (it failed --host-failure-limit {frame.limit} times in a "
                          f"row without progress)")
-        self.event(f"{frame['host']} blacklisted {how_long}")
+        self.event(f"{frame.host} blacklisted {how_long}")
 
-    def _on_retry(self, frame: dict) -> None:
-        self.event(f"{frame['sentence']}: instance {frame['wid']}'s slot is started again "
+    def _on_retry(self, frame: frames.Retry) -> None:
+        self.event(f"{frame.sentence}: instance {frame.wid}'s slot is started again "
                    f"(the other hosts cannot carry --min-np {self.elastic.min_np})")
 
-    def _on_fatal(self, frame: dict) -> None:
-        self.fatal = str(frame["reason"])
+    def _on_fatal(self, frame: frames.Fatal) -> None:
+        self.fatal = frame.reason
         self.job.supervisor.request_stop(f"the elastic job cannot go on: {self.fatal}")
 
-    def _on_alive(self, frame: dict) -> None:
+    def _on_alive(self, frame: frames.Alive) -> None:
         pass  # the heartbeat: self.heard is set on every read
 
-    def _on_done(self, frame: dict) -> None:
+    def _on_done(self, frame: frames.Done) -> None:
         self.done = frame
         self.job.close_driver_socket()
         self.job.world.close()
@@ -235,19 +235,18 @@ class HorovodRun:
         self.fatal = why
         self.job.supervisor.request_stop(why)
 
-    def _on_round(self, frame: dict) -> None:
+    def _on_round(self, frame: frames.Round) -> None:
         self.job.supervisor.new_round()  # its workers may be starting
-        new = Round(int(frame["round"]), int(frame["size"]), frame["hosts"])
+        new = Round(frame.round, frame.size, frame.hosts)
         previous = self.rounds[-1] if self.rounds else None
         self.rounds.append(new)
         change = "" if previous is None else \
             f" (was {previous.size} on {previous.layout})"
         self.job.log.record(f"round {new.number}: {new.size} instance(s) on {new.layout}{change}")
 
-    def _on_start(self, frame: dict) -> None:
-        wid, name = int(frame["wid"]), str(frame["hostname"])
-        host = self.job.probes.usable(name)
-        round_number = int(frame["round"])
+    def _on_start(self, frame: frames.Start) -> None:
+        wid, round_number = frame.wid, frame.round
+        host = self.job.probes.usable(frame.hostname)
         if host is None:  # lost since the driver last saw HOSTS
             self._send(frames.Exited(wid=wid, code=NOT_RUN_CODE, how="start-failed",
                                      blame="host"))
@@ -327,7 +326,8 @@ class HorovodRun:
     def _blame(self, worker: Worker) -> str:
         """Who the driver should blame: "none" (stopped, or a success), "host" (lost, or could
         not start there: the host itself failed), "slot" (the program failed or hung on a live
-        host). What follows is the failure policy's (``failure_policy.py``), in the driver helper."""
+        host). What follows is the failure policy's (``failure_policy.py``), in the driver
+        helper."""
         if worker.inst.stopped or worker.code == 0:
             return "none"
         if worker.how != "exited":
@@ -361,10 +361,10 @@ class HorovodRun:
         job.probes.refresh()
 
 
-# the driver helper's frames (wire/helper_frames.py), each to its handler
-FRAMES: Dict[str, Callable[[HorovodRun, dict], None]] = {
-    frames.Round.KIND: HorovodRun._on_round, frames.Start.KIND: HorovodRun._on_start,
-    frames.Stop.KIND: HorovodRun._on_stop, frames.Blacklist.KIND: HorovodRun._on_blacklist,
-    frames.Retry.KIND: HorovodRun._on_retry, frames.Fatal.KIND: HorovodRun._on_fatal,
-    frames.Alive.KIND: HorovodRun._on_alive, frames.Done.KIND: HorovodRun._on_done,
+# the driver helper's frames (wire/helper_frames.py's TO_LAUNCHER), each type to its handler
+FRAMES: Dict[Type[Any], Callable[[HorovodRun, Any], None]] = {
+    frames.Round: HorovodRun._on_round, frames.Start: HorovodRun._on_start,
+    frames.Stop: HorovodRun._on_stop, frames.Blacklist: HorovodRun._on_blacklist,
+    frames.Retry: HorovodRun._on_retry, frames.Fatal: HorovodRun._on_fatal,
+    frames.Alive: HorovodRun._on_alive, frames.Done: HorovodRun._on_done,
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher.wire import contract as c
+from popdist_launcher.wire import helper_frames as frames
 from popdist_launcher.wire import placement_text as placing
 from popdist_launcher.wire import rendezvous
 from popdist_launcher.wire.protocol import UNSET_ENV
@@ -26,12 +27,12 @@ class JobEnv(NamedTuple):
     exported_env: Sequence[Tuple[str, str]] = ()
 
 
-def worker_env(start: dict, iface: Optional[str], job: JobEnv) -> Dict[str, str]:
+def worker_env(start: frames.Start, iface: Optional[str], job: JobEnv) -> Dict[str, str]:
     """The variables of the worker a START frame asks for, on top of what it inherits; ``iface``
     is its host's network interface for Gloo, when known."""
     per = job.replicas_per_instance
-    rank, size = int(start["rank"]), int(start["size"])
-    local_rank, local_size = int(start["local_rank"]), int(start["local_size"])
+    rank, size = start.rank, start.size
+    local_rank, local_size = start.local_rank, start.local_size
     address, port = job.rendezvous
     env = {
         c.NUM_TOTAL_REPLICAS: str(size * per), c.NUM_LOCAL_REPLICAS: str(per),
@@ -41,12 +42,12 @@ def worker_env(start: dict, iface: Optional[str], job: JobEnv) -> Dict[str, str]
         c.NUM_INSTANCES: str(size), c.INSTANCE_INDEX: str(rank),
         # resets before the worker's round (Horovod counts rounds from 1): 0 at the start, as in
         # a fixed job's first attempt
-        c.RESTART_COUNT: str(int(start["round"]) - 1), c.JOB_ID: job.job_id,
-        "HOROVOD_HOSTNAME": str(start["hostname"]), "HOROVOD_RANK": str(rank),
+        c.RESTART_COUNT: str(start.round - 1), c.JOB_ID: job.job_id,
+        "HOROVOD_HOSTNAME": start.hostname, "HOROVOD_RANK": str(rank),
         "HOROVOD_SIZE": str(size), "HOROVOD_LOCAL_RANK": str(local_rank),
         "HOROVOD_LOCAL_SIZE": str(local_size),
-        "HOROVOD_CROSS_RANK": str(start["cross_rank"]),
-        "HOROVOD_CROSS_SIZE": str(start["cross_size"]),
+        "HOROVOD_CROSS_RANK": str(start.cross_rank),
+        "HOROVOD_CROSS_SIZE": str(start.cross_size),
         "HOROVOD_ELASTIC": "1", "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo",
         "HOROVOD_GLOO_RENDEZVOUS_ADDR": rendezvous.client_address(address, port, job.secret),
         "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),

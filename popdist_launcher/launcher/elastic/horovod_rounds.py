@@ -11,18 +11,19 @@ from popdist_launcher.launcher.elastic.summary import Entry, write
 from popdist_launcher.launcher.hosts import host_text
 from popdist_launcher.launcher.attempt import Instance, JobResult, JobState
 from popdist_launcher.launcher.output import STDERR, STDOUT, Router
+from popdist_launcher.wire import helper_frames as frames
 
 
 class Worker:
     """One worker the driver asked for (a START), and how it ended."""
 
-    def __init__(self, start: dict) -> None:
-        self.wid = int(start["wid"])
-        self.round = int(start["round"])
-        self.hostname = str(start["hostname"])
-        self.rank = int(start["rank"])
-        self.size = int(start["size"])
-        self.local_rank = int(start["local_rank"])
+    def __init__(self, start: frames.Start) -> None:
+        self.wid = start.wid
+        self.round = start.round
+        self.hostname = start.hostname
+        self.rank = start.rank
+        self.size = start.size
+        self.local_rank = start.local_rank
         self.inst: Optional[Instance] = None  # set once the supervisor has it
         self.ended_round: Optional[int] = None
         self.how = ""  # "exited", "lost", "start-failed", "not-started"
@@ -58,7 +59,7 @@ class Ending(NamedTuple):
 
     result: JobResult  # the open-world supervisor's
     fatal: Optional[str]  # why the launcher gave up, if it did
-    done: Optional[dict]  # the driver's DONE: its results per slot and its error, if any
+    done: Optional[frames.Done]  # the driver's DONE: its results per slot and its error, if any
     lost: Dict[str, str]  # hosts lost, and why
     min_np: int = 1  # --min-np: what the hosts without a failure must carry to outlive it
 
@@ -93,13 +94,13 @@ def _verdict(rounds: List[Round], workers: Dict[int, Worker], ending: Ending,
                            for w in failed[-4:])
         return 1, f"job failed: {ending.fatal}" + (f" Hosts lost: {lost}." if lost else "") + \
             (f" Last failures: {causes}." if causes else "")
-    done = ending.done or {}
-    results = done.get("results") or {}
+    done = ending.done or frames.Done(error=None, results={})
+    results = done.results or {}
     failing = sorted(((stamp, name, code) for name, (code, stamp) in results.items()
                       if code != 0))
-    if done.get("error"):
+    if done.error:
         code = failed[-1].code if failed else 1
-        text = f"job failed: {done['error']}"
+        text = f"job failed: {done.error}"
         if failed:
             text += _tail(failed[-1], router)
         return code or 1, text
@@ -139,8 +140,8 @@ def _outlived(failing: List[Tuple[float, str, int]], results: dict, rounds: List
     carried = sum(slots for host, slots in last.hosts if host not in blamed)
     if blamed and carried < min_np:
         return None
-    said = "; ".join(f"{name} {latest[name].describe() if name in latest else f'exited with {code}'}"
-                     for _, name, code in failing)
+    said = "; ".join(f"{name} " + (latest[name].describe() if name in latest else
+                                   f"exited with {code}") for _, name, code in failing)
     kept = host_text([(host, slots) for host, slots in last.hosts if host not in blamed])
     why = (f"the hosts without a failure ({kept}) carry --min-np {min_np}, so the job outlives "
            f"them as it does in any round" if blamed else

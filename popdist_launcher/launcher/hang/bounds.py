@@ -20,7 +20,7 @@ from __future__ import annotations
 import collections
 from typing import Deque, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from popdist_launcher.stack_dump import WHEREABOUTS_ENV
+from popdist_launcher.wire.stack_pipe import WHEREABOUTS_ENV
 
 SHORT_S = 30.0
 WAIT_S = 180.0

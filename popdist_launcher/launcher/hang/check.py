@@ -116,7 +116,7 @@ class HangCheck:
     def probed(self, inst: Instance, payload: bytes, now: float) -> None:
         track = self.tracks.get(inst.index)
         if track is not None:
-            track.probed(payload.decode("ascii", "replace").strip()[:1], now)
+            track.probed(payload.decode("ascii", "replace"), now)
 
     def output(self, inst: Instance, data: bytes, now: float) -> None:
         """``inst``'s stderr: Horovod's stall inspector's "Missing ranks" lines (rank 0)."""

@@ -9,9 +9,8 @@ from __future__ import annotations
 import re
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from popdist_launcher import whereabouts
-
-KINDS = ("program", "import", "tensorflow", "computing", "collective", "long", "exit")
+from popdist_launcher.wire import position_report
+from popdist_launcher.wire.position_report import KINDS
 
 
 class Position(NamedTuple):
@@ -45,7 +44,7 @@ def position_of(text: str) -> Position:
 class Report(NamedTuple):
     left: int  # times the program left a wait so far
     rank: int  # its Horovod rank, -1 before hvd.init()
-    activity: str  # whereabouts.ACTIVITIES
+    activity: str  # position_report.ACTIVITIES
     position: Position
     detail: str  # "main thread in gen at prog.py:41"
 
@@ -53,7 +52,7 @@ class Report(NamedTuple):
 def parse_report(payload: bytes) -> Optional[Report]:
     """A WHERE frame's report; None if it is not one."""
     try:
-        left, rank, activity, where, detail = whereabouts.decode(
+        left, rank, activity, where, detail = position_report.decode(
             payload.decode("utf-8", "replace"))
     except ValueError:
         return None
@@ -63,7 +62,7 @@ def parse_report(payload: bytes) -> Optional[Report]:
 class Seen(NamedTuple):
     """One running instance as the decision reads it (times in seconds, up to now)."""
     position: Position = UNKNOWN
-    activity: str = "unknown"  # whereabouts.ACTIVITIES, or "unknown" (no report yet)
+    activity: str = "unknown"  # position_report.ACTIVITIES, or "unknown" (no report yet)
     detail: str = ""
     position_s: float = 0.0  # in this position for so long
     activity_s: float = 0.0  # with this activity for so long
@@ -82,6 +81,7 @@ class Track:
         self.activity_at = now
         self.state = ""
         self.state_at = now
+        self.work = -1  # its main thread's CPU ticks and characters read and written, -1 unknown
         self.missing = ""
         self.missing_at: Optional[float] = None  # the last time Horovod named it
 
@@ -105,9 +105,20 @@ class Track:
         self.missing = f"'{tensors}'" if tensors else ""
         self.missing_at = now
 
-    def probed(self, state: str, now: float) -> None:
-        if state != self.state:
+    def probed(self, answer: str, now: float) -> None:
+        """The wrapper's answer to a probe: "STATE WORK" (or a bare state letter). An
+        uninterruptible wait (D) whose main thread worked since the last probe (CPU, or a read
+        or a write done) is I/O under way: its time in D starts again."""
+        state, _, work_text = answer.strip().partition(" ")
+        state = state[:1]
+        try:
+            work = int(work_text)
+        except ValueError:
+            work = -1
+        progressed = state == "D" and work >= 0 and self.work >= 0 and work != self.work
+        if state != self.state or progressed:
             self.state, self.state_at = state, now
+        self.work = work
 
     def seen(self, now: float, missing_for: float) -> Seen:
         report = self.report

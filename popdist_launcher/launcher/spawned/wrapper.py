@@ -33,6 +33,29 @@ def _noop(signum, frame) -> None:
     pass
 
 
+def program_state(pid: int) -> str:
+    """ "STATE WORK": process ``pid``'s main thread's state letter (/proc/PID/stat: R running,
+    S sleeping, D in an uninterruptible wait, T stopped, Z ended ...) and its work so far, CPU
+    ticks plus characters read and written (/proc/PID/task/PID/stat and io; -1 when they
+    cannot be read): a D that works between probes is I/O, not a hang. "?" when there is no
+    such process."""
+    task = f"/proc/{pid}/task/{pid}"
+    try:
+        with open(f"{task}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        state = fields[0].decode("ascii", "replace")
+        work = int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return "?"
+    try:
+        with open(f"{task}/io", "rb") as io:
+            work += sum(int(line.split()[1]) for line in io.read().splitlines()
+                        if line.startswith((b"rchar:", b"wchar:")))
+    except (OSError, IndexError, ValueError):
+        work = -1
+    return f"{state} {work}"
+
+
 class Wrapper:
     def __init__(self, sock, spec: dict, reader: p.FrameReader, forked: bool) -> None:
         self.sock = sock
@@ -269,15 +292,10 @@ class Wrapper:
                 self.send(p.PROBED, self.process_state().encode())
 
     def process_state(self) -> str:
-        """The program's process state letter (/proc/PID/stat): R running, S sleeping, D in an
-        uninterruptible wait, T stopped, Z ended ...; "?" when there is none to read."""
+        """The program's answer to a probe (``program_state``); "?" when it has ended."""
         if self.pid is None or self.returncode is not None:
             return "?"
-        try:
-            with open(f"/proc/{self.pid}/stat", "rb") as stat:
-                return stat.read().rsplit(b")", 1)[1].split()[0].decode("ascii", "replace")
-        except (OSError, IndexError):
-            return "?"
+        return program_state(self.pid)
 
     def cut_peers(self, payload: bytes) -> None:
         """A worker of the job failed: make the program's pending collective fail now by

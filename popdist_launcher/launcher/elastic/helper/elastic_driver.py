@@ -66,7 +66,7 @@ LOG_LEVEL_ENV = "POPRUN_ELASTIC_DRIVER_LOG"  # e.g. INFO: Horovod's own driver l
 CONNECT_TIMEOUT_S = 5.0  # every socket Horovod's notification client opens to a worker
 PROBE_TIMEOUT_S = 3.0  # probing a worker's notification addresses (horovod: 20 s x 3 attempts)
 POLL_S = workers_seam.POLL_S
-HEARTBEAT_S = 1.0  # ALIVE to the launcher (agents/elastic_horovod.HEARTBEAT_S)
+HEARTBEAT_S = frames.Alive.HEARTBEAT_S  # ALIVE to the launcher
 STOPPED_WAIT_S = 60.0  # a stopped new worker's end (the launcher's grace period, then SIGKILL)
 
 
