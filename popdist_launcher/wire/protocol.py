@@ -8,13 +8,15 @@ answering the wrapper's own challenge the same way, in front of what it says to 
 """
 import struct
 
+from popdist_launcher.wire import stack_pipe
+
 # The program's end of the stack pipe, and what a program writes on it besides faulthandler's
 # text (spelled once, in wire/stack_pipe.py, which the program's side imports too).
-from popdist_launcher.wire.stack_pipe import FD_ENV as STACK_FD_ENV
-from popdist_launcher.wire.stack_pipe import PROGRESS as STACK_PROGRESS
-from popdist_launcher.wire.stack_pipe import READY as STACK_READY
-from popdist_launcher.wire.stack_pipe import STALL as STACK_STALL
-from popdist_launcher.wire.stack_pipe import WHERE as STACK_WHERE
+STACK_FD_ENV = stack_pipe.FD_ENV
+STACK_READY = stack_pipe.READY
+STACK_STALL = stack_pipe.STALL
+STACK_PROGRESS = stack_pipe.PROGRESS
+STACK_WHERE = stack_pipe.WHERE
 
 HEADER = struct.Struct("!BI")
 
