@@ -43,6 +43,7 @@ import importlib.util
 import os
 import resource
 import sys
+import threading
 import time
 from typing import Callable, Dict, List, Optional
 
@@ -416,7 +417,6 @@ class StepMarks(tf.keras.callbacks.Callback):
 def sampler_cpu_s() -> Optional[float]:
     """CPU seconds used so far by poprun-lite's hang-check sampler in this process (its
     thread "poprun-whereabouts"); None when it does not run here."""
-    import threading
     thread = next((t for t in threading.enumerate() if t.name == "poprun-whereabouts"), None)
     if thread is None or not thread.native_id:
         return None

@@ -49,6 +49,7 @@ Run::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -168,7 +169,6 @@ def sampler_cost(args: argparse.Namespace, top: str) -> Dict[str, Any]:
     """Mean step seconds (a run's wall clock over its timed steps: the sampler wakes once a
     second, so its cost is spread, not in the median) with the sampler (default) and without
     (POPRUN_WHEREABOUTS=0); the median of the runs of each."""
-    import json
     steps: Dict[str, List[float]] = {"default": [], "POPRUN_WHEREABOUTS=0": []}
     sampler: List[Any] = []  # (the sampler thread's CPU seconds, the timed seconds) per run
     for pair in range(args.cost_pairs):
@@ -224,10 +224,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     load = os.getloadavg()
     started = time.monotonic()
     runs: List[Dict[str, Any]] = []
+    if args.keep and os.path.exists(args.keep):
+        parser.error(f"--keep {args.keep} exists; name a new folder")
     with tempfile.TemporaryDirectory(prefix="hang-job-end-") as scratch:
         top = args.keep or scratch
-        os.makedirs(top, exist_ok=bool(args.keep) and not os.listdir(top)
-                    if os.path.isdir(top) else True)
+        os.makedirs(top, exist_ok=True)
         cost = sampler_cost(args, top) if args.cost_pairs > 0 else None
         for wave in WAVES:
             chosen = [c for c in wave if c in cases]

@@ -104,11 +104,17 @@ def _importing(frame, libraries: "tuple[str, ...]") -> bool:
         path = frame.f_code.co_filename
         if path.startswith("<frozen importlib"):
             return True
-        if not (path.startswith(libraries) or path.startswith(_STDLIB) or
-                path.startswith("<") or any(part in path for part in _PACKAGES)):
-            return False  # the program's own file
+        if not path.startswith(libraries) and _programs_file(path):
+            return False
         frame = frame.f_back
     return False
+
+
+def _programs_file(path: str) -> bool:
+    """Whether ``path`` is one of the program's own files, not the standard library's, frozen
+    or an installed package's (the libraries of LIBRARIES are told apart by the callers)."""
+    return not (path.startswith(_STDLIB) or path.startswith("<") or
+                any(part in path for part in _PACKAGES))
 
 
 def classify(frame, libraries: "tuple[str, ...]", horovod: str) -> str:
@@ -218,8 +224,8 @@ def _own_frame(frame, libraries: "tuple[str, ...]"):
             return None
         if not (path.startswith(_STDLIB) or path.startswith("<")):
             innermost = innermost or frame
-            if not any(part in path for part in _PACKAGES):
-                return innermost  # the program's own file
+            if _programs_file(path):
+                return innermost
         frame = frame.f_back
     return innermost
 

@@ -269,6 +269,13 @@ def test_an_import_is_work_held_to_the_busy_bound_whatever_its_threads_or_horovo
                                                    "600 s; thread q in get at prog.py:9"),)
 
 
+def test_an_import_left_alone_is_work_held_to_the_busy_bound():
+    loading = own("blocked", 599.0, where=Position("import"))
+    assert decide({0: loading}, B, alone_s=599.0).hung == ()
+    verdict = decide({0: own("blocked", 600.0, where=Position("import"))}, B, alone_s=600.0)
+    assert [(h.index, h.kind, h.held) for h in verdict.hung] == [(0, "busy", 600.0)]
+
+
 def test_every_holder_past_its_bound_is_named():
     seen = {0: waits(), 1: own("blocked", 500.0), 2: own("busy", 700.0), 3: own("busy", 10.0)}
     verdict = decide(seen, B)

@@ -129,12 +129,14 @@ def _alone(seen: Mapping[int, Seen], waiting: List[int], bounds: Bounds,
             what, bound = f"it still waits in {s.position.describe()}", bounds.short
         elif s.position.kind == "exit" and s.activity != "busy":
             what, bound = f"it waits at interpreter exit for a thread{_thread(s)}", bounds.short
-        elif s.activity == "blocked" and s.position.kind != "computing":
+        elif s.activity == "blocked" and s.position.kind not in ("computing", "import"):
             what, bound = f"it is blocked in {s.position.describe()}{_thread(s)}", bounds.short
             held = min(held, s.activity_s)
-        elif s.activity == "busy" and s.position.kind != "computing":
-            held = min(held, s.activity_s)
-            if held >= bounds.long:  # working alone: held to the busy bound
+        elif s.position.kind == "import" or \
+                (s.activity == "busy" and s.position.kind != "computing"):
+            if s.position.kind != "import":
+                held = min(held, s.activity_s)
+            if held >= bounds.long:  # working alone (an import is work): the busy bound
                 hung.append(Hung(index, "busy", held, f"{ago} and it ran its own code since"
                                                       f"{_thread(s)}"))
             continue
