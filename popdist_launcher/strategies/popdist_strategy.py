@@ -22,10 +22,10 @@ import tensorflow as tf
 from popdist_launcher import collectives, runtime
 from popdist_launcher.ipu_runtime import config as ipu_config, ipu_devices, jit_functions
 from popdist_launcher.ipu_runtime.datasets import UnshardedInputWarning
-from popdist_launcher.ipu_runtime.tf_internal import (CheckpointInitialValue, distribute_lib,
-                                                      distribute_utils, input_lib_v1, input_util,
-                                                      mirrored_strategy, nest, reduce_util,
-                                                      values_lib)
+from popdist_launcher.ipu_runtime.tf_internal import (CheckpointInitialValue, cross_device_ops_lib,
+                                                      distribute_lib, distribute_utils,
+                                                      input_lib_v1, input_util, mirrored_strategy,
+                                                      nest, reduce_util, values_lib)
 from popdist_launcher.ipu_runtime.variables import as_ipu_variable
 from popdist_launcher.strategies import _host_input
 from popdist_launcher.strategies._common import (call_for_the_only_replica,
@@ -152,26 +152,43 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
             return value
 
         def reduce_one(v):
-            if not isinstance(v, values_lib.DistributedValues):
-                # The same value on every replica of every instance.
-                return self._cross_device_ops.reduce(
-                    reduce_op, self._same_on_every_replica(v), destinations)
-            return self._cross_device_ops.reduce(reduce_op, v, destinations)
+            v = self._per_replica(v)
+            return self._cross_device_ops.reduce(reduce_op, v, _placed(destinations, v))
 
         return nest.map_structure(reduce_one, value)
 
-    def _same_on_every_replica(self, value):
-        value = tf.convert_to_tensor(value)
-        return values_lib.PerReplica([tf.identity(value) for _ in range(self._num_local)])
-
     def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
         reduce_op = resolve_reduce_op(reduce_op)
-        return self._cross_device_ops.batch_reduce(reduce_op, value_destination_pairs)
+        pairs = []
+        for value, destination in value_destination_pairs:
+            value = self._per_replica(value)
+            pairs.append((value, _placed(destination, value)))
+        return self._cross_device_ops.batch_reduce(reduce_op, pairs)
+
+    def _per_replica(self, value):
+        """``value`` with one part per local replica, each on its replica's device. A value
+        that is not per replica is the same value on every replica of every instance: each
+        local replica holds it. ReplicaContext.all_reduce hands over such a value when all
+        local replicas pass the same tensor (an input, a captured constant): merge_call
+        regroups identical objects into that one object, which still counts once per local
+        replica (a SUM over all replicas of the job, as Graphcore's cross-replica sum)."""
+        if isinstance(value, values_lib.DistributedValues):
+            return value
+        if not isinstance(value, tf.IndexedSlices):
+            value = tf.convert_to_tensor(value)
+
+        def copy_on(device):
+            with tf.device(device):
+                if isinstance(value, tf.IndexedSlices):
+                    return tf.IndexedSlices(tf.identity(value.values), tf.identity(value.indices),
+                                            value.dense_shape)
+                return tf.identity(value)
+
+        return values_lib.PerReplica([copy_on(device) for device in self.worker_devices])
 
     def _gather_to_implementation(self, value, destinations, axis, options):
-        if not isinstance(value, values_lib.DistributedValues):
-            value = self._same_on_every_replica(value)
-        return self._cross_device_ops._gather(value, destinations=destinations, axis=axis)  # noqa: SLF001
+        return self._cross_device_ops._gather(self._per_replica(value),  # noqa: SLF001
+                                              destinations=destinations, axis=axis)
 
     # ---- input ---------------------------------------------------------------------------
     def _make_input_context(self) -> distribute_lib.InputContext:
@@ -261,6 +278,16 @@ def unsharded_input_warning(strategy_name: str) -> UnshardedInputWarning:
         "the {instances} instances reads the whole dataset it was given, so every sample is "
         "seen {instances} times per epoch. Shard it by instance before batching: dataset = "
         "dataset.shard(popdist.getNumInstances(), popdist.getInstanceIndex())."))
+
+
+def _placed(destinations, per_replica):
+    """``destinations``, or the devices of ``per_replica`` where it names no device:
+    ReplicaContext.all_reduce gives a tensor its own device as the destination, which is empty
+    for a tensor built in a tf.function outside any device scope; the result belongs on the
+    replicas' devices."""
+    if cross_device_ops_lib.check_destinations(destinations):
+        return destinations
+    return per_replica
 
 
 def _is_global_step(variable_kwargs) -> bool:

@@ -406,6 +406,31 @@ def test_distributed_cross_replica_ops_and_accumulation(tmp_path):
     assert results[0]["tf1_ga_w"] == results[1]["tf1_ga_w"]
 
 
+@pytest.mark.parametrize("replicas", [2, 4])
+def test_popdist_strategy_replica_all_reduce_spans_every_replica(tmp_path, replicas):
+    # popdist_strategy_test.test_strategy's replica_context.all_reduce, at 1 and 2 replicas per
+    # instance: SUM and MEAN over all R replicas of the job (Graphcore's cross-replica sum over
+    # the global replicas), whether every local replica passes the same tensor (2.0: it counts
+    # once per replica) or its own value (1 .. R), in a nest (int32 replica ids: MEAN floors),
+    # through merge_call, eagerly and in functions; strategy.reduce then sums R copies.
+    run_program("popdist_all_reduce.py", tmp_path, np_=2, replicas=replicas)
+    R, local = replicas, replicas // 2
+    ids = sum(range(R))
+    want = {
+        "SUM": {"same": 2.0 * R, "per_replica": R * (R + 1) / 2, "nest": [2.0 * R, {"id": ids}],
+                "merge_call": R * (R + 1) / 2},
+        "MEAN": {"same": 2.0, "per_replica": (R + 1) / 2, "nest": [2.0, {"id": ids // R}],
+                 "merge_call": (R + 1) / 2},
+    }
+    for i in range(2):
+        got = json.loads((tmp_path / f"all-reduce-{i}.json").read_text())
+        assert (got["instance"], got["replicas"]) == (i, R)
+        for op, results in want.items():
+            for mode in ("eager", "replica_function", "function"):
+                assert got[f"{op}/{mode}"] == [results] * local, (op, mode)
+                assert got[f"{op}/{mode}/reduce_sum"] == R * results["same"], (op, mode)
+
+
 def test_tutorial_style_pipelined_keras_program(tmp_path):
     # keras models_comparison_test.test_sequential_and_pipeline and the layout of Graphcore's TF2
     # tutorials (dataset built before configure_ipu_system, `from tensorflow.keras import ipu`,
