@@ -117,7 +117,9 @@ IPUStrategy = IPUStrategyV1
 
 def replicas_of(strategy) -> int:
     """How many replicas ``ipu.cross_replica_ops`` reduce over in ``strategy``: every replica
-    in sync, or an IPUStrategy's local replicas."""
+    in sync, an IPUStrategy's local replicas, or as far as PopDistStrategy's reductions reach
+    (the configured IPU system's replicas)."""
     if isinstance(strategy, IPUStrategyV1):
         return strategy.num_local_replicas
-    return strategy.num_replicas_in_sync
+    reach = getattr(strategy.extended, "reduction_reach", None)
+    return reach() if reach is not None else strategy.num_replicas_in_sync

@@ -10,6 +10,16 @@ systems, where the local replicas are one replicated device program fed by one i
 local replica reads its own elements of that dataset: at a step, local replica r of L takes the
 step's r-th of L consecutive elements, so a dataset batched with B per replica trains on
 B x getNumTotalReplicas() samples per step.
+
+PopDistStrategy reduces as Graphcore's does by where the reduction runs. Inside ``strategy.run``
+(on the IPU there: ``ReplicaContext.all_reduce``, a ``merge_call`` reduction, an optimizer's
+gradient sum) it spans the replicas of the configured IPU system: every replica of the job when
+configure_ipu_system applied ``experimental.multi_replica_distribution`` over the job's instances
+(``popdist.tensorflow.set_ipu_config`` / ``update_ipu_config`` before ``configure_ipu_system``) or
+when the program configured no IPU system, and the instance's own replicas otherwise; none with
+``add_ipu_cross_replica_reductions=False``. From the host (``strategy.reduce`` after ``run``,
+sync-on-read reads) it spans every replica of the job. IPUHorovodStrategy reduces on the host,
+over every replica of the job, wherever it is asked.
 """
 from __future__ import annotations
 
@@ -20,12 +30,13 @@ from typing import Iterator
 import tensorflow as tf
 
 from popdist_launcher import collectives, runtime
-from popdist_launcher.ipu_runtime import config as ipu_config, ipu_devices, jit_functions
+from popdist_launcher.ipu_runtime import (config as ipu_config, configured_system, ipu_devices,
+                                          jit_functions)
 from popdist_launcher.ipu_runtime.datasets import UnshardedInputWarning
-from popdist_launcher.ipu_runtime.tf_internal import (CheckpointInitialValue, distribute_lib,
-                                                      distribute_utils, input_lib_v1, input_util,
-                                                      mirrored_strategy, nest, reduce_util,
-                                                      values_lib)
+from popdist_launcher.ipu_runtime.tf_internal import (CheckpointInitialValue, cross_device_ops_lib,
+                                                      distribute_lib, distribute_utils,
+                                                      input_lib_v1, input_util, mirrored_strategy,
+                                                      nest, reduce_util, values_lib)
 from popdist_launcher.ipu_runtime.variables import as_ipu_variable
 from popdist_launcher.strategies import _host_input
 from popdist_launcher.strategies._common import (call_for_the_only_replica,
@@ -35,9 +46,21 @@ from popdist_launcher.strategies.horovod_cross_device_ops import HorovodAllReduc
 log = logging.getLogger(__name__)
 
 class HorovodExtended(mirrored_strategy.MirroredExtended):
-    """MirroredExtended whose replicas span all instances."""
+    """MirroredExtended whose replicas span all instances.
 
-    def __init__(self, container_strategy, variables_on_host: bool = False) -> None:
+    With ``ipu_reductions`` (PopDistStrategy) a reduction made while the replicas run reaches
+    as far as the configured IPU system's replication (see the module docstring); without it
+    (IPUHorovodStrategy) every reduction spans the job.
+    """
+
+    # Defaults for subclasses that skip __init__ (ipu._replicated: one instance's replicas).
+    _ipu_reductions = False
+    _add_ipu_cross_replica_reductions = True  # Graphcore's name; its test turns it off here
+    _replicas_running = 0  # > 0 while _call_for_each_replica runs the replicas
+    _warned_instance_reach = False
+
+    def __init__(self, container_strategy, variables_on_host: bool = False,
+                 ipu_reductions: bool = False) -> None:
         collectives.init()
         ctx = runtime.context()
         if collectives.size() != ctx.num_instances:
@@ -53,8 +76,10 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
         self._unsharded_input = unsharded_input_warning(type(container_strategy).__name__)
         self._input_grouped = False
         self._host_device = "/device:CPU:0"
+        self._ipu_reductions = ipu_reductions
         ops = HorovodAllReduce(self._num_instances, self._num_local * self._num_instances,
                                self._host_device)
+        self._instance_ops = HorovodAllReduce(1, self._num_local, self._host_device)
         super().__init__(container_strategy, devices=devices, cross_device_ops=ops)
         self._cross_device_ops = ops
         log.debug("%s: instance %d of %d, local replicas %s", type(container_strategy).__name__,
@@ -98,6 +123,13 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
         return True  # every cross-replica reduction goes through _batch_reduce_to
 
     def _call_for_each_replica(self, fn, args, kwargs):
+        self._replicas_running += 1
+        try:
+            return self._run_replicas(fn, args, kwargs)
+        finally:
+            self._replicas_running -= 1
+
+    def _run_replicas(self, fn, args, kwargs):
         # what a replica computes reads as the IPU its device stands for (ipu_runtime.ipu_devices)
         if self._num_local > 1:
             result = super()._call_for_each_replica(
@@ -148,30 +180,90 @@ class HorovodExtended(mirrored_strategy.MirroredExtended):
 
     def _reduce_to(self, reduce_op, value, destinations, options):
         reduce_op = resolve_reduce_op(reduce_op)
-        if isinstance(value, values_lib.Mirrored) and reduce_op == reduce_util.ReduceOp.MEAN:
+        ops = self._reduction_ops()
+        if ops is None or (isinstance(value, values_lib.Mirrored)
+                           and reduce_op == reduce_util.ReduceOp.MEAN):
             return value
 
         def reduce_one(v):
-            if not isinstance(v, values_lib.DistributedValues):
-                # The same value on every replica of every instance.
-                return self._cross_device_ops.reduce(
-                    reduce_op, self._same_on_every_replica(v), destinations)
-            return self._cross_device_ops.reduce(reduce_op, v, destinations)
+            v = self._per_replica(v)
+            return ops.reduce(reduce_op, v, _placed(destinations, v))
 
         return nest.map_structure(reduce_one, value)
 
-    def _same_on_every_replica(self, value):
-        value = tf.convert_to_tensor(value)
-        return values_lib.PerReplica([tf.identity(value) for _ in range(self._num_local)])
-
     def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
         reduce_op = resolve_reduce_op(reduce_op)
-        return self._cross_device_ops.batch_reduce(reduce_op, value_destination_pairs)
+        ops = self._reduction_ops()
+        if ops is None:  # each replica keeps its own value
+            return [value for value, _ in value_destination_pairs]
+        pairs = []
+        for value, destination in value_destination_pairs:
+            value = self._per_replica(value)
+            pairs.append((value, _placed(destination, value)))
+        return ops.batch_reduce(reduce_op, pairs)
+
+    def reduction_reach(self) -> int:
+        """How many replicas a reduction asked for now spans, add_ipu_cross_replica_reductions
+        aside: the job's or the instance's (``ipu.cross_replica_ops`` count them, and the
+        replication index counts within them)."""
+        within_instance = self._ipu_reductions and self._replicas_running and \
+            self._configured_ops() is self._instance_ops
+        return self._num_local if within_instance else self._num_replicas_in_sync
+
+    def _reduction_ops(self):
+        """The cross-device ops of a reduction asked for now, or None for no reduction.
+
+        Graphcore's PopDistStrategy reduces with GCL on the IPU, inside the replicas' program,
+        whose replicas are those of the configured IPU system, and with PopDist on the host.
+        Here "on the IPU" is "while the replicas run" (ReplicaContext.all_reduce, merge_call).
+        """
+        if not (self._ipu_reductions and self._replicas_running):
+            return self._cross_device_ops
+        if not self._add_ipu_cross_replica_reductions:
+            return None
+        return self._configured_ops()
+
+    def _configured_ops(self):
+        """The job's ops, or the instance's where the IPU system replicates within it only."""
+        if self._num_instances == 1 or _replicated_over_instances(self._num_instances,
+                                                                   self._instance_index):
+            return self._cross_device_ops
+        if not self._warned_instance_reach:
+            self._warned_instance_reach = True
+            log.warning(
+                "%s: the IPU system was configured without multi-replica distribution, so a "
+                "reduction inside strategy.run (ReplicaContext.all_reduce, an optimizer's "
+                "gradient sum) spans this instance's %d replica(s) only, not the %d of the job, "
+                "as on IPUs. To reduce over the job, call popdist.tensorflow.set_ipu_config("
+                "config, ...) or strategy.update_ipu_config(config) before "
+                "config.configure_ipu_system().", type(self._container_strategy()).__name__,
+                self._num_local, self._num_replicas_in_sync)
+        return self._instance_ops
+
+    def _per_replica(self, value):
+        """``value`` with one part per local replica, each on its replica's device. A value
+        that is not per replica is the same value on every replica: each local replica holds
+        it. ReplicaContext.all_reduce hands over such a value when all local replicas pass the
+        same tensor (an input, a captured constant): merge_call regroups identical objects into
+        that one object, which still counts once per replica (as Graphcore's cross-replica
+        sum)."""
+        if isinstance(value, values_lib.DistributedValues):
+            return value
+        if not isinstance(value, tf.IndexedSlices):
+            value = tf.convert_to_tensor(value)
+
+        def copy_on(device):
+            with tf.device(device):
+                if isinstance(value, tf.IndexedSlices):
+                    return tf.IndexedSlices(tf.identity(value.values), tf.identity(value.indices),
+                                            value.dense_shape)
+                return tf.identity(value)
+
+        return values_lib.PerReplica([copy_on(device) for device in self.worker_devices])
 
     def _gather_to_implementation(self, value, destinations, axis, options):
-        if not isinstance(value, values_lib.DistributedValues):
-            value = self._same_on_every_replica(value)
-        return self._cross_device_ops._gather(value, destinations=destinations, axis=axis)  # noqa: SLF001
+        return self._cross_device_ops._gather(self._per_replica(value),  # noqa: SLF001
+                                              destinations=destinations, axis=axis)
 
     # ---- input ---------------------------------------------------------------------------
     def _make_input_context(self) -> distribute_lib.InputContext:
@@ -263,6 +355,35 @@ def unsharded_input_warning(strategy_name: str) -> UnshardedInputWarning:
         "dataset.shard(popdist.getNumInstances(), popdist.getInstanceIndex())."))
 
 
+def _replicated_over_instances(num_instances: int, instance_index: int) -> bool:
+    """Whether the IPU system in effect replicates over the job's instances: configured with
+    ``experimental.multi_replica_distribution`` for them, or not configured at all (the program
+    then runs on the replicas the launcher made, as on the host). ValueError when configured
+    for other instances than the launcher started."""
+    system = configured_system.get_configured_system()
+    if system is None:
+        return True
+    if not system.multi_replica_distribution:
+        return False
+    if (system.process_count, system.process_index) != (num_instances, instance_index):
+        raise ValueError(
+            f"the IPU system was configured with multi_replica_distribution process_count="
+            f"{system.process_count}, process_index={system.process_index}, but this is "
+            f"instance {instance_index} of {num_instances}; set them with "
+            f"popdist.tensorflow.set_ipu_config(config) before configure_ipu_system().")
+    return True
+
+
+def _placed(destinations, per_replica):
+    """``destinations``, or the devices of ``per_replica`` where it names no device:
+    ReplicaContext.all_reduce gives a tensor its own device as the destination, which is empty
+    for a tensor built in a tf.function outside any device scope; the result belongs on the
+    replicas' devices."""
+    if cross_device_ops_lib.check_destinations(destinations):
+        return destinations
+    return per_replica
+
+
 def _is_global_step(variable_kwargs) -> bool:
     collections = variable_kwargs.get("collections") or ()
     name = str(variable_kwargs.get("name") or "").split(":")[0]
@@ -309,14 +430,17 @@ class PopDistStrategy(_HorovodStrategyBase):
     ``num_replicas_in_sync`` counts global replicas (local replicas included); variables start
     from instance 0's values; mirrored variables stay identical; sync-on-read variables are
     reduced over every replica when read; only instance 0 checkpoints and writes summaries.
+    Reductions inside ``run`` span the configured IPU system's replicas (the module docstring
+    says which); ``add_ipu_cross_replica_reductions=False`` leaves each replica its own value
+    there, as Graphcore's.
     """
 
     def __init__(self, ipu_device: str = "/device:IPU:0",
                  add_ipu_cross_replica_reductions: bool = True,
                  enable_dataset_iterators: bool = True, enable_keras_extensions: bool = True) -> None:
         self._ipu_device = ipu_device
-        self._add_ipu_cross_replica_reductions = add_ipu_cross_replica_reductions
-        super().__init__(HorovodExtended(self))
+        super().__init__(HorovodExtended(self, ipu_reductions=True))
+        self.extended._add_ipu_cross_replica_reductions = add_ipu_cross_replica_reductions
         if enable_keras_extensions:  # model.set_gradient_accumulation_options ..., as Graphcore's
             from popdist_launcher.ipu_runtime import keras_extensions
             keras_extensions.install()

@@ -406,6 +406,50 @@ def test_distributed_cross_replica_ops_and_accumulation(tmp_path):
     assert results[0]["tf1_ga_w"] == results[1]["tf1_ga_w"]
 
 
+@pytest.mark.parametrize("replicas", [2, 4])
+@pytest.mark.parametrize("config", ["global", "local", "unconfigured"])
+def test_popdist_strategy_replica_all_reduce_spans_the_configured_replicas(tmp_path, config,
+                                                                           replicas):
+    # popdist_strategy_test.test_strategy's replica_context.all_reduce, at 1 and 2 replicas per
+    # instance. It spans the replicas of the IPU system in effect, as Graphcore's GCL reduction:
+    # all R replicas of the job when set_ipu_config came before configure_ipu_system (or no IPU
+    # system was configured), the instance's L replicas when configure_ipu_system came first and
+    # update_ipu_config after (test_strategy's order: with one replica, an identity). SUM and
+    # MEAN of a tensor every local replica passes as the same object (2.0: once per replica), of
+    # its own value (replica r + 1), in a nest (int32 replica ids: MEAN floors), through
+    # merge_call, eagerly and in functions; strategy.reduce on the host then sums all R replicas'
+    # results; ipu.cross_replica_ops and replication_index count the same replicas. With
+    # add_ipu_cross_replica_reductions off each replica keeps its own value there.
+    run_program("popdist_all_reduce.py", tmp_path, config, np_=2, replicas=replicas)
+    R, local = replicas, replicas // 2
+    for i in range(2):
+        mine = range(i * local, (i + 1) * local)  # this instance's global replica ids
+        reach = mine if config == "local" else range(R)
+        K, values, ids = len(reach), sum(r + 1 for r in reach), sum(reach)
+        want = {
+            "SUM": {"same": 2.0 * K, "per_replica": values, "nest": [2.0 * K, {"id": ids}],
+                    "merge_call": values},
+            "MEAN": {"same": 2.0, "per_replica": values / K, "nest": [2.0, {"id": ids // K}],
+                     "merge_call": values / K},
+        }
+        # ipu.cross_replica_ops.cross_replica_sum and replication_index count the same replicas
+        index = [r - mine[0] if config == "local" else r for r in mine]
+        got = json.loads((tmp_path / f"all-reduce-{i}.json").read_text())
+        assert (got["instance"], got["replicas"]) == (i, R)
+        for op, results in want.items():
+            for mode in ("eager", "replica_function", "function"):
+                assert got[f"{op}/{mode}"] == [
+                    {**results, "cross_replica_sum": values, "replication_index": k}
+                    for k in index], (op, mode, i)
+                assert got[f"{op}/{mode}/reduce_sum"] == R * results["same"], (op, mode, i)
+        # (strategy.reduce in merge_call returns one value: the instance's first replica's)
+        own = [{"same": 2.0, "per_replica": r + 1, "nest": [2.0, {"id": r}],
+                "merge_call": mine[0] + 1, "cross_replica_sum": r + 1, "replication_index": k}
+               for r, k in zip(mine, index)]
+        assert got["SUM/no_ipu_reductions"] == own, i
+        assert got["SUM/no_ipu_reductions/reduce_sum"] == 2.0 * R, i
+
+
 def test_tutorial_style_pipelined_keras_program(tmp_path):
     # keras models_comparison_test.test_sequential_and_pipeline and the layout of Graphcore's TF2
     # tutorials (dataset built before configure_ipu_system, `from tensorflow.keras import ipu`,

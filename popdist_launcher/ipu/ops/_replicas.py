@@ -15,7 +15,10 @@ def count_and_index() -> Tuple[int, object]:
     replicas = replicas_of(context.strategy) if context is not None else 1
     if replicas == 1:
         return 1, 0
-    return replicas, context.replica_id_in_sync_group
+    index = context.replica_id_in_sync_group
+    if replicas < context.num_replicas_in_sync:  # PopDistStrategy reaching the instance only
+        index = index % replicas
+    return replicas, index
 
 
 def gather(x) -> tf.Tensor:

@@ -1,7 +1,8 @@
 """``ipu.cross_replica_ops``: sums and means over the replicas of the current strategy.
 
-Inside ``strategy.run`` of a strategy with several replicas (PopDistStrategy,
-IPUHorovodStrategy, IPUMultiWorkerStrategy: every replica of every instance; a replicated
+Inside ``strategy.run`` of a strategy with several replicas (IPUHorovodStrategy,
+IPUMultiWorkerStrategy: every replica of every instance; PopDistStrategy: the replicas of the
+configured IPU system, every instance's only with multi-replica distribution; a replicated
 IPUStrategy: its local replicas) the value is all-reduced over them; with one replica (or no
 strategy) it is that replica's own value.
 """
