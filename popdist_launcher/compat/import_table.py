@@ -187,6 +187,10 @@ HOOKS = (
     Hook(f"{KERAS_2}.src.engine.training", "popdist_launcher.compat.keras_compat:patch_compile",
          when=("keras-2",)),
     Hook(f"{KERAS_2}.losses", "popdist_launcher.compat.keras_compat:add_losses_utils", when=("keras-2",)),
+    Hook(f"{KERAS_2}.src.engine.data_adapter", "popdist_launcher.compat.keras_compat:add_expand_1d",
+         when=("keras-2",)),
+    Hook(f"{KERAS_2}.src.backend", "popdist_launcher.compat.keras_compat:tf26_initializer_seeds",
+         when=("keras-2", "ipu-program")),
     # Whether the program is an IPU program, decided before it can bind a Keras name.
     Hook("tensorflow", "popdist_launcher.compat.ipu_program:decide", when=("ipu-alias",)),
     Hook("numpy", "popdist_launcher.compat.ipu_program:decide", when=("ipu-alias",)),
@@ -207,6 +211,9 @@ HOOKS = (
     # IPU devices (``tf.config.list_logical_devices("IPU")``, ``/device:IPU:N``).
     *(Hook(ipu, "popdist_launcher.ipu_runtime.ipu_devices:watch") for ipu in IPU_LAYER),
     Hook("tensorflow", "popdist_launcher.ipu_runtime.ipu_devices:watch", when=("ipu-program",)),
+    # One device per local replica before the program can run an operation (PopDist launches).
+    Hook("tensorflow", "popdist_launcher.ipu_runtime.configured_system:prepare_local_replicas",
+         when=("ipu-program",)),
     Hook("tensorflow.python.framework.ops", "popdist_launcher.ipu_runtime.ipu_devices:install",
          when=("ipu-devices",)),
     Hook("tensorflow", "popdist_launcher.ipu_runtime.ipu_devices:install_listing", when=("ipu-devices",)),

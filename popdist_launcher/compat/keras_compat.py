@@ -84,6 +84,43 @@ def add_losses_utils(losses_module) -> None:
             losses_module.LossFunctionWrapper = wrapper
 
 
+def add_expand_1d(data_adapter) -> None:
+    """``data_adapter.expand_1d`` (Keras 2.6; Graphcore's custom ``train_step`` examples call it
+    first): every rank-1 tensor of a nest gets a trailing axis of 1, anything else is unchanged."""
+    if hasattr(data_adapter, "expand_1d"):
+        return
+    import tensorflow as tf
+
+    def expand_1d(data):
+        def column(value):
+            if isinstance(value, tf.Tensor) and value.shape.rank == 1:
+                return tf.expand_dims(value, axis=-1)
+            return value
+        return tf.nest.map_structure(column, data)
+
+    data_adapter.expand_1d = expand_1d
+
+
+def tf26_initializer_seeds(backend) -> None:
+    """An initializer made without a seed draws from TensorFlow's random ops, as in Keras 2.6: so
+    ``tf.random.set_seed`` makes a model's initial weights repeat (Graphcore's tests build the
+    same model twice after it and compare), and each call gives new values. Keras 2.10+ gives
+    such an initializer a seed from Python's ``random`` instead. IPU programs only."""
+    generator = backend.RandomGenerator
+    if getattr(generator.__init__, "tf26_seeds", False):
+        return
+    original = generator.__init__
+
+    @functools.wraps(original)
+    def __init__(self, seed=None, rng_type=None, **kwargs):
+        if seed is None and rng_type == generator.RNG_STATELESS:  # only initializers ask for it
+            rng_type = generator.RNG_LEGACY_STATEFUL
+        original(self, seed, rng_type, **kwargs)
+
+    __init__.tf26_seeds = True
+    generator.__init__ = __init__
+
+
 # TensorFlow 2.6's ``tf.keras.optimizers`` classes: Keras 2.11+ keeps them in ``optimizers.legacy``.
 _TF26_OPTIMIZERS = {"Adadelta": "adadelta", "Adagrad": "adagrad", "Adam": "adam", "Adamax": "adamax",
                     "Ftrl": "ftrl", "Nadam": "nadam", "RMSprop": "rmsprop", "SGD": "gradient_descent",

@@ -120,3 +120,35 @@ class IPUInfeedQueue:
         if self._iterator is None or not hasattr(self._iterator, "__next__"):
             self._iterator = iter(self._dataset)
         return self._iterator
+
+
+class IPUIterator:
+    """Graphcore's ``IPUIterator``: an iterator over a dataset through an IPUInfeedQueue, for
+    ``next(iterator)`` inside the functions a strategy runs (``strategy.run(step, args=[it])``).
+    Each ``next`` is one dequeue: in a ``tf.function`` it is traced once and every call of the
+    function reads the next element; with several local replicas, replica r of R reads elements
+    r, R + r, ... (IPUInfeedQueue's rule). ``kwargs`` go to the IPUInfeedQueue. Graphcore's
+    other constructor (``infeed_spec`` and ``element_spec``, which rebuilds an iterator from its
+    parts inside TensorFlow) is refused: here the iterator is passed to functions as itself."""
+
+    def __init__(self, dataset: Optional[tf.data.Dataset] = None, infeed_spec: Any = None,
+                 element_spec: Any = None, **kwargs: Any) -> None:
+        if dataset is None or infeed_spec is not None or element_spec is not None:
+            raise ValueError("IPUIterator needs a tf.data.Dataset (`dataset=`); building one from "
+                             "`infeed_spec` and `element_spec` is not supported here.")
+        self._infeed_queue = IPUInfeedQueue(dataset, **kwargs)
+
+    @property
+    def element_spec(self):
+        """The structure of TypeSpecs of the dataset's elements."""
+        return self._infeed_queue._structure
+
+    def get_next(self):
+        """The next element (a nested structure of tensors)."""
+        return self._infeed_queue._dequeue()
+
+    def __next__(self):
+        return self.get_next()
+
+    def __iter__(self):
+        return self

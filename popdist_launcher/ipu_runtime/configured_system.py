@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import os
 from typing import Any, List, Optional
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,33 @@ def attach(num_ipus: int, ipus_per_replica: int, device: str, process_index: int
     _configured_config = config
     log.debug("configured %d virtual IPU(s) as %s", num_ipus, devices)
     return _configured
+
+
+def prepare_local_replicas(_module: Any = None) -> None:
+    """Hook as an IPU program's TensorFlow imports (or as a program that imported TensorFlow
+    turns out to be one): under a PopDist launch with several replicas per instance
+    (``POPDIST_NUM_LOCAL_REPLICAS`` > 1), make one CPU device per local replica now, while
+    TensorFlow can still make devices. On an IPU system the IPUs exist whatever the program ran
+    before ``configure_ipu_system``; so here the replicas get their devices even where the
+    program builds its dataset (running TensorFlow operations) before configuring. Nothing
+    happens where TensorFlow already runs or the variable is absent or not a number."""
+    try:
+        replicas = int(os.environ.get("POPDIST_NUM_LOCAL_REPLICAS", "1"))
+    except ValueError:
+        return  # popdist_launcher.runtime says what is wrong when the program reads it
+    if replicas <= 1:
+        return
+    import tensorflow as tf
+
+    cpus = tf.config.list_physical_devices("CPU")
+    if not cpus or tf.config.get_logical_device_configuration(cpus[0]) is not None:
+        return
+    try:
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)])
+    except RuntimeError:
+        return  # TensorFlow runs already: configure_ipu_system says what is missing
+    log.debug("made %d CPU devices for the %d local replicas", replicas, replicas)
 
 
 def _make_replica_devices(replicas: int, device: str) -> List[str]:

@@ -406,8 +406,9 @@ def test_distributed_cross_replica_ops_and_accumulation(tmp_path):
     assert results[0]["tf1_ga_w"] == results[1]["tf1_ga_w"]
 
 
-@pytest.mark.parametrize("replicas", [2, 4])
-@pytest.mark.parametrize("config", ["global", "local", "unconfigured"])
+@pytest.mark.parametrize("config,replicas", [
+    ("global", 2), ("global", 4), ("local", 2), ("local", 4), ("unconfigured", 2),
+    ("unconfigured", 4), ("ops-first", 4)])
 def test_popdist_strategy_replica_all_reduce_spans_the_configured_replicas(tmp_path, config,
                                                                            replicas):
     # popdist_strategy_test.test_strategy's replica_context.all_reduce, at 1 and 2 replicas per
@@ -420,6 +421,8 @@ def test_popdist_strategy_replica_all_reduce_spans_the_configured_replicas(tmp_p
     # merge_call, eagerly and in functions; strategy.reduce on the host then sums all R replicas'
     # results; ipu.cross_replica_ops and replication_index count the same replicas. With
     # add_ipu_cross_replica_reductions off each replica keeps its own value there.
+    # ops-first: the global order after the program read a dataset (TensorFlow ran before the IPU
+    # system existed, as in Graphcore's CNN programs): each instance still has its 2 replicas.
     run_program("popdist_all_reduce.py", tmp_path, config, np_=2, replicas=replicas)
     R, local = replicas, replicas // 2
     for i in range(2):
@@ -447,6 +450,9 @@ def test_popdist_strategy_replica_all_reduce_spans_the_configured_replicas(tmp_p
                 "merge_call": mine[0] + 1, "cross_replica_sum": r + 1, "replication_index": k}
                for r, k in zip(mine, index)]
         assert got["SUM/no_ipu_reductions"] == own, i
+        # IPUIterator: at step k, local replica r of instance j reads j + 2 (k L + r)
+        assert got["iterator"] == [sum((j + 2 * (k * local + r)) ** 2 for j in range(2)
+                                       for r in range(local)) for k in range(3)], i
         assert got["SUM/no_ipu_reductions/reduce_sum"] == 2.0 * R, i
 
 

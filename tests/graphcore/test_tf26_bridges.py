@@ -38,6 +38,16 @@ def test_trains_with_exact_numbers(tf26):
     assert tf26["steps_per_execution"] == 4
 
 
+def test_keras_2_6s_seeds_and_expand_1d(tf26):
+    # Keras 2.6: an initializer without a seed draws from TensorFlow's random ops, so a model
+    # built twice after tf.random.set_seed starts from the same weights (keras_poprun_test builds
+    # its PopDist and Horovod models so and compares them), and each call gives new values.
+    assert tf26["same_seed_same_kernel"]
+    assert tf26["unseeded_initializer_calls_differ"]
+    # data_adapter.expand_1d: a trailing axis on rank-1 tensors only
+    assert tf26["expand_1d"] == [[2, 1], [2, 3], None, "text"]
+
+
 def test_moved_modules_are_keras_2_15s(tf26):
     assert tf26["optimizer_is_v2"]
     assert tf26["optimizer_v2_module"] == f"{KERAS_2}.src.optimizers.legacy.optimizer_v2"
@@ -67,6 +77,12 @@ except TypeError:
     seen["compile"] = "TypeError"
 seen["ipu"] = "popdist_launcher.ipu" in sys.modules
 seen["optimizer"] = type(tf.keras.optimizers.SGD()).__module__
+def seeded_kernel():
+    tf.random.set_seed(1234)
+    layer = tf.keras.layers.Dense(3)
+    layer.build((None, 4))
+    return layer.kernel.numpy().tolist()
+seen["same_seed_same_kernel"] = seeded_kernel() == seeded_kernel()
 print(json.dumps(seen))
 """
 
@@ -83,4 +99,6 @@ def test_a_program_without_the_ipu_layer_gets_the_moved_modules_and_stock_optimi
                     "keras.engine.data_adapter": "imported",
                     "tensorflow.python.keras.datasets": "imported",
                     "compile": "accepted", "ipu": False,
-                    "optimizer": f"{KERAS_2}.src.optimizers.sgd"}
+                    "optimizer": f"{KERAS_2}.src.optimizers.sgd",
+                    # stock Keras 2.15+ seeds an unseeded initializer from Python's random
+                    "same_seed_same_kernel": False}

@@ -4,13 +4,17 @@ over the replicas of the configured IPU system, run eagerly, with a tf.function 
 function, and inside a tf.function; of a tensor every replica passes as the same object, of a value
 that differs per replica, and of a nest; a reduce inside merge_call; strategy.reduce of the results
 (on the host: every replica of the job); and the same with add_ipu_cross_replica_reductions off
-(each replica keeps its value), as test_strategy_without_ipu_reduction turns it off. Run with
+(each replica keeps its value), as test_strategy_without_ipu_reduction turns it off; and
+test_distribute_dataset's ipu_infeed_queue.IPUIterator, read by next() in the replica function
+(the sums of squares of three steps, reduced over the job). Run with
 ``poprun-lite -np 2 [--num-replicas 4]``; writes OUT/all-reduce-<instance>.json with each local
 replica's results.
 
 CONFIG says how the program sets up the IPU system:
   global      popdist.tensorflow.set_ipu_config, configure_ipu_system, then the strategy (as
               Graphcore's programs): multi-replica distribution over the instances
+  ops-first   as global, after building and reading the instance's shard of a dataset (as
+              Graphcore's CNN programs do before configure_ipu_system)
   local       configure_ipu_system with the local replicas only, then update_ipu_config (as
               popdist_strategy_test): the system in effect replicates within the instance
   unconfigured  no configure_ipu_system at all
@@ -30,14 +34,19 @@ from tensorflow.python.distribute.reduce_util import ReduceOp  # noqa: E402
 from tensorflow.python.eager import def_function  # noqa: E402
 from tensorflow.python.framework import constant_op, dtypes  # noqa: E402
 from tensorflow.python.ipu.config import IPUConfig  # noqa: E402
+from tensorflow.python.ipu import ipu_infeed_queue  # noqa: E402
 from tensorflow.python.ipu.distributed.popdist_strategy import PopDistStrategy  # noqa: E402
 from tensorflow.python.ipu.ops import cross_replica_ops, replication_ops  # noqa: E402
 from tensorflow.python.ops import math_ops, variables  # noqa: E402
 from tensorflow.python.util import nest  # noqa: E402
 
 out_dir, how = sys.argv[1], sys.argv[2]
+if how == "ops-first":  # TensorFlow runs operations before the IPU system exists
+    from tensorflow.python.data.ops import dataset_ops
+    shard = dataset_ops.Dataset.range(8).shard(popdist.getNumInstances(), popdist.getInstanceIndex())
+    assert [int(n) for n in shard] == list(range(popdist.getInstanceIndex(), 8, 2))
 config = IPUConfig()
-if how == "global":
+if how in ("global", "ops-first"):
     popdist.tensorflow.set_ipu_config(config, ipus_per_replica=1, configure_device=True)
     config.configure_ipu_system()
 elif how == "local":
@@ -108,6 +117,24 @@ strategy._extended._add_ipu_cross_replica_reductions = False  # pylint: disable=
 record("SUM/no_ipu_reductions", strategy.run(def_function.function(replica_fn),
                                              args=(ReduceOp.SUM, x)))
 strategy._extended._add_ipu_cross_replica_reductions = True  # pylint: disable=protected-access
+
+# The instance's shard; local replica r of L reads its elements r, L + r, ... (popdist_strategy_test
+# reads range(10) at one replica per instance: 1, 13, 41).
+from tensorflow.python.data.ops import dataset_ops  # noqa: E402
+
+shard = dataset_ops.Dataset.range(24, output_type=np.float32).shard(
+    popdist.getNumInstances(), popdist.getInstanceIndex())
+with strategy.scope():
+    iterator = ipu_infeed_queue.IPUIterator(dataset=shard)
+
+    @def_function.function
+    def square_of_next(it):
+        x = next(it)
+        return x * x
+
+    out["iterator"] = [
+        float(strategy.reduce(ReduceOp.SUM, strategy.run(square_of_next, args=[iterator]),
+                              axis=None)) for _ in range(3)]
 
 with open(os.path.join(out_dir, f"all-reduce-{popdist.getInstanceIndex()}.json"), "w") as f:
     json.dump(out, f)

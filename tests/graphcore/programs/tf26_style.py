@@ -1,6 +1,8 @@
 """A Keras program in the style of Graphcore's TensorFlow 2.6 SDK: it imports Keras internals by their
-TF 2.6 names (keras.optimizer_v2, keras.engine.data_adapter, tensorflow.python.keras.datasets) and
-passes a tensor as steps_per_execution. Writes what it saw to OUT_DIR/tf26.json."""
+TF 2.6 names (keras.optimizer_v2, keras.engine.data_adapter, tensorflow.python.keras.datasets),
+starts its train_step with data_adapter.expand_1d, passes a tensor as steps_per_execution, and
+builds a model twice after tf.random.set_seed (Graphcore's keras_poprun_test compares the two).
+Writes what it saw to OUT_DIR/tf26.json."""
 import json
 import sys
 
@@ -34,6 +36,7 @@ class Linear(keras.Model):
         return self.dense(inputs)
 
     def train_step(self, data):
+        data = data_adapter.expand_1d(data)
         features, labels, _ = data_adapter.unpack_x_y_sample_weight(data)
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(tf.square(self(features, training=True) - labels))
@@ -52,7 +55,23 @@ with strategy.scope():
     model.compile(optimizer=optimizer, steps_per_execution=tf.constant(4))
     history = model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
 
+
+
+def seeded_kernel():
+    """A Dense layer's initial kernel right after tf.random.set_seed (no initializer seed)."""
+    tf.random.set_seed(1234)
+    layer = keras.layers.Dense(3)
+    layer.build((None, 4))
+    return layer.kernel.numpy()
+
+
+glorot = keras.initializers.GlorotUniform()
+column = data_adapter.expand_1d((tf.constant([1.0, 2.0]), {"m": tf.ones((2, 3))}, None, "text"))
 result = {
+    "same_seed_same_kernel": bool(np.array_equal(seeded_kernel(), seeded_kernel())),
+    "unseeded_initializer_calls_differ": not np.array_equal(glorot((3, 3)), glorot((3, 3))),
+    "expand_1d": [column[0].shape.as_list(), column[1]["m"].shape.as_list(), column[2],
+                  column[3]],
     "weights": model.dense.kernel.numpy().ravel().tolist(),
     "last_loss": float(history.history["loss"][-1]),
     "steps_per_execution": int(model._steps_per_execution.numpy()),
