@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from popdist_launcher.launcher import hosts as hostlib
-from popdist_launcher.launcher.plan import PlanError
+from popdist_launcher.launcher.layout import hosts as hostlib
+from popdist_launcher.launcher.layout.plan import PlanError
 
 DEFAULT_ELASTIC_TIMEOUT = 600.0  # seconds, horovodrun's default
 COOLDOWN_BOUNDS = (1, 3600)      # seconds, horovodrun's bounds for --blacklist-cooldown-range

@@ -9,7 +9,7 @@ extends the program's environment before starting it. Standard library only, and
 """
 import os
 
-from popdist_launcher.launcher import console
+from popdist_launcher.launcher.output import console
 from popdist_launcher.wire.placement_text import decode
 
 THREAD_VARS = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")

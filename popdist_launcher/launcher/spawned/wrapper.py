@@ -7,7 +7,7 @@ import os
 import select
 import time
 
-from popdist_launcher.launcher import console
+from popdist_launcher.launcher.output import console
 from popdist_launcher.launcher.spawned import placement
 from popdist_launcher.wire.placement_text import PLACEMENT_ENV
 from popdist_launcher.wire import protocol as p

@@ -19,7 +19,7 @@ import sys
 import time
 
 from popdist_launcher.launcher.elastic.discovery import script as discovery_script
-from popdist_launcher.launcher.processes import signal_group
+from popdist_launcher.launcher.supervision.processes import signal_group
 
 PR_SET_PDEATHSIG = 1
 IDLE, STARTING = 0, -1

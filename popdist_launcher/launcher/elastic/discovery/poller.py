@@ -14,7 +14,7 @@ import sys
 from typing import Any, Callable, List, NamedTuple, Optional, Protocol
 
 from popdist_launcher.launcher.elastic.discovery.script import Hosts, describe_exit
-from popdist_launcher.launcher.processes import signal_group
+from popdist_launcher.launcher.supervision.processes import signal_group
 
 # An Answer's kind besides DiscoveryError's: a good answer, the discovery process ended.
 OK, POLLER = "ok", "poller"

@@ -12,7 +12,7 @@ import signal
 import subprocess
 from typing import Callable, Dict, List, Optional, Tuple
 
-from popdist_launcher.launcher.processes import signal_group
+from popdist_launcher.launcher.supervision.processes import signal_group
 
 Hosts = List[Tuple[str, int]]
 
