@@ -35,7 +35,7 @@ from popdist_launcher.launcher import options as options_lib
 from popdist_launcher.launcher.cli import peer_options
 from popdist_launcher.launcher.cli import cli_values
 from popdist_launcher.launcher.output.routing import OutputDirError
-from popdist_launcher.launcher.layout.backends.detect import BACKENDS
+from popdist_launcher.launcher.layout.backends.registry import BACKENDS
 from popdist_launcher.launcher.layout.plan import PlanError
 from popdist_launcher.wire.placement_text import BIND_MODES
 

@@ -7,15 +7,14 @@ interface and free ports, and binds the rendezvous socket where every host can r
 """
 from __future__ import annotations
 
-import shlex
 import socket
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher.launcher.output import console
 from popdist_launcher.launcher.layout import hosts as hostlib
 from popdist_launcher.launcher.layout import ports
-from popdist_launcher.launcher.layout.backends.base import Backend
-from popdist_launcher.launcher.layout.backends.detect import pick_backend
+from popdist_launcher.launcher.layout.backends import registry
+from popdist_launcher.launcher.layout.backends.base import Backend, EngineError, HostOptions
 from popdist_launcher.launcher.layout.plan import Host
 from popdist_launcher.launcher.layout.remote import RemoteError, SshOptions, probe_hosts
 
@@ -162,21 +161,6 @@ def launcher_address(subnet: Optional[str], iface: Optional[str],
         raise TopologyError(f"this host (the launcher's): {exc}") from None
 
 
-class HostOptions(NamedTuple):
-    """The host and backend options every layout of a job is computed from: the first
-    attempt's, and an elastic job's for the hosts it has at each re-layout."""
-
-    backend: str = "auto"  # as the command line asked: auto, local, ssh, mpi or slurm
-    in_allocation: bool = False  # the hosts are a Slurm allocation's (no option named them)
-    oversubscribe: bool = False
-    subnet: Optional[str] = None
-    iface: Optional[str] = None
-    ssh: SshOptions = SshOptions()
-    mpi_global_args: str = ""
-    mpi_local_args: str = ""
-    instance_mpi_local_args: Tuple[Tuple[int, str], ...] = ()
-
-
 def lay_out(num_instances: int, slots: Sequence[hostlib.HostSlots], source: str,
             options: HostOptions, fixed_world: bool = True) -> Layout:
     """``num_instances`` instances on the hosts ``slots`` (named by ``source``, for errors),
@@ -187,39 +171,12 @@ def lay_out(num_instances: int, slots: Sequence[hostlib.HostSlots], source: str,
     except hostlib.HostError as exc:
         raise TopologyError(str(exc)) from None
     all_local = all(hostlib.is_local(s.name) for s, n in zip(slots, counts) if n)
-    backend = pick_backend(options.backend, in_allocation=options.in_allocation,
-                           all_local=all_local, num_instances=num_instances,
-                           mpi_agent=bool(options.ssh.agent), fixed_world=fixed_world)
-    ssh, subnet, iface = options.ssh, options.subnet, options.iface
-    if backend != "mpi":
-        ssh = ssh._replace(agent=())  # the agent is MPI's setting: ssh and probes use ssh
-    if backend == "local" and not all_local:
-        remote = next(s.name for s, n in zip(slots, counts) if n and not hostlib.is_local(s.name))
-        raise TopologyError(f"--backend local cannot start instances on {remote}; use "
-                            f"--backend ssh (or auto) for other hosts.")
-    if backend in ("mpi", "slurm"):
-        from popdist_launcher.launcher.layout.backends.mpi import EngineError, MpiBackend
-        global_args = shlex.split(options.mpi_global_args)
-        local_args = shlex.split(options.mpi_local_args)
-        per_instance: Dict[int, List[str]] = {}
-        for index, words in options.instance_mpi_local_args:
-            per_instance.setdefault(index, []).extend(shlex.split(words))
-        try:
-            if backend == "mpi":
-                engine: Backend = MpiBackend(slots, counts, ssh, global_args, local_args,
-                                             options.oversubscribe, subnet or iface,
-                                             per_instance)
-            else:
-                from popdist_launcher.launcher.layout.backends.slurm import SlurmBackend
-                engine = SlurmBackend(slots, counts, global_args, local_args)
-        except EngineError as exc:
-            raise TopologyError(str(exc)) from None
-        controller = "mpi" if backend == "mpi" else "gloo"
-        return Layout(tuple(slots), tuple(counts), engine, controller, subnet, iface, ssh)
-    if backend == "local":
-        from popdist_launcher.launcher.layout.backends.local import LocalBackend
-        chosen: Backend = LocalBackend()
-    else:
-        from popdist_launcher.launcher.layout.backends.ssh import SshBackend
-        chosen = SshBackend(ssh)
-    return Layout(tuple(slots), tuple(counts), chosen, "gloo", subnet, iface, ssh)
+    backend = registry.pick_backend(options.backend, in_allocation=options.in_allocation,
+                                    all_local=all_local, num_instances=num_instances,
+                                    mpi_agent=bool(options.ssh.agent), fixed_world=fixed_world)
+    try:
+        engine, ssh = registry.build(backend, slots, counts, options)
+    except EngineError as exc:
+        raise TopologyError(str(exc)) from None
+    return Layout(tuple(slots), tuple(counts), engine, engine.controller, options.subnet,
+                  options.iface, ssh)

@@ -1,4 +1,6 @@
-"""The engine interface: how a backend gets every instance's wrapper started.
+"""The engine interface: how a backend gets every instance's wrapper started, whether
+``--backend auto`` may choose it (``available``, from a job's ``Situation``) and how it is built
+from the layout's hosts and options (``build``, from ``HostOptions``).
 
 A backend only places processes: it returns :class:`Launch` items, each either a wrapper the
 launcher forks on its own host, or one engine process (mpirun, srun, an ssh client) that starts
@@ -12,7 +14,9 @@ import os
 import sys
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from popdist_launcher.launcher.layout import hosts as hostlib
 from popdist_launcher.launcher.layout.plan import Host, LaunchPlan
+from popdist_launcher.launcher.layout.remote import SshOptions
 
 # The wrapper's command. ``-c`` rather than ``-m``: runpy's imports would cost every wrapper ~3 ms.
 WRAPPER_CODE = ("import os, sys; {}from popdist_launcher.launcher.spawned.instance import main; "
@@ -61,10 +65,46 @@ class Launch(NamedTuple):
     stdin: bytes = b""  # written to the engine's stdin, which is then closed (ssh: the secret)
 
 
-class Backend(abc.ABC):
-    """One way of placing instances: local (fork), ssh, mpirun, srun."""
+class EngineError(ValueError):
+    """The engine is missing or its options cannot work; one sentence for the user."""
 
-    name: str = ""
+
+class HostOptions(NamedTuple):
+    """The host and backend options every layout of a job is computed from: the first
+    attempt's, and an elastic job's for the hosts it has at each re-layout."""
+
+    backend: str = "auto"  # as the command line asked: auto, or a backend's ``option``
+    in_allocation: bool = False  # the hosts are a Slurm allocation's (no option named them)
+    oversubscribe: bool = False
+    subnet: Optional[str] = None
+    iface: Optional[str] = None
+    ssh: SshOptions = SshOptions()
+    mpi_global_args: str = ""
+    mpi_local_args: str = ""
+    instance_mpi_local_args: Tuple[Tuple[int, str], ...] = ()
+
+
+class Situation(NamedTuple):
+    """What ``--backend auto`` chooses from: the job and the hosts it was laid out on."""
+
+    in_allocation: bool  # the hosts are a Slurm allocation's
+    all_local: bool  # every instance runs on the launcher's host
+    num_instances: int
+    mpi_agent: bool  # MPI's remote-shell agent is set (a Kubernetes MPIJob)
+    fixed_world: bool  # not an elastic job (its world changes: never mpirun)
+
+
+class Backend(abc.ABC):
+    """One way of placing instances: local (fork), ssh, mpirun, srun. A backend module defines
+    one subclass and ``registry.py`` lists it."""
+
+    name: str = ""  # how messages name it (the engine's name)
+    option: str = ""  # its --backend value
+    # --backend auto asks the backends from the lowest rank up and takes the first available.
+    auto_rank: int = 0
+    controller: str = "gloo"  # Horovod's controller its instances use
+    # Whether it keeps MPI's remote-shell agent in the layout's ssh options (else plain ssh).
+    takes_mpi_agent: bool = False
     # An engine's own start-up failures that have nothing to do with the job: started once more.
     start_transients: Sequence[str] = ()
 
@@ -80,3 +120,15 @@ class Backend(abc.ABC):
     def explain_engine_exit(self, launch: Launch, returncode: int) -> Optional[str]:
         """A reading of an engine's exit status (e.g. ssh's 255), or None for the plain one."""
         return None
+
+    @classmethod
+    @abc.abstractmethod
+    def available(cls, situation: Situation) -> bool:
+        """Whether ``--backend auto`` may choose this backend in ``situation``."""
+
+    @classmethod
+    @abc.abstractmethod
+    def build(cls, slots: Sequence[hostlib.HostSlots], counts: Sequence[int],
+              options: HostOptions, ssh: SshOptions) -> "Backend":
+        """The backend for ``counts`` instances on the hosts ``slots`` with ``options``
+        (``ssh``: the layout's ssh options); EngineError says why it cannot be."""

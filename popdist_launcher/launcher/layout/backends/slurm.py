@@ -4,21 +4,25 @@ wrapper finds its instance by ``SLURM_PROCID``."""
 from __future__ import annotations
 
 import os
+import shlex
 from typing import List, Sequence
 
 from popdist_launcher.launcher.layout import hosts as hostlib
-from popdist_launcher.launcher.layout.backends.base import Backend, Launch, Wiring
-from popdist_launcher.launcher.layout.backends.mpi import EngineError
+from popdist_launcher.launcher.layout.backends.base import (Backend, EngineError, HostOptions,
+                                                             Launch, Situation, Wiring)
 from popdist_launcher.wire import placement_text as placement
 from popdist_launcher.wire.protocol import SECRET_ENV
 from popdist_launcher.launcher.layout.executables import which
 from popdist_launcher.launcher.layout.plan import Host, LaunchPlan
+from popdist_launcher.launcher.layout.remote import SshOptions
 
 
 class SlurmBackend(Backend):
     """``srun`` inside a Slurm allocation: one job step, block distribution."""
 
     name = "srun"
+    option = "slurm"
+    auto_rank = 0
 
     def __init__(self, slots: Sequence[hostlib.HostSlots], counts: Sequence[int],
                  global_args: Sequence[str] = (), local_args: Sequence[str] = ()) -> None:
@@ -30,6 +34,16 @@ class SlurmBackend(Backend):
                               "allocation on a node with Slurm installed, or use --backend ssh.")
         self.global_args = list(global_args)
         self.local_args = list(local_args)
+
+    @classmethod
+    def available(cls, situation: Situation) -> bool:
+        return situation.in_allocation
+
+    @classmethod
+    def build(cls, slots: Sequence[hostlib.HostSlots], counts: Sequence[int],
+              options: HostOptions, ssh: SshOptions) -> "SlurmBackend":
+        return cls(slots, counts, shlex.split(options.mpi_global_args),
+                   shlex.split(options.mpi_local_args))
 
     def command(self, plan: LaunchPlan, wiring: Wiring) -> List[str]:
         used = hostlib.used_hosts(self.slots, self.counts)

@@ -9,18 +9,30 @@ environment come over the wrapper's own connection.
 from __future__ import annotations
 
 import shlex
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
-from popdist_launcher.launcher.layout.backends.base import Backend, Launch, Wiring
+from popdist_launcher.launcher.layout import hosts as hostlib
+from popdist_launcher.launcher.layout.backends.base import (Backend, HostOptions, Launch,
+                                                             Situation, Wiring)
 from popdist_launcher.launcher.layout.plan import Host, LaunchPlan
 from popdist_launcher.launcher.layout.remote import SshOptions
 
 
 class SshBackend(Backend):
-    name = "ssh"
+    name = option = "ssh"
+    auto_rank = 2
 
     def __init__(self, options: SshOptions = SshOptions()) -> None:
         self.options = options
+
+    @classmethod
+    def available(cls, situation: Situation) -> bool:
+        return not situation.all_local
+
+    @classmethod
+    def build(cls, slots: Sequence[hostlib.HostSlots], counts: Sequence[int],
+              options: HostOptions, ssh: SshOptions) -> "SshBackend":
+        return cls(ssh)
 
     def launches(self, plan: LaunchPlan, wiring: Wiring, secret: str) -> List[Launch]:
         return [self.launch_one(inst.index, inst.host, wiring, secret) for inst in plan.instances]
