@@ -458,5 +458,6 @@ def test_the_collectives_modules_import_each_other_in_no_circle():
         for target in imported_modules(path):
             if target.startswith("popdist_launcher.collectives.") and target != source:
                 edges.setdefault(source, set()).add(target)
-    assert "popdist_launcher.collectives._tracking" in edges["popdist_launcher.collectives._allreduce"]
+    assert "popdist_launcher.collectives._tracking" in \
+        edges["popdist_launcher.collectives._allreduce"]
     assert circles(edges) == []

@@ -17,7 +17,8 @@ from popdist_launcher.launcher.elastic import setup as elastic_setup
 from popdist_launcher.launcher.elastic.setup import ElasticOptions
 from popdist_launcher.launcher.supervision.hang import bounds as hang
 from popdist_launcher.launcher.output.routing import OutputOptions
-from popdist_launcher.launcher.layout.plan import PlanError, check_counts, parse_exports, resolve_program
+from popdist_launcher.launcher.layout.plan import (PlanError, check_counts, parse_exports,
+                                                   resolve_program)
 from popdist_launcher.launcher.layout.remote import SshOptions, agent_from_environ
 from popdist_launcher.wire.placement_text import encode as encode_placement
 from popdist_launcher.launcher.layout.topology import Layout, TopologyError

@@ -12,7 +12,8 @@ from popdist_launcher.launcher.output import console
 from popdist_launcher.launcher.layout.backends.base import Wiring
 from popdist_launcher.launcher.options import JobOptions
 from popdist_launcher.launcher.output.routing import LogFiles, Router, open_output_dir
-from popdist_launcher.launcher.layout.plan import LaunchPlan, build_plan, format_topology, horovod_tuning
+from popdist_launcher.launcher.layout.plan import (LaunchPlan, build_plan, format_topology,
+                                                   horovod_tuning)
 from popdist_launcher.wire import rendezvous
 from popdist_launcher.launcher.supervision.attempt import JobResult, JobState
 from popdist_launcher.launcher.supervision.supervisor import Supervisor

@@ -31,7 +31,8 @@ class ElasticOptions(NamedTuple):
     reset_limit: Optional[int] = None
     cooldown_range: Optional[Tuple[int, int]] = None
     mode: str = "restart"  # "horovod": Horovod's elastic driver; "restart": elastic restarts
-    host_failure_limit: int = DEFAULT_HOST_FAILURE_LIMIT  # --host-failure-limit: failures in a row without progress
+    # --host-failure-limit: failures in a row without progress
+    host_failure_limit: int = DEFAULT_HOST_FAILURE_LIMIT
 
 
 def asked_for(p: Mapping[str, Any]) -> bool:

@@ -1,7 +1,8 @@
 """The host probe, run on each remote host over ssh before a multi-host job starts (one round
 trip per host): which address and interface the host is reached at, and free ports there.
 
-    python -m popdist_launcher.launcher.layout.host_probe --ports K [--subnet CIDR | --iface NAME] [--peer ADDR]
+    python -m popdist_launcher.launcher.layout.host_probe \
+        --ports K [--subnet CIDR | --iface NAME] [--peer ADDR]
 
 prints one JSON line {"address", "iface", "ports", "hostname", "hostname_address"}.
 """

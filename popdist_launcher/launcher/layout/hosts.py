@@ -29,7 +29,8 @@ class HostSlots(NamedTuple):
 
 
 def expand_names(pattern: str) -> List[str]:
-    """``node[0-3]`` -> node0..node3; ``n[01-03,7]`` keeps the zero padding; nested groups multiply."""
+    """``node[0-3]`` -> node0..node3; ``n[01-03,7]`` keeps the zero padding; nested groups
+    multiply."""
     match = re.search(_RANGE, pattern)
     if match is None:
         if "[" in pattern or "]" in pattern:

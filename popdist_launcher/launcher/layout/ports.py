@@ -218,6 +218,7 @@ def listen_socket(address: str) -> socket.socket:
         sock.bind((address, 0))
     except OSError as exc:
         sock.close()
-        raise PortError(f"cannot listen on {address}: {exc.strerror}; check --network address.") from None
+        raise PortError(f"cannot listen on {address}: {exc.strerror}; check --network "
+                        f"address.") from None
     sock.listen(socket.SOMAXCONN)  # every instance may connect at once
     return sock

@@ -101,7 +101,8 @@ def resolve(host: str, options: SshOptions) -> str:
         try:
             out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise RemoteError(f"cannot run 'ssh -G {host}' ({exc}); install an OpenSSH client.") from None
+            raise RemoteError(f"cannot run 'ssh -G {host}' ({exc}); install an OpenSSH "
+                              f"client.") from None
         for line in out.splitlines():
             key, _, value = line.partition(" ")
             if key == "hostname" and value:

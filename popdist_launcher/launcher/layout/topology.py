@@ -1,9 +1,10 @@
 """From host options to a startable layout: which hosts, how many instances each, which backend,
 and, for every attempt of the job, the addresses and fresh ports on each host.
 
-``lay_out`` runs once per host set (pure checks, no network). ``Layout.prepare`` runs before every start (and
-restart): it reserves local ports, probes remote hosts over ssh (or srun) for their address,
-interface and free ports, and binds the rendezvous socket where every host can reach it.
+``lay_out`` runs once per host set (pure checks, no network). ``Layout.prepare`` runs before
+every start (and restart): it reserves local ports, probes remote hosts over ssh (or srun) for
+their address, interface and free ports, and binds the rendezvous socket where every host can
+reach it.
 """
 from __future__ import annotations
 

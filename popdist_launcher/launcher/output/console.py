@@ -1,5 +1,6 @@
 """The launcher's one writer to the user: its lines, prefixed ``poprun-lite: ``, on stderr or
-through the open output Router. Imports ``sys`` only: the start-up path and every wrapper load it."""
+through the open output Router. Imports ``sys`` only: the start-up path and every wrapper load
+it."""
 import sys
 
 NAME = "poprun-lite"

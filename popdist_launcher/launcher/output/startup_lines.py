@@ -7,8 +7,9 @@ import re
 from typing import Iterable, List, Optional
 
 # A C++ log line as absl writes it (TensorFlow 2.16+): "I0000 00:00:1795834646.987807    7953
-# port.cc:153] text" (seconds since 1970 before absl's log is set up), and as TensorFlow's own logging did before (2.15): "2024-01-31
-# 12:00:00.123456: I tensorflow/core/util/port.cc:113] text". Time and thread differ per instance.
+# port.cc:153] text" (seconds since 1970 before absl's log is set up), and as TensorFlow's own
+# logging did before (2.15): "2024-01-31 12:00:00.123456: I tensorflow/core/util/port.cc:113]
+# text". Time and thread differ per instance.
 _ABSL = re.compile(rb"^([IWEF])\d{4} \d\d:\d\d:\d+\.\d+ +\d+ (\S+:\d+\] .*)$")
 _TF_LOGGING = re.compile(rb"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: ([IWEF]) (\S+:\d+\] .*)$")
 

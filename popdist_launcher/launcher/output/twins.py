@@ -3,11 +3,12 @@ that each is shown once with the instances that wrote it; no I/O, no clock (the 
 the time).
 
 Only recognised start-up lines are held (``startup_lines.twin_key``), and only for
-``WINDOW_SECONDS`` (``NOTICE_WINDOW_SECONDS`` for a notice), or until every instance still writing that stream has written the line.
+``WINDOW_SECONDS`` (``NOTICE_WINDOW_SECONDS`` for a notice), or until every instance still
+writing that stream has written the line.
 Every other line passes at once, after the held log lines of its own instance and stream (an
-instance's lines keep their order, but for the notices, which tell nothing of the program), and a line that began in one chunk is finished by the
-next chunk unheld. TensorFlow's start-up notices are shown at most once per job (``shown``
-outlives the attempt's router).
+instance's lines keep their order, but for the notices, which tell nothing of the program),
+and a line that began in one chunk is finished by the next chunk unheld. TensorFlow's start-up
+notices are shown at most once per job (``shown`` outlives the attempt's router).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """One instance's supervision loop, in its wrapper: the program's output, exit, Python stacks,
-progress reports and whereabouts go to the launcher; the launcher's signals, stdin, stack requests and
-release come to the program (see instance.py for how the wrapper starts)."""
+progress reports and whereabouts go to the launcher; the launcher's signals, stdin, stack requests
+and release come to the program (see instance.py for how the wrapper starts)."""
 import _signal
 import _socket
 import os

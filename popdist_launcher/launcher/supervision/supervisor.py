@@ -80,11 +80,11 @@ class Supervisor:
         self._wiring: Optional[Wiring] = None
         self._stdin = StdinForwarder(self._events.sel, self._hub, self.world.stdin_target)
         self._events.handle("conn", self._on_conn)
-        self._events.handle("engine-out", lambda key, mask: self._spawner.output(key.fd, key.data[1]))
-        self._events.handle("exit", lambda key, mask: self._on_process_exit(key.data[1]))
-        self._events.handle("listen", lambda key, mask: self._hub.accept(key.fileobj))
-        self._events.handle("stdin", lambda key, mask: self._stdin.on_readable())
-        self._events.handle("rendezvous", lambda key, mask: self._spawner.start_rendezvous(self.plan))
+        self._events.handle("engine-out", lambda key, _: self._spawner.output(key.fd, key.data[1]))
+        self._events.handle("exit", lambda key, _: self._on_process_exit(key.data[1]))
+        self._events.handle("listen", lambda key, _: self._hub.accept(key.fileobj))
+        self._events.handle("stdin", lambda *_: self._stdin.on_readable())
+        self._events.handle("rendezvous", lambda *_: self._spawner.start_rendezvous(self.plan))
         self._outcome = Outcome()
         self.failure_title = "job"  # what the failure report says failed ("attempt 2")
         self._job_deadline = time.monotonic() + timeout if timeout else None

@@ -17,7 +17,8 @@ from popdist_launcher.launcher.supervision.attempt import TIMEOUT_EXIT_CODE, Fai
 from popdist_launcher.launcher.supervision.hang.bounds import Clock, stall_check_s
 from popdist_launcher.launcher.supervision.hang.decision import (BOUND_OF, Hung, Verdict, decide,
                                                                  describe_groups)
-from popdist_launcher.launcher.supervision.hang.evidence import UNKNOWN, MissingRanks, Track, parse_report
+from popdist_launcher.launcher.supervision.hang.evidence import (UNKNOWN, MissingRanks, Track,
+                                                                 parse_report)
 from popdist_launcher.wire import protocol as p
 
 TICK_S = 1.0  # how often the evidence is judged
