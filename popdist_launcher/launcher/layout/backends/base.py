@@ -122,13 +122,15 @@ class Backend(abc.ABC):
         return None
 
     @classmethod
-    @abc.abstractmethod
     def available(cls, situation: Situation) -> bool:
-        """Whether ``--backend auto`` may choose this backend in ``situation``."""
+        """Whether ``--backend auto`` may choose this backend in ``situation`` (never, unless
+        the backend says when)."""
+        return False
 
     @classmethod
-    @abc.abstractmethod
     def build(cls, slots: Sequence[hostlib.HostSlots], counts: Sequence[int],
               options: HostOptions, ssh: SshOptions) -> "Backend":
         """The backend for ``counts`` instances on the hosts ``slots`` with ``options``
-        (``ssh``: the layout's ssh options); EngineError says why it cannot be."""
+        (``ssh``: the layout's ssh options); EngineError says why it cannot be. Every backend
+        in the registry defines it."""
+        raise NotImplementedError(f"the {cls.name} backend is not built from a layout")
