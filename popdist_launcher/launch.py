@@ -27,16 +27,16 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import click
 
 from popdist_launcher import __version__, tf_config as tf_config_lib
-from popdist_launcher.launcher import console
-from popdist_launcher.launcher import ports
-from popdist_launcher.launcher import topology
-from popdist_launcher.launcher.run_job import run_job
+from popdist_launcher.launcher.output import console
+from popdist_launcher.launcher.layout import ports
+from popdist_launcher.launcher.layout import topology
+from popdist_launcher.launcher.agents.run_job import run_job
 from popdist_launcher.launcher import options as options_lib
-from popdist_launcher.launcher import peer_options
-from popdist_launcher.launcher import cli_values
-from popdist_launcher.launcher.output import OutputDirError
-from popdist_launcher.launcher.backends.detect import BACKENDS
-from popdist_launcher.launcher.plan import PlanError
+from popdist_launcher.launcher.cli import peer_options
+from popdist_launcher.launcher.cli import cli_values
+from popdist_launcher.launcher.output.routing import OutputDirError
+from popdist_launcher.launcher.layout.backends.registry import BACKENDS
+from popdist_launcher.launcher.layout.plan import PlanError
 from popdist_launcher.wire.placement_text import BIND_MODES
 
 PROG = console.NAME
@@ -114,7 +114,7 @@ def _boolean_values(argv: Sequence[str]) -> List[str]:
 def _load_config(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
     if value is None:
         return None
-    from popdist_launcher.launcher import config_file
+    from popdist_launcher.launcher.cli import config_file
 
     kinds = {p.name: _config_kind(p) for p in ctx.command.params
              if p.name not in NOT_CONFIGURABLE}
@@ -399,7 +399,7 @@ def cli(ctx: click.Context, verbose: int, export_config: Optional[str], overwrit
     ctx.params["num_instances"] = options.num_instances  # as --export-config writes it
 
     if export_config:
-        from popdist_launcher.launcher import config_file
+        from popdist_launcher.launcher.cli import config_file
 
         try:
             config_file.dump(export_config, _configurable_values(ctx), overwrite=overwrite_config)

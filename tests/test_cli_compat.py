@@ -244,7 +244,7 @@ def test_timeline_filename_records_horovods_timeline(tmp_path):
     ({}, ()),
 ])
 def test_mpi_remote_shell_agent_read_like_open_mpi(variables, expected):
-    from popdist_launcher.launcher.remote import SshOptions, agent_from_environ
+    from popdist_launcher.launcher.layout.remote import SshOptions, agent_from_environ
 
     agent = agent_from_environ(dict(variables, PATH=os.environ["PATH"]))
     assert agent == expected

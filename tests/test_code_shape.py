@@ -1,16 +1,20 @@
 """The package's shape, read from its source (no process started). The launcher: the console
 script is launch.py's ``main``; no module imports or reads another module's private name;
 ``spawned/`` (what runs in other processes) imports nothing from ``elastic/``; ``wire/`` (what
-the processes say to each other) imports nothing of the package. The whole package:
-every module says what it does; no import circle between units (a subpackage, or a module
-directly in ``popdist_launcher/`` or ``launcher/``) beyond the known ones listed below; the
-launcher's layers (elastic < options < agents < run_job) and the library's (``LIBRARY_LAYERS``)
-import nothing above them; no unit imports another subpackage's private modules beyond those
-listed; files at most 500 lines and classes at most 450, except the listed ones, which may not
-grow. The lists are the debt the layering work pays off: an entry leaves when its reason goes,
-and none is added. Imports are read as Python runs them, function-level ones included: ``from m
-import n`` is an import of the submodule m.n where n is one (m's __init__ runs on the way, as
-for any import of m.n, but the code depends on m.n only) and of m where n is a name m defines."""
+the processes say to each other) imports nothing of the package; the launcher's folders
+(``LAUNCHER_LAYERS``, the modules directly in ``launcher/`` counted as one unit) import each
+other in no circle and none imports a folder above it; the hang check imports nothing of the
+supervision but the attempt's records. The whole package: every module says what it does; no
+import circle between units (a subpackage, a module directly in ``popdist_launcher/``, a folder
+of ``launcher/`` or ``launcher/``'s own modules together) beyond the known ones listed below; the
+library's layers (``LIBRARY_LAYERS``) import nothing above them; no unit imports another
+subpackage's private modules beyond those listed; files at most 500 lines and classes at most
+450, except the listed ones, which may not grow; and a file past 450 lines or a class past 400
+comes with a split plan (``SPLIT_PLANS``). The lists are the debt the layering work pays off: an
+entry leaves when its reason goes, and none is added. Imports are read as Python runs them,
+function-level ones included: ``from m import n`` is an import of the submodule m.n where n is
+one (m's __init__ runs on the way, as for any import of m.n, but the code depends on m.n only)
+and of m where n is a name m defines."""
 from __future__ import annotations
 
 import ast
@@ -138,6 +142,34 @@ def test_wire_imports_nothing_of_the_package_but_itself():
 MAX_FILE_LINES = 500
 MAX_CLASS_LINES = 450
 
+# A file past this many lines, or a class past that many, names its split in SPLIT_PLANS: growth
+# that nears the bar is split in the change that brings it there, or the plan says how it will be.
+WARN_FILE_LINES = 450
+WARN_CLASS_LINES = 400
+# "path" (a file) or "path:Class" -> the split, in one sentence.
+SPLIT_PLANS: Dict[str, str] = {
+    "popdist_launcher/launch.py":
+        "the --config and --check-build callbacks and the boolean-value reading (_load_config, "
+        "_config_kind, _check_build, _boolean_values) move to launcher/cli/.",
+    "popdist_launcher/launcher/supervision/supervisor.py":
+        "the wrappers' side of the protocol (_read, _hello, _on_frame, send, lose) moves to "
+        "supervision/frames.py, an object the supervisor owns as it owns stacks and stdin.",
+    "popdist_launcher/launcher/supervision/supervisor.py:Supervisor":
+        "the same split as its file: the frame handling leaves the class for "
+        "supervision/frames.py.",
+    "popdist_launcher/launcher/output/routing.py":
+        "the output folder and its log files (open_output_dir, _writable, _dir_problem, "
+        "LogFiles) move to output/log_files.py, leaving the Router.",
+    "popdist_launcher/launcher/elastic/helper/elastic_driver.py":
+        "the helper process's main, logging and heartbeat (main, _configure_logging, _end, "
+        "_heartbeat) and JoinGate move to helper/helper_main.py, leaving the driver subclass.",
+    "popdist_launcher/ipu_runtime/ipu_devices.py":
+        "the naming of eager outputs after their IPU (_report_ipu_names to _naming) moves to "
+        "ipu_runtime/ipu_output_names.py.",
+    "popdist_launcher/strategies/popdist_strategy.py":
+        "HorovodExtended moves to strategies/horovod_extended.py, leaving the strategy classes.",
+}
+
 # Files over the bar, each with the most lines it may have: growth past that fails.
 FILES_OVER_THE_BAR: Dict[str, int] = {}
 CLASSES_OVER_THE_BAR: Dict[str, int] = {}
@@ -146,11 +178,17 @@ CLASSES_OVER_THE_BAR: Dict[str, int] = {}
 # (none left).
 KNOWN_CIRCLES: List[FrozenSet[str]] = []
 
-# The launcher's layers, lowest first: each unit imports none of those above it. The elastic
-# package (options, discovery, failure policy, driver helper, a Horovod job's parts) lies below
-# the options, which check its values; the agents run a job from the options; run_job picks one.
-LAUNCHER_LAYERS: List[str] = ["launcher.elastic", "launcher.options", "launcher.agents",
-                              "launcher.run_job"]
+# The launcher's folders, lowest first: each imports none of those after it. The modules
+# directly in launcher/ (options.py: the job's options, where every folder's settings meet) count
+# as one unit, "launcher". output/ (the launcher's own lines, routing, reports) is the bottom,
+# which everything writes through; spawned/ (what runs in other processes) needs only it;
+# layout/ (hosts, ports, the plan, the backends, the topology) is pure planning; supervision/
+# (one attempt, its processes, the hang check) runs a plan; elastic/ (discovery, policy,
+# membership, the Horovod job's parts and helper) uses both; the options check every folder's
+# values; the agents run a job from them; cli/ is what only the command line uses.
+LAUNCHER_LAYERS: List[str] = ["launcher.output", "launcher.spawned", "launcher.layout",
+                              "launcher.supervision", "launcher.elastic", "launcher",
+                              "launcher.agents", "launcher.cli"]
 
 # Private modules of one subpackage that another imports (none left: the IPU runtime internals
 # that ipu/ and strategies/ shared are public modules of ipu_runtime/, below both).
@@ -184,13 +222,16 @@ def package_files() -> List[pathlib.Path]:
 
 
 def unit_of(dotted: str) -> str:
-    """The unit a module belongs to: a subpackage of ``popdist_launcher`` or of ``launcher``, or
-    a module directly in either (``popdist_launcher`` itself for the package's __init__)."""
+    """The unit a module belongs to: a subpackage of ``popdist_launcher`` or a folder of
+    ``launcher``, or a module directly in ``popdist_launcher`` (``popdist_launcher`` itself for
+    the package's __init__); the modules directly in ``launcher`` are one unit, ``launcher``."""
     parts = dotted.split(".")
     if len(parts) == 1:
         return "popdist_launcher"
     if parts[1] == "launcher":
-        return "launcher" if len(parts) == 2 else f"launcher.{parts[2]}"
+        if len(parts) == 2 or not (LAUNCHER / parts[2]).is_dir():
+            return "launcher"
+        return f"launcher.{parts[2]}"
     return parts[1]
 
 
@@ -303,11 +344,42 @@ def test_library_layers_import_only_their_own_layer_or_lower_ones():
     assert found == [], "move what the lower layer needs down, or the importing code up"
 
 
+def launcher_graph() -> Dict[str, Set[str]]:
+    """The launcher's units (its folders, and its own modules as one) and what each imports."""
+    return {source: {t for t in targets if t.split(".")[0] == "launcher"}
+            for source, targets in unit_graph().items() if source.split(".")[0] == "launcher"}
+
+
+def test_every_launcher_folder_has_a_layer():
+    folders = {f"launcher.{p.name}" for p in LAUNCHER.iterdir() if (p / "__init__.py").exists()}
+    assert folders | {"launcher"} == set(LAUNCHER_LAYERS), "add the folder to LAUNCHER_LAYERS"
+
+
+def test_the_launchers_folders_import_each_other_in_no_circle():
+    """The launcher's own modules count as one unit: a circle through them is a circle."""
+    assert circles(launcher_graph()) == [], "move what both need into the folder below them"
+
+
 def test_the_launchers_layers_import_nothing_above_them():
-    edges = unit_graph()
+    edges = launcher_graph()
     upward = [f"{low} -> {high}" for i, low in enumerate(LAUNCHER_LAYERS)
               for high in LAUNCHER_LAYERS[i + 1:] if high in edges.get(low, ())]
     assert upward == [], "an arrow runs up: move what the lower unit needs down to it"
+
+
+def test_the_hang_check_imports_of_the_supervision_only_the_attempts_records():
+    """The supervisor feeds the hang check and gives it a Port; the check reads the attempt's
+    records (instances, failures) and nothing else of the supervision."""
+    hang = LAUNCHER / "supervision" / "hang"
+    allowed = {"popdist_launcher.launcher.supervision.attempt"}
+    found = []
+    for path in sorted(hang.rglob("*.py")):
+        for target in imported_modules(path):
+            if target.startswith("popdist_launcher.launcher.supervision") \
+                    and not target.startswith("popdist_launcher.launcher.supervision.hang") \
+                    and target not in allowed:
+                found.append(f"{path.relative_to(ROOT)}: {target}")
+    assert found == []
 
 
 def test_no_unit_imports_another_subpackages_private_module_beyond_the_known_ones():
@@ -349,6 +421,33 @@ def test_the_lists_of_known_debt_name_only_what_is_still_there():
         assert any(circle <= known and len(circle) > 1 for circle in current), sorted(known)
 
 
+def over_the_warning_bar() -> Dict[str, int]:
+    """Every file past WARN_FILE_LINES and class past WARN_CLASS_LINES ("path:Class"), with its
+    lines."""
+    found = {}
+    for path in package_files():
+        name = str(path.relative_to(ROOT))
+        lines = len(path.read_text().splitlines())
+        if lines > WARN_FILE_LINES:
+            found[name] = lines
+        for node in ast.walk(tree_of(path)):
+            if isinstance(node, ast.ClassDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > WARN_CLASS_LINES:
+                    found[f"{name}:{node.name}"] = lines
+    return found
+
+
+def test_what_nears_the_bar_has_a_split_plan():
+    """A file past 450 lines or a class past 400 names its split in SPLIT_PLANS, one sentence;
+    a plan leaves the dict when its file or class is back under."""
+    over = over_the_warning_bar()
+    assert sorted(set(over) - set(SPLIT_PLANS)) == [], \
+        "add a one-sentence split plan to SPLIT_PLANS, or split it now"
+    assert sorted(set(SPLIT_PLANS) - set(over)) == [], "it is under the bar now: drop its plan"
+    assert all(plan.strip() and plan.count(". ") == 0 for plan in SPLIT_PLANS.values())
+
+
 def test_the_collectives_modules_import_each_other_in_no_circle():
     """Inside collectives/ the layers run one way: the state, then how collectives are named and
     tracked, then the collectives, then the groups and barriers. (``from
@@ -359,5 +458,6 @@ def test_the_collectives_modules_import_each_other_in_no_circle():
         for target in imported_modules(path):
             if target.startswith("popdist_launcher.collectives.") and target != source:
                 edges.setdefault(source, set()).add(target)
-    assert "popdist_launcher.collectives._tracking" in edges["popdist_launcher.collectives._allreduce"]
+    assert "popdist_launcher.collectives._tracking" in \
+        edges["popdist_launcher.collectives._allreduce"]
     assert circles(edges) == []

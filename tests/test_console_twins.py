@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from conftest import poprun
-from popdist_launcher.launcher import startup_lines
-from popdist_launcher.launcher.twins import (
-    NOTICE_WINDOW_SECONDS, WINDOW_SECONDS, Group, Passed, Twins, instance_ranges)
+from popdist_launcher.launcher.output import startup_lines
+from popdist_launcher.launcher.output.twins import (NOTICE_WINDOW_SECONDS, WINDOW_SECONDS, Group,
+                                                    Passed, Twins, instance_ranges)
 
 # As TensorFlow 2.21 (absl) and 2.15 (its own logging) write them.
 ABSL_WARNING = b"WARNING: All log messages before absl::InitializeLog() is called are written " \

@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Optional
 
 import pytest
 
-from popdist_launcher.launcher import ports
+from popdist_launcher.launcher.layout import ports
 from popdist_launcher.wire import netinfo, rendezvous
 
 ROOT = Path(__file__).resolve().parent.parent

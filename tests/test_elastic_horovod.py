@@ -399,12 +399,12 @@ def test_open_world_supervisor_adds_instances_reports_ends_and_stops_one(tmp_pat
     """Instances added while the job runs; each end reported once (not ending the job); one
     instance stopped alone (SIGTERM ignored: SIGKILL after the grace period); the job ends when
     the world is closed; output tagged and logged per round."""
-    from popdist_launcher.launcher.backends.local import LocalBackend
-    from popdist_launcher.launcher.output import LogFiles, OutputOptions, Router
-    from popdist_launcher.launcher.plan import Host, LaunchPlan
-    from popdist_launcher.launcher.attempt import JobState
-    from popdist_launcher.launcher.world import OpenWorld
-    from popdist_launcher.launcher.supervisor import Supervisor
+    from popdist_launcher.launcher.layout.backends.local import LocalBackend
+    from popdist_launcher.launcher.output.routing import LogFiles, OutputOptions, Router
+    from popdist_launcher.launcher.layout.plan import Host, LaunchPlan
+    from popdist_launcher.launcher.supervision.attempt import JobState
+    from popdist_launcher.launcher.supervision.world import OpenWorld
+    from popdist_launcher.launcher.supervision.supervisor import Supervisor
 
     plan = LaunchPlan(program=(sys.executable, "-c", OPEN_WORLD_PROGRAM), num_instances=0,
                       num_replicas=0, ipus_per_replica=1, instances=(),

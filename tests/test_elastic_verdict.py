@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Dict, List, Sequence, Tuple
 
-from popdist_launcher.launcher.attempt import Instance, JobResult, JobState
+from popdist_launcher.launcher.supervision.attempt import Instance, JobResult, JobState
 from popdist_launcher.launcher.elastic.horovod_rounds import Ending, Round, Worker, summary
-from popdist_launcher.launcher.output import OutputOptions, Router
+from popdist_launcher.launcher.output.routing import OutputOptions, Router
 from popdist_launcher.wire import helper_frames as frames
 
 SUCCEEDED = JobResult(JobState.SUCCEEDED, 0, None, None)

@@ -1,19 +1,21 @@
 """The hang check's parts below its decision, without a process: the bounds and the clock that
-learns them and what the instances' environment gets (launcher/hang/bounds.py), the evidence
-the launcher keeps per instance (launcher/hang/evidence.py: the sampler's reports, Horovod's
-"Missing ranks" lines, ``Track``), and ``HangCheck`` (launcher/hang/check.py) fed by hand, at
+learns them and what the instances' environment gets (launcher/supervision/hang/bounds.py),
+the evidence the launcher keeps per instance (launcher/supervision/hang/evidence.py: the
+sampler's reports, Horovod's "Missing ranks" lines, ``Track``), and ``HangCheck``
+(launcher/supervision/hang/check.py) fed by hand, at
 explicit times, through a fake ``Port`` around real ``attempt.Instance`` objects: what it probes,
 what it cuts and with which words, whose stacks it collects, and a watchdog's stall."""
 import pytest
 
-from popdist_launcher.launcher import report
-from popdist_launcher.launcher.attempt import Failure, Instance, InstanceState
-from popdist_launcher.launcher.hang import Bounds, Clock, HangCheck, environment
-from popdist_launcher.launcher.hang.bounds import (HOROVOD_STALL_ENV, LEARN_WINDOW_S,
-                                                   WHEREABOUTS_ENV, stall_check_s)
-from popdist_launcher.launcher.hang.decision import Hung, Verdict
-from popdist_launcher.launcher.hang.evidence import (UNKNOWN, MissingRanks, Position, Report,
-                                                     Seen, Track, parse_report, position_of)
+from popdist_launcher.launcher.output import report
+from popdist_launcher.launcher.supervision.attempt import Failure, Instance, InstanceState
+from popdist_launcher.launcher.supervision.hang import Bounds, Clock, HangCheck, environment
+from popdist_launcher.launcher.supervision.hang.bounds import (HOROVOD_STALL_ENV, LEARN_WINDOW_S,
+                                                               WHEREABOUTS_ENV, stall_check_s)
+from popdist_launcher.launcher.supervision.hang.decision import Hung, Verdict
+from popdist_launcher.launcher.supervision.hang.evidence import (UNKNOWN, MissingRanks, Position,
+                                                                 Report, Seen, Track, parse_report,
+                                                                 position_of)
 from popdist_launcher.wire import position_report
 
 

@@ -1,5 +1,5 @@
-"""The hang check's decision as a pure function (popdist_launcher/launcher/hang/decision.py:
-``decide`` and ``describe_groups``, every kind and every rule that never cuts, from ``Seen``
+"""The hang check's decision as a pure function
+(popdist_launcher/launcher/supervision/hang/decision.py: ``decide`` and ``describe_groups``, every kind and every rule that never cuts, from ``Seen``
 snapshots and explicit ``Bounds``), and the program-side sampler's pure parts
 (popdist_launcher/whereabouts.py: ``classify``, ``position``, ``_own_frame`` on fake stacks,
 ``Activity`` on this process's own threads, ``Sampler``'s reports, ``encode``/``decode``,
@@ -15,9 +15,9 @@ import types
 import pytest
 
 from popdist_launcher import whereabouts
-from popdist_launcher.launcher.hang import Bounds
-from popdist_launcher.launcher.hang.decision import Hung, describe_groups, decide
-from popdist_launcher.launcher.hang.evidence import Position, Seen
+from popdist_launcher.launcher.supervision.hang import Bounds
+from popdist_launcher.launcher.supervision.hang.decision import Hung, describe_groups, decide
+from popdist_launcher.launcher.supervision.hang.evidence import Position, Seen
 from popdist_launcher.wire import position_report, stack_pipe
 
 B = Bounds(30.0, 180.0, 600.0)  # short, wait, long (the default floors)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import select
 import socket
 
-from popdist_launcher.launcher.attempt import Instance, InstanceState, JobResult, JobState
+from popdist_launcher.launcher.supervision.attempt import Instance, InstanceState, JobResult, JobState
 from popdist_launcher.launcher.agents.elastic_horovod import (FRAMES, LOST_CODE, NOT_RUN_CODE,
                                                               HorovodRun)
 from popdist_launcher.launcher.elastic.driver_link import HelperSocket
@@ -17,8 +17,8 @@ from popdist_launcher.launcher.elastic.discovery.poller import FixedHosts
 from popdist_launcher.launcher.elastic.horovod_env import GLOO_TIMEOUT_S, JobEnv, worker_env
 from popdist_launcher.launcher.agents.horovod_job import HorovodJob
 from popdist_launcher.launcher.elastic.membership import Blacklist, Membership, MembershipLog
-from popdist_launcher.launcher.output import OutputOptions, Router
-from popdist_launcher.launcher.plan import Host
+from popdist_launcher.launcher.output.routing import OutputOptions, Router
+from popdist_launcher.launcher.layout.plan import Host
 from popdist_launcher.launcher.spawned import peer_sockets
 from popdist_launcher.wire import helper_frames as frames
 from popdist_launcher.wire.protocol import CUT_PEERS, UNSET_ENV

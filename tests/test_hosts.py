@@ -2,7 +2,7 @@
 import pytest
 
 from conftest import poprun
-from popdist_launcher.launcher import hosts as h
+from popdist_launcher.launcher.layout import hosts as h
 
 
 def test_host_list_with_slots_ranges_and_defaults():
@@ -144,11 +144,11 @@ def test_backend_auto_is_picked_in_one_place():
     asked; an allocation's hosts srun; other hosts ssh (mpirun through MPI's agent in a fixed
     world); this host alone mpirun for 2+ instances when Horovod can use it, else local; an
     elastic job never mpirun."""
-    from popdist_launcher.launcher.backends import detect
+    from popdist_launcher.launcher.layout.backends import detect, registry
 
     def pick(requested="auto", **given):
         facts = dict(in_allocation=False, all_local=True, num_instances=2, mpi_agent=False)
-        return detect.pick_backend(requested, **{**facts, **given})
+        return registry.pick_backend(requested, **{**facts, **given})
 
     assert pick("ssh", in_allocation=True) == "ssh"
     assert pick("local", all_local=False) == "local"  # lay_out then says it cannot

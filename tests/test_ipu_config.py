@@ -5,7 +5,7 @@ import pytest
 
 import popdist_launcher
 from popdist_launcher import ipu, runtime
-from popdist_launcher.launcher.plan import build_plan
+from popdist_launcher.launcher.layout.plan import build_plan
 from conftest import poprun
 
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conftest import alive, wait_gone
-from popdist_launcher.launcher import console
+from popdist_launcher.launcher.output import console
 from popdist_launcher.launcher.elastic.discovery import script as ds
 from popdist_launcher.launcher.elastic.discovery import poller as d
 from popdist_launcher.launcher.elastic import membership as m

@@ -55,12 +55,12 @@ def test_second_address_of_an_interface_is_found(tmp_path):
         added = hosts.exec("hostA", ["ip", "addr", "add", f"{extra}/32", "dev", "eth0"])
         assert added.returncode == 0, added.stderr
         probe = hosts.exec("hostA", [sys.executable, "-m",
-                                     "popdist_launcher.launcher.host_probe",
+                                     "popdist_launcher.launcher.layout.host_probe",
                                      "--subnet", f"{extra}/32"], timeout=60)
         assert probe.returncode == 0, probe.stdout + probe.stderr
         answer = json.loads(probe.stdout)
         assert (answer["address"], answer["iface"]) == (extra, "eth0")
         first = hosts.exec("hostA", [sys.executable, "-m",
-                                     "popdist_launcher.launcher.host_probe",
+                                     "popdist_launcher.launcher.layout.host_probe",
                                      "--subnet", str(hosts.subnet)], timeout=60)
         assert json.loads(first.stdout)["address"] == hosts.address("hostA")

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import poprun
 from popdist_launcher.launch import cli
-from popdist_launcher.launcher import peer_options
+from popdist_launcher.launcher.cli import peer_options
 
 OURS = {name for p in cli.params if isinstance(p, click.Option)
         for name in p.opts + p.secondary_opts}

@@ -10,11 +10,11 @@ import pytest
 
 from conftest import poprun
 from netns_hosts import TestHosts, require_test_hosts
-from popdist_launcher.launcher.backends.base import Wiring
-from popdist_launcher.launcher.backends.mpi import MpiBackend
-from popdist_launcher.launcher.backends.slurm import SlurmBackend
-from popdist_launcher.launcher.hosts import HostSlots
-from popdist_launcher.launcher.plan import Host, build_plan
+from popdist_launcher.launcher.layout.backends.base import Wiring
+from popdist_launcher.launcher.layout.backends.mpi import MpiBackend
+from popdist_launcher.launcher.layout.backends.slurm import SlurmBackend
+from popdist_launcher.launcher.layout.hosts import HostSlots
+from popdist_launcher.launcher.layout.plan import Host, build_plan
 from popdist_launcher.launcher.spawned import placement
 from popdist_launcher.wire import placement_text
 

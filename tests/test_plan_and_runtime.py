@@ -6,8 +6,8 @@ import pytest
 
 import popdist_launcher
 from popdist_launcher import popdist, runtime, tf_config
-from popdist_launcher.launcher import ports
-from popdist_launcher.launcher.plan import Host, PlanError, build_plan, distribute, parse_exports
+from popdist_launcher.launcher.layout import ports
+from popdist_launcher.launcher.layout.plan import Host, PlanError, build_plan, distribute, parse_exports
 
 
 def plan(n=4, replicas=None, hosts=(Host("localhost", "127.0.0.1"),)):

@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from conftest import poprun
-from popdist_launcher.launcher import ports
+from popdist_launcher.launcher.layout import ports
 
 
 def lock_folder(tmp: str) -> str:

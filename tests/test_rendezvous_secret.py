@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import poprun
-from popdist_launcher.launcher import ports
+from popdist_launcher.launcher.layout import ports
 from popdist_launcher.wire import rendezvous
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import LAUNCHER, program
 from popdist_launcher import runtime
-from popdist_launcher.launcher import topology
+from popdist_launcher.launcher.layout import topology
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent

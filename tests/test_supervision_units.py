@@ -14,17 +14,17 @@ import sys
 
 import pytest
 
-from popdist_launcher.launcher import output as out, report
-from popdist_launcher.launcher.backends.base import WRAPPER_CODE, Backend, Launch, Wiring
-from popdist_launcher.launcher.backends.ssh import SshBackend
-from popdist_launcher.launcher.hub import Hub
+from popdist_launcher.launcher.output import routing as out, report
+from popdist_launcher.launcher.layout.backends.base import WRAPPER_CODE, Backend, Launch, Wiring
+from popdist_launcher.launcher.layout.backends.ssh import SshBackend
+from popdist_launcher.launcher.supervision.hub import Hub
 from popdist_launcher.wire import protocol as p
-from popdist_launcher.launcher.attempt import JobState
-from popdist_launcher.launcher.supervisor import Supervisor
-from popdist_launcher.launcher.plan import Host, build_plan
-from popdist_launcher.launcher.remote import SshOptions
-from popdist_launcher.launcher.stacks import StackCollector
-from popdist_launcher.launcher.stdin_forward import StdinForwarder
+from popdist_launcher.launcher.supervision.attempt import JobState
+from popdist_launcher.launcher.supervision.supervisor import Supervisor
+from popdist_launcher.launcher.layout.plan import Host, build_plan
+from popdist_launcher.launcher.layout.remote import SshOptions
+from popdist_launcher.launcher.supervision.stacks import StackCollector
+from popdist_launcher.launcher.supervision.stdin_forward import StdinForwarder
 
 
 # ---- the wire format -------------------------------------------------------------------------
@@ -231,8 +231,8 @@ def test_ssh_command_is_quoted_and_carries_no_secret():
 
 
 def test_mpirun_command_carries_the_secret_only_in_its_environment():
-    from popdist_launcher.launcher.hosts import HostSlots
-    from popdist_launcher.launcher.backends.mpi import MpiBackend
+    from popdist_launcher.launcher.layout.hosts import HostSlots
+    from popdist_launcher.launcher.layout.backends.mpi import MpiBackend
 
     backend = MpiBackend([HostSlots("localhost", 4)], [4])
     plan = _plan((Host("localhost", "127.0.0.1"),), [4])
@@ -252,8 +252,8 @@ def test_wrappers_that_may_be_on_other_hosts_try_tcp_before_the_unix_socket():
     wiring = Wiring("/tmp/s", ("10.0.0.1", 4242), 60.0)
     assert wiring.addresses() == ["tcp:10.0.0.1:4242", "unix:/tmp/s"]
     assert wiring.addresses(unix=False) == ["tcp:10.0.0.1:4242"]
-    from popdist_launcher.launcher.hosts import HostSlots
-    from popdist_launcher.launcher.backends.mpi import MpiBackend
+    from popdist_launcher.launcher.layout.hosts import HostSlots
+    from popdist_launcher.launcher.layout.backends.mpi import MpiBackend
     backend = MpiBackend([HostSlots("localhost", 2), HostSlots("node-b", 2)], [2, 2])
     plan = _plan((Host("localhost", "127.0.0.1"), Host("node-b", "10.0.0.2")), [2, 2])
     (launch,) = backend.launches(plan, wiring, "s3cr3t")
@@ -506,7 +506,7 @@ def test_tcp_wrapper_connections_have_keepalive_on_both_ends():
 
 # ---- instance states and a wrapper's hello ---------------------------------------------------
 def test_instance_states_change_only_along_the_transition_table():
-    from popdist_launcher.launcher.attempt import INSTANCE_TRANSITIONS, Instance, InstanceState
+    from popdist_launcher.launcher.supervision.attempt import INSTANCE_TRANSITIONS, Instance, InstanceState
 
     states = list(InstanceState)
     for start in states:

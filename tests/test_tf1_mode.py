@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from popdist_launcher.launcher import report
+from popdist_launcher.launcher.output import report
 from tests.conftest import PROGRAMS, poprun, program
 
 TRUE_W = np.array([[1.0], [-2.0], [0.5], [3.0]])

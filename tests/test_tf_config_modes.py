@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from popdist_launcher import tf_config
-from popdist_launcher.launcher.plan import Host, build_plan
+from popdist_launcher.launcher.layout.plan import Host, build_plan
 from tests.conftest import poprun, poprun_background, program, wait_for_files
 
 

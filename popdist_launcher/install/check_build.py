@@ -19,9 +19,9 @@ from importlib import metadata
 from typing import Dict, List, Optional, Tuple
 
 from popdist_launcher.install import tensorflow_dist
-from popdist_launcher.launcher.backends.detect import (find_mpirun, horovod_links_mpi,
-                                                       mpi_transport_available)
-from popdist_launcher.launcher.executables import which
+from popdist_launcher.launcher.layout.backends.detect import (find_mpirun, horovod_links_mpi,
+                                                              mpi_transport_available)
+from popdist_launcher.launcher.layout.executables import which
 
 HOROVOD_COMMAND = "python -m popdist_launcher.install horovod"
 STACK_FILE = ".popdist-stack"  # written by scripts/setup.sh into the virtualenv it makes

@@ -23,7 +23,7 @@ import tempfile
 from typing import Callable, Dict, List, Optional, Sequence
 
 from popdist_launcher.install import tensorflow_dist
-from popdist_launcher.launcher.executables import find
+from popdist_launcher.launcher.layout.executables import find
 
 DEFAULT_VERSION = "0.28.1"
 # What Horovod's setup.py and its CMake build import or run, besides TensorFlow (installed

@@ -1,7 +1,7 @@
 """The job's options as one validated, frozen value: what the command line asked for, with the
 host layout it chose; ``build`` checks the command line's values into it and the agent takes it.
 Each value is checked once, the hosts at start are read once (``hosts_at_start``) and the backend
-is picked in one place (``backends.detect.pick_backend``, through ``topology.lay_out``). Nothing
+is picked in one place (``backends.registry.pick_backend``, through ``topology.lay_out``). Nothing
 here imports click: the command line (launch.py) is the one place that knows it."""
 from __future__ import annotations
 
@@ -9,17 +9,19 @@ import os
 from typing import Any, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from popdist_launcher.wire import contract
-from popdist_launcher.launcher import hosts as hostlib
-from popdist_launcher.launcher import topology
-from popdist_launcher.launcher.backends.detect import in_slurm_allocation
+from popdist_launcher.launcher.layout import hosts as hostlib
+from popdist_launcher.launcher.layout import topology
+from popdist_launcher.launcher.layout.backends.base import HostOptions
+from popdist_launcher.launcher.layout.backends.detect import in_slurm_allocation
 from popdist_launcher.launcher.elastic import setup as elastic_setup
 from popdist_launcher.launcher.elastic.setup import ElasticOptions
-from popdist_launcher.launcher.hang import bounds as hang
-from popdist_launcher.launcher.output import OutputOptions
-from popdist_launcher.launcher.plan import PlanError, check_counts, parse_exports, resolve_program
-from popdist_launcher.launcher.remote import SshOptions, agent_from_environ
+from popdist_launcher.launcher.supervision.hang import bounds as hang
+from popdist_launcher.launcher.output.routing import OutputOptions
+from popdist_launcher.launcher.layout.plan import (PlanError, check_counts, parse_exports,
+                                                   resolve_program)
+from popdist_launcher.launcher.layout.remote import SshOptions, agent_from_environ
 from popdist_launcher.wire.placement_text import encode as encode_placement
-from popdist_launcher.launcher.topology import HostOptions, Layout, TopologyError
+from popdist_launcher.launcher.layout.topology import Layout, TopologyError
 
 LOCALHOST = "localhost"
 ELASTIC_HOSTS = "the elastic job's hosts"

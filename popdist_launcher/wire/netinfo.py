@@ -1,4 +1,4 @@
-"""Which address and interface a host is reached at (launcher/host_probe.py asks it on each
+"""Which address and interface a host is reached at (launcher/layout/host_probe.py asks it on each
 host; the launcher and the collectives call it in-process). Interface addresses come from psutil
 (every IPv4 address of an interface, not only its first).
 """

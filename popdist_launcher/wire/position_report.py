@@ -1,5 +1,5 @@
 """The hang check's position report: one line a program's sampler (``whereabouts.py``) sends
-its launcher (``launcher/hang/evidence.py``) when where it is or what it does changes.
+its launcher (``launcher/supervision/hang/evidence.py``) when where it is or what it does changes.
 
 ``LEFT RANK ACTIVITY POSITION<TAB>DETAIL``: LEFT, the number of waits (a collective or a
 TensorFlow step) the program has left so far; RANK, its Horovod rank (-1 before

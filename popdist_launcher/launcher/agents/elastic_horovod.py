@@ -22,19 +22,21 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Type
 
-from popdist_launcher.launcher import hosts as hostlib
-from popdist_launcher.launcher import console, ports, processes
+from popdist_launcher.launcher.layout import hosts as hostlib
+from popdist_launcher.launcher.output import console, report
+from popdist_launcher.launcher.layout import ports
+from popdist_launcher.launcher.supervision import processes
 from popdist_launcher.launcher.agents.fixed_world import Agent
 from popdist_launcher.launcher.agents.horovod_job import HorovodJob, JobEvents, Where, open_job
-from popdist_launcher.launcher.attempt import Instance, JobResult
+from popdist_launcher.launcher.supervision.attempt import Instance, JobResult
 from popdist_launcher.launcher.elastic.horovod_env import JobEnv, worker_env
 from popdist_launcher.launcher.elastic.horovod_hosts import Hosts
 from popdist_launcher.launcher.elastic.horovod_rounds import Ending, Round, Worker, summary
 from popdist_launcher.launcher.options import JobOptions
-from popdist_launcher.launcher.output import LogFiles
-from popdist_launcher.launcher.remote import RemoteError, resolve
+from popdist_launcher.launcher.output.routing import LogFiles
+from popdist_launcher.launcher.layout.remote import RemoteError, resolve
 from popdist_launcher.launcher.spawned import peer_sockets
-from popdist_launcher.launcher.topology import LOOPBACK, TopologyError, launcher_address
+from popdist_launcher.launcher.layout.topology import LOOPBACK, TopologyError, launcher_address
 from popdist_launcher.wire import helper_frames as frames
 from popdist_launcher.wire import rendezvous
 from popdist_launcher.wire.protocol import CUT_PEERS
@@ -190,7 +192,7 @@ class HorovodRun:
             if self.done is None and self.fatal is None:
                 code = self.job.driver.exit_status()
                 self._give_up("the elastic driver (helper process) ended without a result"
-                              + (f" ({processes.describe_exit(code)})" if code is not None else ""))
+                              + (f" ({report.describe_exit(code)})" if code is not None else ""))
             return
         for frame in received:
             self.on_frame(frame)

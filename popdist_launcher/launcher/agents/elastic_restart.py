@@ -12,16 +12,16 @@ import signal
 import time
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from popdist_launcher.launcher import console
+from popdist_launcher.launcher.output import console
 from popdist_launcher.launcher.agents.fixed_world import Agent
-from popdist_launcher.launcher.attempt import JobResult, JobState
+from popdist_launcher.launcher.supervision.attempt import JobResult, JobState
 from popdist_launcher.launcher.elastic import failure_policy as policy
 from popdist_launcher.launcher.elastic import membership, summary
 from popdist_launcher.launcher.elastic.discovery.poller import FixedHosts, HostSource, Poller
-from popdist_launcher.launcher.loop import EventLoop
+from popdist_launcher.launcher.supervision.loop import EventLoop
 from popdist_launcher.launcher.options import JobOptions
-from popdist_launcher.launcher.supervisor import STOPPING_SIGNALS, Supervisor
-from popdist_launcher.launcher.topology import TopologyError
+from popdist_launcher.launcher.supervision.supervisor import STOPPING_SIGNALS, Supervisor
+from popdist_launcher.launcher.layout.topology import TopologyError
 
 Hosts = List[Tuple[str, int]]
 BELOW_MIN_EXIT_CODE = 1

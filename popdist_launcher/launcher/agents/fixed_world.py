@@ -8,15 +8,16 @@ from __future__ import annotations
 import os
 from typing import Callable, List, Optional, Sequence, Set, Tuple
 
-from popdist_launcher.launcher import console
-from popdist_launcher.launcher.backends.base import Wiring
+from popdist_launcher.launcher.output import console
+from popdist_launcher.launcher.layout.backends.base import Wiring
 from popdist_launcher.launcher.options import JobOptions
-from popdist_launcher.launcher.output import LogFiles, Router, open_output_dir
-from popdist_launcher.launcher.plan import LaunchPlan, build_plan, format_topology, horovod_tuning
+from popdist_launcher.launcher.output.routing import LogFiles, Router, open_output_dir
+from popdist_launcher.launcher.layout.plan import (LaunchPlan, build_plan, format_topology,
+                                                   horovod_tuning)
 from popdist_launcher.wire import rendezvous
-from popdist_launcher.launcher.attempt import JobResult, JobState
-from popdist_launcher.launcher.supervisor import Supervisor
-from popdist_launcher.launcher.topology import Layout
+from popdist_launcher.launcher.supervision.attempt import JobResult, JobState
+from popdist_launcher.launcher.supervision.supervisor import Supervisor
+from popdist_launcher.launcher.layout.topology import Layout
 
 
 class Agent:

@@ -9,19 +9,19 @@ import socket
 from dataclasses import dataclass
 from typing import List, Optional, Protocol, Sequence, Tuple
 
-from popdist_launcher.launcher import hosts as hostlib
-from popdist_launcher.launcher.attempt import Instance
+from popdist_launcher.launcher.layout import hosts as hostlib
+from popdist_launcher.launcher.supervision.attempt import Instance
 from popdist_launcher.launcher.elastic.discovery.poller import FixedHosts, HostSource, Poller
 from popdist_launcher.launcher.elastic.driver_link import DriverLink
 from popdist_launcher.launcher.elastic.horovod_hosts import Hosts, HostProbes
 from popdist_launcher.launcher.elastic.membership import Blacklist, Membership, MembershipLog
 from popdist_launcher.launcher.options import JobOptions
-from popdist_launcher.launcher.output import Router
-from popdist_launcher.launcher.plan import LaunchPlan
-from popdist_launcher.launcher.remote import RemoteError, resolve
-from popdist_launcher.launcher.supervisor import Supervisor
-from popdist_launcher.launcher.topology import LOOPBACK
-from popdist_launcher.launcher.world import OpenWorld
+from popdist_launcher.launcher.output.routing import Router
+from popdist_launcher.launcher.layout.plan import LaunchPlan
+from popdist_launcher.launcher.layout.remote import RemoteError, resolve
+from popdist_launcher.launcher.supervision.supervisor import Supervisor
+from popdist_launcher.launcher.layout.topology import LOOPBACK
+from popdist_launcher.launcher.supervision.world import OpenWorld
 from popdist_launcher.wire.helper_settings import HelperSettings
 
 DISCOVERY_INTERVAL_S = 1.0  # horovodrun's

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from typing import List, Optional
 
-from popdist_launcher.launcher import processes
+from popdist_launcher.launcher.supervision import processes
 from popdist_launcher.wire import rendezvous
 from popdist_launcher.wire import helper_frames as frames
 from popdist_launcher.wire.helper_settings import HelperSettings

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from popdist_launcher.launcher import hosts as hostlib
-from popdist_launcher.launcher.plan import Host
-from popdist_launcher.launcher.remote import BackgroundProbe, RemoteError, probe_command
-from popdist_launcher.launcher.topology import Layout
+from popdist_launcher.launcher.layout import hosts as hostlib
+from popdist_launcher.launcher.layout.plan import Host
+from popdist_launcher.launcher.layout.remote import BackgroundProbe, RemoteError, probe_command
+from popdist_launcher.launcher.layout.topology import Layout
 
 PROBE_RETRY_S = 2.0  # a host whose probe failed is probed again at the first poll after this
 Hosts = List[Tuple[str, int]]

@@ -6,11 +6,11 @@ import signal
 import time
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from popdist_launcher.launcher import processes
+from popdist_launcher.launcher.output import report
 from popdist_launcher.launcher.elastic.summary import Entry, write
-from popdist_launcher.launcher.hosts import host_text
-from popdist_launcher.launcher.attempt import Instance, JobResult, JobState
-from popdist_launcher.launcher.output import STDERR, STDOUT, Router
+from popdist_launcher.launcher.layout.hosts import host_text
+from popdist_launcher.launcher.supervision.attempt import Instance, JobResult, JobState
+from popdist_launcher.launcher.output.routing import STDERR, STDOUT, Router
 from popdist_launcher.wire import helper_frames as frames
 
 
@@ -35,7 +35,7 @@ class Worker:
         if self.inst is not None and self.inst.hung:
             return self.inst.hung + "; killed with SIGKILL"
         if self.how == "exited":
-            return processes.describe_exit(self.inst.returncode)
+            return report.describe_exit(self.inst.returncode)
         return self.detail or self.how
 
 

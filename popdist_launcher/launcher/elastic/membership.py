@@ -8,7 +8,7 @@ import time
 from datetime import datetime
 from typing import Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
-from popdist_launcher.launcher import console
+from popdist_launcher.launcher.output import console
 from popdist_launcher.launcher.elastic.discovery.poller import Answer, Hosts
 
 

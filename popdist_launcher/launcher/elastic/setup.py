@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from popdist_launcher.launcher import hosts as hostlib
-from popdist_launcher.launcher.plan import PlanError
+from popdist_launcher.launcher.layout import hosts as hostlib
+from popdist_launcher.launcher.layout.plan import PlanError
 
 DEFAULT_ELASTIC_TIMEOUT = 600.0  # seconds, horovodrun's default
 COOLDOWN_BOUNDS = (1, 3600)      # seconds, horovodrun's bounds for --blacklist-cooldown-range
@@ -31,7 +31,8 @@ class ElasticOptions(NamedTuple):
     reset_limit: Optional[int] = None
     cooldown_range: Optional[Tuple[int, int]] = None
     mode: str = "restart"  # "horovod": Horovod's elastic driver; "restart": elastic restarts
-    host_failure_limit: int = DEFAULT_HOST_FAILURE_LIMIT  # --host-failure-limit: failures in a row without progress
+    # --host-failure-limit: failures in a row without progress
+    host_failure_limit: int = DEFAULT_HOST_FAILURE_LIMIT
 
 
 def asked_for(p: Mapping[str, Any]) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Sequence
 
-from popdist_launcher.launcher.console import line
+from popdist_launcher.launcher.output.console import line
 
 
 class Entry(NamedTuple):

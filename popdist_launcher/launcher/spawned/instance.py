@@ -27,7 +27,7 @@ import _socket
 import os
 import sys
 
-from popdist_launcher.launcher import console
+from popdist_launcher.launcher.output import console
 from popdist_launcher.wire import protocol as p
 from popdist_launcher.launcher.spawned.wrapper import CHUNK, serve
 

@@ -1,15 +1,15 @@
 """Where one instance runs on its host: its CPUs (``--bind-to``), its thread budget and its GPUs.
 
 The launcher only says what was asked (``wire/placement_text.py``, in the instance's environment
-as ``POPRUN_PLACEMENT``); each instance's wrapper works it out on its own host (:func:`place`, a pure
-function of the options, the program's environment, the CPUs the wrapper may use and a root
+as ``POPRUN_PLACEMENT``); each instance's wrapper works it out on its own host (:func:`place`, a
+pure function of the options, the program's environment, the CPUs the wrapper may use and a root
 folder holding ``sys/devices/system/...``, ``proc/driver/nvidia`` and ``dev``), binds itself and
 extends the program's environment before starting it. Standard library only, and the launcher's
 ``console`` for its lines' prefix: the wrapper loads this once per instance.
 """
 import os
 
-from popdist_launcher.launcher import console
+from popdist_launcher.launcher.output import console
 from popdist_launcher.wire.placement_text import decode
 
 THREAD_VARS = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")

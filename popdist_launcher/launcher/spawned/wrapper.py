@@ -1,13 +1,13 @@
 """One instance's supervision loop, in its wrapper: the program's output, exit, Python stacks,
-progress reports and whereabouts go to the launcher; the launcher's signals, stdin, stack requests and
-release come to the program (see instance.py for how the wrapper starts)."""
+progress reports and whereabouts go to the launcher; the launcher's signals, stdin, stack requests
+and release come to the program (see instance.py for how the wrapper starts)."""
 import _signal
 import _socket
 import os
 import select
 import time
 
-from popdist_launcher.launcher import console
+from popdist_launcher.launcher.output import console
 from popdist_launcher.launcher.spawned import placement
 from popdist_launcher.wire.placement_text import PLACEMENT_ENV
 from popdist_launcher.wire import protocol as p

@@ -1,7 +1,8 @@
 """Periodic host discovery for an elastic job, in a process of its own (started by
 ``discovery/poller.py``'s ``Poller``):
 
-    python -m popdist_launcher.launcher.elastic.discovery.poll SCRIPT SLOTS_PER_HOST INTERVAL TIMEOUT
+    python -m popdist_launcher.launcher.elastic.discovery.poll \
+        SCRIPT SLOTS_PER_HOST INTERVAL TIMEOUT
 
 runs SCRIPT every INTERVAL seconds (each run bounded by TIMEOUT seconds, see
 ``discovery_script.run_discovery``) and writes one JSON line per run to stdout:
@@ -19,7 +20,7 @@ import sys
 import time
 
 from popdist_launcher.launcher.elastic.discovery import script as discovery_script
-from popdist_launcher.launcher.processes import signal_group
+from popdist_launcher.launcher.supervision.processes import signal_group
 
 PR_SET_PDEATHSIG = 1
 IDLE, STARTING = 0, -1

@@ -14,7 +14,7 @@ import sys
 from typing import Any, Callable, List, NamedTuple, Optional, Protocol
 
 from popdist_launcher.launcher.elastic.discovery.script import Hosts, describe_exit
-from popdist_launcher.launcher.processes import signal_group
+from popdist_launcher.launcher.supervision.processes import signal_group
 
 # An Answer's kind besides DiscoveryError's: a good answer, the discovery process ended.
 OK, POLLER = "ok", "poller"
@@ -132,8 +132,9 @@ class Poller:
         answers = [_answer(json.loads(line)) for line in lines if line]
         if ended and self._proc is not None:
             self._proc.wait()
+            ended = describe_exit(self._proc.returncode)
             answers.append(Answer(None, f"the host discovery process (pid {self._proc.pid}) "
-                                        f"{describe_exit(self._proc.returncode)}; started a new one.",
+                                        f"{ended}; started a new one.",
                                   POLLER))
             self._spawn()
         return answers

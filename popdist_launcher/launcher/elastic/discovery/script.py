@@ -12,7 +12,7 @@ import signal
 import subprocess
 from typing import Callable, Dict, List, Optional, Tuple
 
-from popdist_launcher.launcher.processes import signal_group
+from popdist_launcher.launcher.supervision.processes import signal_group
 
 Hosts = List[Tuple[str, int]]
 
@@ -163,8 +163,8 @@ def run_discovery(script: str, slots_per_host: int, timeout: float = 10.0, *,
         lines = [line for line in lines if line]
         said = f"last stderr line: {lines[-1][:200]}" if lines else "nothing on stderr"
         raise DiscoveryError(
-            f"the host discovery script {script} {describe_exit(proc.returncode)} ({said}); it must "
-            f"exit 0 and print {_EXPECTED}.", EXIT)
+            f"the host discovery script {script} {describe_exit(proc.returncode)} ({said}); it "
+            f"must exit 0 and print {_EXPECTED}.", EXIT)
     hosts = parse_hosts(out.decode(errors="replace"), slots_per_host, script)
     if not hosts:
         raise DiscoveryError(

@@ -51,8 +51,8 @@ class LauncherHostManager(HostManager):
     """Horovod's HostManager with two changes: rank order follows HOSTS (hosts of the previous
     assignment first, in their order, then new ones in the order HOSTS lists them; Horovod
     orders new hosts through a set), and what a failed worker means for its host is the failure
-    policy's (``failure_policy.py``): blacklist (with the cooldown, or for the rest of the job once the
-    host reached --host-failure-limit), start the worker again in place (RETRY), or end the
+    policy's (``failure_policy.py``): blacklist (with the cooldown, or for the rest of the job
+    once the host reached --host-failure-limit), start the worker again in place (RETRY), or end the
     job with one sentence (FATAL)."""
 
     def __init__(self, discovery: HostDiscovery, cooldown_range=None) -> None:

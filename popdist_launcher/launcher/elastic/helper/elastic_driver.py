@@ -2,7 +2,8 @@
 a helper process, with every worker started and watched by the launcher over a socketpair.
 
 Usage (by the launcher only), with the rendezvous secret in $POPRUN_RENDEZVOUS_SECRET:
-python -m popdist_launcher.launcher.elastic.helper.elastic_driver CONTROL_FD RENDEZVOUS_FD SETTINGS_JSON
+python -m popdist_launcher.launcher.elastic.helper.elastic_driver \
+    CONTROL_FD RENDEZVOUS_FD SETTINGS_JSON
 
 CONTROL_FD is the helper's end of a socketpair carrying frames (wire/helper_frames.py):
 from the launcher HOSTS (usable hosts in rank order), ALLOW (more rendezvous client addresses) and
@@ -12,8 +13,9 @@ ALIVE every HEARTBEAT_S (the launcher ends the job when the helper falls silent)
 SETTINGS_JSON: the job's HelperSettings (wire/helper_settings.py: horovodrun's elastic options,
 the rendezvous client addresses, and how long the survivors of a reset wait for a new worker).
 RENDEZVOUS_FD is a listening TCP socket the launcher bound: Horovod's elastic rendezvous handler
-is served on it, behind the secret, for the whole job. The helper ignores SIGINT (the launcher forwards signals to the workers it started),
-never installs Horovod's signal handlers, and exits at once when CONTROL_FD reaches end of file.
+is served on it, behind the secret, for the whole job. The helper ignores SIGINT (the launcher
+forwards signals to the workers it started), never installs Horovod's signal handlers, and
+exits at once when CONTROL_FD reaches end of file.
 
 What differs from horovodrun's driver: hosts come from the launcher (it runs the discovery
 script and removes lost hosts), hosts take ranks in the order of HOSTS and the workers that go on

@@ -1,1 +1,0 @@
-"""Backends: one module per way of placing instances (local, ssh, mpirun, srun)."""
