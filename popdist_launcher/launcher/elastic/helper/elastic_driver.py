@@ -128,6 +128,10 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
         seams.host_manager(self).give_up = self._give_up
         threading.Thread(target=self._notify_forever, name="notifier", daemon=True).start()
 
+    def use_workers(self, workers: workers_seam.LauncherWorkers) -> None:
+        """The workers this driver starts (stopped or marked late when a round forms again)."""
+        self._workers = workers
+
     def round(self) -> int:
         return seams.worker_registry(self).last_rendezvous()
 
@@ -461,6 +465,7 @@ def main(argv: Sequence[str]) -> None:
                                    settings.reset_limit, settings.cooldown_range,
                                    settings.failure_limit, settings.start_timeout)
     workers.bind(driver)
+    driver.use_workers(workers)
     rendezvous.start(rendezvous_handler(driver))  # requests so far wait in the backlog
     try:
         driver.start(settings.np, workers.create_worker)
