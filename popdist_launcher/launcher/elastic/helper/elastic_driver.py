@@ -42,11 +42,9 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-from horovod.runner.common.util import network
 from horovod.runner.common.util.timeout import TimeoutException
 from horovod.runner.elastic import driver as horovod_driver
-from horovod.runner.elastic.worker import (HostUpdateResult, WorkerNotificationClient,
-                                           WorkerNotificationService)
+from horovod.runner.elastic.worker import HostUpdateResult, WorkerNotificationClient
 
 from popdist_launcher.launcher.elastic import failure_policy as policy
 from popdist_launcher.launcher.elastic.helper.driver_hosts import (LauncherHostManager, PushedHosts,
@@ -94,8 +92,7 @@ class BoundedNotificationClient(WorkerNotificationClient):
     most PROBE_TIMEOUT_S (inside the worker's PUT) instead of 3 x 20 s."""
 
     def __init__(self, addresses, key) -> None:
-        network.BasicClient.__init__(self, WorkerNotificationService.NAME, addresses, key, 0,
-                                     match_intf=False, probe_timeout=PROBE_TIMEOUT_S, attempts=1)
+        seams.init_notification_client(self, addresses, key, PROBE_TIMEOUT_S)
 
 
 class LauncherElasticDriver(horovod_driver.ElasticDriver):
