@@ -9,11 +9,11 @@ subfolders (each subfolder one room); the launcher's layers (elastic < options <
 run_job) and the library's (``LIBRARY_LAYERS``) import nothing above them; no unit imports
 another subpackage's private modules beyond those listed; Horovod's private names only in the
 seam modules (``HOROVOD_SEAMS``); files at most 500 lines and classes at most 450, except the
-listed ones, which may not grow. Line length (100 columns) is ruff's E501 (pyproject.toml). The
-lists are the debt the layering work pays off: an entry leaves when its reason goes, and none
-is added. Imports are read as Python runs them, function-level ones included: ``from m import
-n`` is an import of the submodule m.n where n is one (m's __init__ runs on the way, as for any
-import of m.n, but the code depends on m.n only) and of m where n is a name m defines."""
+listed ones, which may not grow. The lists are the debt the layering work pays off: an entry
+leaves when its reason goes, and none is added. Imports are read as Python runs them,
+function-level ones included: ``from m import n`` is an import of the submodule m.n where n is
+one (m's __init__ runs on the way, as for any import of m.n, but the code depends on m.n only)
+and of m where n is a name m defines."""
 from __future__ import annotations
 
 import ast
