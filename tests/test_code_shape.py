@@ -1,17 +1,20 @@
 """The package's shape, read from its source (no process started). The launcher: the console
-script is launch.py's ``main``; no module imports or reads another module's private name;
-``spawned/`` (what runs in other processes) imports nothing from ``elastic/``; ``wire/`` (what
-the processes say to each other) imports nothing of the package; the launcher's folders
-(``LAUNCHER_LAYERS``, the modules directly in ``launcher/`` counted as one unit) import each
-other in no circle and none imports a folder above it; the hang check imports nothing of the
-supervision but the attempt's records. The whole package: every module says what it does; no
-import circle between units (a subpackage, a module directly in ``popdist_launcher/``, a folder
-of ``launcher/`` or ``launcher/``'s own modules together) beyond the known ones listed below; the
-library's layers (``LIBRARY_LAYERS``) import nothing above them; no unit imports another
-subpackage's private modules beyond those listed; files at most 500 lines and classes at most
-450, except the listed ones, which may not grow; and a file past 450 lines or a class past 400
-comes with a split plan (``SPLIT_PLANS``). The lists are the debt the layering work pays off: an
-entry leaves when its reason goes, and none is added. Imports are read as Python runs them,
+script is launch.py's ``main``; ``spawned/`` (what runs in other processes) imports nothing from
+``elastic/``; ``wire/`` (what the processes say to each other) imports nothing of the package; the
+launcher's folders (``LAUNCHER_LAYERS``, the modules directly in ``launcher/`` counted as one
+unit) import each other in no circle and none imports a folder above it; the hang check imports
+nothing of the supervision but the attempt's records. The whole package: every module says what
+it does; no module imports or reads another module's private name (a private module,
+``collectives/_state.py``, imported inside its unit is fine); no import circle between units (a
+subpackage, a module directly in ``popdist_launcher/``, a folder of ``launcher/`` or
+``launcher/``'s own modules together) beyond the known ones listed below, nor inside any folder
+among its modules and subfolders (each subfolder one room); the library's layers
+(``LIBRARY_LAYERS``) import nothing above them; no unit imports another subpackage's private
+modules beyond those listed; Horovod's private names only in the seam modules
+(``HOROVOD_SEAMS``); files at most 500 lines and classes at most 450, except the listed ones,
+which may not grow; and a file past 450 lines or a class past 400 comes with a split plan
+(``SPLIT_PLANS``). The lists are the debt the layering work pays off: an entry leaves when its
+reason goes, and none is added. Imports are read as Python runs them,
 function-level ones included: ``from m import n`` is an import of the submodule m.n where n is
 one (m's __init__ runs on the way, as for any import of m.n, but the code depends on m.n only)
 and of m where n is a name m defines."""
@@ -81,8 +84,11 @@ def test_console_script_is_launch_main():
 
 
 def test_no_module_imports_another_modules_private_name():
+    """Anywhere in the package: ``from m import _name`` where ``_name`` is not a module. A private
+    module (``collectives/_state.py``) imported inside its unit is fine; across units the test
+    below on private modules rules."""
     found = []
-    for path in launcher_files():
+    for path in package_files():
         for module, names in imports(path):
             if not module.startswith("popdist_launcher"):
                 continue  # the standard library's C modules (_signal, _socket) are on purpose
@@ -94,9 +100,10 @@ def test_no_module_imports_another_modules_private_name():
 
 
 def test_no_module_reads_another_modules_private_name():
-    """``module._name`` through an imported module of ours, e.g. ``wrapper._prctl()``."""
+    """``module._name`` through an imported module of ours, e.g. ``wrapper._prctl()``, anywhere in
+    the package (``_state.rank`` through a private module is a public name of it)."""
     found = []
-    for path in launcher_files():
+    for path in package_files():
         tree = tree_of(path)
         ours = set()
         for node in ast.walk(tree):
@@ -461,3 +468,231 @@ def test_the_collectives_modules_import_each_other_in_no_circle():
     assert "popdist_launcher.collectives._tracking" in \
         edges["popdist_launcher.collectives._allreduce"]
     assert circles(edges) == []
+
+
+# --- the rooms: inside each unit --------------------------------------------------------------
+
+def folder_graph(folder: pathlib.Path) -> Dict[str, Set[str]]:
+    """The imports among one folder's rooms: each module directly in ``folder`` (its __init__
+    as the package's own name) and each subfolder counted as one room with everything below it.
+    Function-level imports count, as Python runs them."""
+    base = module_name(folder / "__init__.py")
+
+    def room(dotted: str):
+        if dotted == base:
+            return base
+        if not dotted.startswith(base + "."):
+            return None
+        return f"{base}.{dotted[len(base) + 1:].split('.')[0]}"
+
+    edges: Dict[str, Set[str]] = {}
+    for path in package_files():
+        source = room(module_name(path))
+        if source is None:
+            continue
+        for target in imported_modules(path):
+            other = room(target)
+            if other is not None and other != source:
+                edges.setdefault(source, set()).add(other)
+    return edges
+
+
+def test_folder_graph_counts_a_subfolder_as_one_room():
+    edges = folder_graph(PACKAGE / "ipu")
+    assert "popdist_launcher.ipu.ops" in edges["popdist_launcher.ipu.ipu_pipeline_estimator"]
+    assert not any("popdist_launcher.ipu.ops." in t for ts in edges.values() for t in ts)
+
+
+def test_no_folder_has_an_import_circle_among_its_modules():
+    """In every folder of the package (each unit, and each subfolder inside one), the modules
+    and subfolders import each other in no circle: what two of them share moves into a module
+    both import. The package's __init__ counts as a module of its folder."""
+    found = []
+    for folder in sorted({p.parent for p in package_files()}):
+        for circle in circles(folder_graph(folder)):
+            found.append(f"{folder.relative_to(ROOT)}: "
+                         f"{sorted(name.rpartition('.')[2] for name in circle)}")
+    assert found == [], "move what the modules of a circle share into a module they all import"
+
+
+# --- Horovod's private names ------------------------------------------------------------------
+
+# The modules that hold every private name of Horovod's that the package touches, one function
+# each, checked against the installed Horovod by tests/test_horovod_seams.py.
+HOROVOD_SEAMS = ("popdist_launcher/compat/horovod_seams.py",
+                 "popdist_launcher/launcher/elastic/helper/horovod_seams.py")
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def root_name(node: ast.AST):
+    """The name an expression is built on: ``a`` for ``a.b(c)[d].e``; None for anything else."""
+    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+@functools.lru_cache(maxsize=None)
+def seam_declared_names() -> FrozenSet[str]:
+    """Every private name the seam modules spell (a string or an attribute): the Horovod names
+    a class built on Horovod's may override (its methods of those names), never read itself."""
+    names = set()
+    for seam in HOROVOD_SEAMS:
+        for node in ast.walk(tree_of(ROOT / seam)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and is_private(node.value) and node.value.isidentifier():
+                names.add(node.value)
+            elif isinstance(node, ast.Attribute) and is_private(node.attr):
+                names.add(node.attr)
+    return frozenset(names)
+
+
+@functools.lru_cache(maxsize=None)
+def horovod_hook_functions() -> FrozenSet[str]:
+    """``module:function`` of each import table hook that runs on a Horovod module's import."""
+    found = set()
+    for node in ast.walk(tree_of(PACKAGE / "compat" / "import_table.py")):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Hook" \
+                and len(node.args) >= 2 and isinstance(node.args[0], ast.Constant) \
+                and str(node.args[0].value).split(".")[0] == "horovod":
+            found.add(node.args[1].value)
+    return frozenset(found)
+
+
+def horovod_private_uses(path: pathlib.Path) -> List[str]:
+    """Private Horovod names ``path`` uses: see test_no_private_horovod_name_outside_the_seams."""
+    return private_horovod_names_in(tree_of(path), str(path.relative_to(ROOT)),
+                                    module_name(path))
+
+
+def private_horovod_names_in(tree: ast.Module, where: str, module: str) -> List[str]:
+    found: List[str] = []
+    horovod: Set[str] = set()  # names bound to Horovod's modules, classes and objects
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "horovod":
+                    horovod.add(alias.asname or alias.name.split(".")[0])
+                    if any(is_private(part) for part in alias.name.split(".")):
+                        found.append(f"{where}:{node.lineno}: import {alias.name}")
+        elif isinstance(node, ast.ImportFrom) and not node.level \
+                and (node.module or "").split(".")[0] == "horovod":
+            for alias in node.names:
+                horovod.add(alias.asname or alias.name)
+                if any(is_private(part) for part in [*node.module.split("."), alias.name]):
+                    found.append(f"{where}:{node.lineno}: from {node.module} import {alias.name}")
+    for node in ast.walk(tree):  # a hook on a Horovod module's import is given that module
+        if isinstance(node, ast.FunctionDef) and node.args.args \
+                and f"{module}:{node.name}" in horovod_hook_functions():
+            horovod.add(node.args.args[0].arg)
+    while True:  # names assigned from Horovod's values, and classes built on Horovod's
+        grown = set(horovod)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and root_name(node.value) in horovod:
+                grown.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            elif isinstance(node, ast.ClassDef) and any(root_name(b) in horovod
+                                                        for b in node.bases):
+                grown.add(node.name)
+        if grown == horovod:
+            break
+        horovod = grown
+    if not horovod:
+        return found
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and is_private(node.attr) \
+                and root_name(node.value) in horovod:
+            found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and root_name(node.func.value) in horovod and node.args \
+                and isinstance(node.args[0], ast.Name) and node.args[0].id == "self":
+            found.append(f"{where}:{node.lineno}: {ast.unparse(node.func)}(self, ...) "
+                         f"skips the class's own method")
+    declared = seam_declared_names()
+    for cls in ast.walk(tree):
+        if not (isinstance(cls, ast.ClassDef) and cls.name in horovod):
+            continue
+        methods = {n.name for n in cls.body if isinstance(n, (ast.FunctionDef,
+                                                              ast.AsyncFunctionDef))}
+        assigned = {t.attr for n in ast.walk(cls) if isinstance(n, (ast.Assign, ast.AnnAssign))
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                    if isinstance(t, ast.Attribute) and root_name(t) == "self"}
+        own = (methods | assigned) - declared
+        for node in ast.walk(cls):
+            if isinstance(node, ast.Attribute) and is_private(node.attr):
+                through_self = isinstance(node.value, ast.Name) and node.value.id == "self"
+                through_super = isinstance(node.value, ast.Call) \
+                    and getattr(node.value.func, "id", None) == "super"
+                overridden = node.attr in methods and node.attr in declared
+                if (through_self and node.attr not in own and not overridden) \
+                        or (through_super and not overridden):
+                    found.append(f"{where}:{node.lineno}: {cls.name}: {ast.unparse(node)}")
+    touches_horovod = any(isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(tree)) \
+        and bool(horovod)
+    if touches_horovod:  # a function patched onto a Horovod class: ``def f(self)`` outside one
+        in_class = {id(n) for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
+                    for n in c.body}
+        for function in ast.walk(tree):
+            if isinstance(function, ast.FunctionDef) and id(function) not in in_class \
+                    and function.args.args and function.args.args[0].arg == "self":
+                for node in ast.walk(function):
+                    if isinstance(node, ast.Attribute) and is_private(node.attr) \
+                            and isinstance(node.value, ast.Name) and node.value.id == "self":
+                        found.append(f"{where}:{node.lineno}: {function.name}: "
+                                     f"{ast.unparse(node)}")
+    return found
+
+
+def test_private_horovod_names_are_found_each_way():
+    def uses(source: str) -> List[str]:
+        return [line.split(": ", 1)[1]
+                for line in private_horovod_names_in(ast.parse(source), "m.py", "m")]
+
+    assert uses("from horovod.runner.elastic import driver\nt = driver._epoch_time_s()") == \
+        ["driver._epoch_time_s"]
+    assert uses("from horovod.common import _basics") == \
+        ["from horovod.common import _basics"]
+    assert uses("import horovod.tensorflow as hvd\nhvd.mpi_ops._basics.init()") == \
+        ["hvd.mpi_ops._basics"]
+    assert uses("from horovod.common.elastic import State\ns = State\ns._x = 1") == ["s._x"]
+    assert uses("from horovod.runner.common.util import network\n"
+                "class C(network.BasicClient):\n"
+                "    def __init__(self):\n"
+                "        network.BasicClient.__init__(self, 1)\n") == \
+        ["network.BasicClient.__init__(self, ...) skips the class's own method"]
+    subclass = ("from horovod.runner.elastic.driver import ElasticDriver\n"
+                "class D(ElasticDriver):\n"
+                "    def __init__(self):\n"
+                "        self._mine = 1\n"
+                "    def _helper(self):\n"
+                "        return self._mine, self._host_manager, self._timeout\n"
+                "    def _activate_workers(self, n):\n"
+                "        return super()._activate_workers(n), self._helper()\n")
+    # _timeout and _activate_workers are the helper seams' (declared): the override is allowed,
+    # reading the attribute is not; _host_manager is declared too, _mine and _helper are D's.
+    assert uses(subclass) == ["D: self._host_manager", "D: self._timeout"]
+    assert uses("import horovod\ndef sync(self):\n    self._bcast_model = None\n") == \
+        ["sync: self._bcast_model"]
+    assert uses("import os\ndef f(self):\n    return self._x, os._exit") == []
+
+
+def test_no_private_horovod_name_outside_the_seams():
+    """Horovod's private names are used only in the seam modules (``HOROVOD_SEAMS``), where
+    tests/test_horovod_seams.py checks each against the installed Horovod. Read from the source
+    of every other module of the package: no ``from horovod... import _x`` or ``import
+    horovod._x``; no ``X._y`` on a Horovod value (a name bound by importing Horovod, a hook's
+    module argument where the import table hooks a Horovod module, or a name assigned from
+    either, e.g. ``driver._epoch_time_s()``); no Horovod class's method called unbound with
+    ``self`` (``BasicClient.__init__(self, ...)`` skips the parent's own); in a class built on a
+    Horovod class, no ``self._x`` or ``super()._x`` but the class's own names (the methods it
+    defines and the attributes it assigns), where a name the seams spell is Horovod's: the
+    class may override such a method and call ``super()``'s, never read it otherwise; and in a
+    module that imports Horovod, no ``self._x`` in a function outside a class (a method patched
+    onto a Horovod class). What stays unseen: a private name reached through a value the source
+    does not show to be Horovod's (a parameter, a return value)."""
+    found = []
+    for path in package_files():
+        if str(path.relative_to(ROOT)) not in HOROVOD_SEAMS:
+            found += horovod_private_uses(path)
+    assert found == [], "put the name behind a function of a seam module and test it there"

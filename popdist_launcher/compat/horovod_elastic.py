@@ -7,31 +7,32 @@ from __future__ import annotations
 
 import functools
 
+from popdist_launcher.compat import horovod_seams
+
 HOROVOD_OPS = ("HorovodAllreduce", "HorovodAllgather", "HorovodBroadcast")
 
 
 def install(module) -> None:
-    """Hook on ``horovod.tensorflow.elastic``'s import: its two states' ``sync`` converts."""
+    """Hook on ``horovod.tensorflow.elastic``'s import: its two states' ``sync`` converts, and
+    ``State.commit`` reports."""
     for state in (module.TensorFlowKerasState, module.TensorFlowState):
         if not getattr(state.sync, "converts_horovod_errors", False):
             state.sync = _converting(state.sync)
     from horovod.common.elastic import State
     if not getattr(State.commit, "reports_progress", False):
-        State.commit = _reporting_commit
+        commit = horovod_seams.commit_with(_report_commit)
+        commit.reports_progress = True
+        State.commit = commit
 
 
-def _reporting_commit(self) -> None:
-    """Horovod's ``State.commit`` (save, then look for host changes), reporting the commit to
-    the launcher between the two."""
+def _report_commit() -> None:
+    """One more ``state.commit()``: the commits so far, reported to the launcher as progress."""
     from popdist_launcher.stack_dump import report_progress
 
-    self.save()
     _commits[0] += 1
     report_progress(_commits[0])
-    self.check_host_updates()
 
 
-_reporting_commit.reports_progress = True
 _commits = [0]
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import functools
 import logging
 
+from popdist_launcher.compat import horovod_seams
+
 log = logging.getLogger(__name__)
 
 
@@ -26,7 +28,8 @@ def _building(sync):
         # In graph mode the broadcast op was made at construction: the same on every rank.
         if tf.executing_eagerly() and self.optimizer is not None:
             build_optimizer(self.optimizer, self.model.trainable_variables)
-            self._bcast_model = functools.partial(broadcast_state, self.model, self.optimizer)
+            horovod_seams.set_model_broadcast(
+                self, functools.partial(broadcast_state, self.model, self.optimizer))
         return sync(self)
 
     building_sync.builds_optimizer = True

@@ -11,7 +11,7 @@ An entry applies while all of its switches are on (``when``). Switches:
   ``TF_USE_LEGACY_KERAS`` set or chosen; ``popdist_launcher.compat.startup.choose_keras``).
 - ``keras-2``: TensorFlow has imported and tf.keras is Keras 2 (``keras_compat.install``).
 - ``ipu-program``: the program is written for Graphcore's SDK (it names one of the ``graphcore``
-  entries below: ``popdist_launcher.compat.ipu_program.decide``, at TensorFlow's import, or the first
+  entries below: ``popdist_launcher.compat.startup.decide_ipu_program``, at TensorFlow's import, or the first
   import of such a name): Keras optimizers are TensorFlow 2.6's, NumPy has its 1.x names.
 - ``ipu-devices``: the IPU layer has imported, or TensorFlow in an IPU program
   (``ipu_runtime.ipu_devices.watch``): ops placed on ``/device:IPU:N`` and ``tf.config``'s IPU device
@@ -26,7 +26,7 @@ An entry applies while all of its switches are on (``when``). Switches:
 Standard library only, and nothing imported: the site hook reads this at every interpreter start.
 """
 
-from popdist_launcher.compat.tf_python_keras import MOVED as TF_PYTHON_KERAS_MOVED
+from popdist_launcher.compat.keras_moves import MOVED as TF_PYTHON_KERAS_MOVED
 
 KERAS_2 = "{keras2}"
 IPU = "tensorflow.python.ipu"
@@ -192,8 +192,8 @@ HOOKS = (
     Hook(f"{KERAS_2}.src.backend", "popdist_launcher.compat.keras_compat:tf26_initializer_seeds",
          when=("keras-2", "ipu-program")),
     # Whether the program is an IPU program, decided before it can bind a Keras name.
-    Hook("tensorflow", "popdist_launcher.compat.ipu_program:decide", when=("ipu-alias",)),
-    Hook("numpy", "popdist_launcher.compat.ipu_program:decide", when=("ipu-alias",)),
+    Hook("tensorflow", "popdist_launcher.compat.startup:decide_ipu_program", when=("ipu-alias",)),
+    Hook("numpy", "popdist_launcher.compat.startup:decide_ipu_program", when=("ipu-alias",)),
     # NumPy 1.x's names (np.float_, np.NaN, np.product ...) for IPU programs.
     Hook("numpy", "popdist_launcher.compat.numpy1_names:install", when=("ipu-program",)),
     # TensorFlow 2.6's optimizers under the public names, for IPU programs.

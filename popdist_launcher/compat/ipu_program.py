@@ -1,12 +1,13 @@
-"""Whether the running program is an IPU program, decided when NumPy or TensorFlow imports,
-before the program can bind any NumPy or Keras name: its own source names one of Graphcore's
+"""Whether the running program is an IPU program, decided when NumPy or TensorFlow imports
+(``popdist_launcher.compat.startup.decide_ipu_program`` asks ``graphcore_import``), before the
+program can bind any NumPy or Keras name: its own source names one of Graphcore's
 modules (the import table's ``graphcore`` entries: ``tensorflow.python.ipu``,
 ``tensorflow.keras.ipu``, ``keras.ipu``, ``tensorflow.compiler.plugin``), in the main file (or
 the ``-c`` command) or in a module of its own that it imports, followed through their imports,
 wherever the import statement sits (top level, a function, ``importlib.import_module("...")``
-with a literal name). Then the table's ``ipu-program`` switch is on from the start, so the program gets TensorFlow
-2.6's Keras optimizers under every name it binds, whatever the order of its imports, and
-NumPy's 1.x names (popdist_launcher.compat.numpy1_names).
+with a literal name). Then the table's ``ipu-program`` switch is on from the start, so the
+program gets TensorFlow 2.6's Keras optimizers under every name it binds, whatever the order of
+its imports, and NumPy's 1.x names (popdist_launcher.compat.numpy1_names).
 
 A program's own module is one outside the standard library, site-packages and this project;
 nothing is imported to find it. A program whose Graphcore import is not in its own source (a
@@ -15,29 +16,13 @@ switch on at that import instead (popdist_launcher.compat.startup.SameModuleLoad
 """
 from __future__ import annotations
 
-import logging
 import os
 import sys
 
 from popdist_launcher.compat import import_table
 
-log = logging.getLogger(__name__)
-
 MAX_MODULES = 1000  # a bound on the modules read, for programs inside very large trees
 NOT_THE_PROGRAM = ("popdist_launcher", "popdist")
-
-
-def decide(_module=None) -> None:
-    """Hook on NumPy's and TensorFlow's import: turn ``ipu-program`` on where the program names
-    Graphcore's modules."""
-    from popdist_launcher.compat.startup import finder
-    if "ipu-program" in finder().on:
-        return
-    found = graphcore_import()
-    if found is not None:
-        log.debug("%s imports %s: TensorFlow 2.6's Keras optimizers, NumPy 1.x's names", *found)
-        from popdist_launcher.compat.startup import switch_on
-        switch_on("ipu-program")
 
 
 def main_source():

@@ -7,7 +7,8 @@ Keras 2; TensorFlow 2.6's moved Keras modules; TensorFlow's removed modules) and
 after (or before) a module imports, each while its switches are on. Standard library only;
 nothing is imported until a program imports one of those modules.
 As TensorFlow or ``keras`` begins to import it decides the program's Keras (``choose_keras``,
-popdist_launcher.compat.keras2.choose): Keras 2 for programs written for it, else TensorFlow's own.
+popdist_launcher.compat.keras2.choose): Keras 2 for programs written for it, else TensorFlow's
+own; as NumPy or TensorFlow imports, whether it is an IPU program (``decide_ipu_program``).
 POPDIST_LAUNCHER_IPU_ALIAS=0 turns Graphcore's names off.
 """
 import os
@@ -241,6 +242,20 @@ def after_import(module_name: str, hook: str) -> None:
     """Run ``hook`` ("package.module:function", called with the module) once ``module_name``
     has been imported; at once when it already has been (for hooks outside the table)."""
     finder().add_hook(module_name, hook)
+
+
+def decide_ipu_program(_module=None) -> None:
+    """Hook on NumPy's and TensorFlow's import: turn ``ipu-program`` on where the program's own
+    source names Graphcore's modules (``ipu_program.graphcore_import``)."""
+    if "ipu-program" in finder().on:
+        return
+    from popdist_launcher.compat import ipu_program
+    found = ipu_program.graphcore_import()
+    if found is not None:
+        import logging
+        logging.getLogger(__name__).debug(
+            "%s imports %s: TensorFlow 2.6's Keras optimizers, NumPy 1.x's names", *found)
+        switch_on("ipu-program")
 
 
 def choose_keras(_name=None) -> None:

@@ -1,45 +1,20 @@
 """``tensorflow.python.keras`` is the Keras 2 that tf.keras is, in IPU programs, as on Graphcore's
 SDKs (where TensorFlow's Keras lived there and the IPU Keras extensions attach to it): each
-``tensorflow.python.keras.X`` the program imports is ``{keras2}.src.X``, the same module object,
-or the module TensorFlow 2.6's ``X`` moved to (``MOVED``, also named as an attribute of its old
-parent's Keras 2 module), so objects from both names mix.
+``tensorflow.python.keras.X`` the program imports is ``{keras2}.src.X``, the same module
+object, or the module TensorFlow 2.6's ``X`` moved to (``keras_moves.MOVED``, also named as an
+attribute of its old parent's Keras 2 module), so objects from both names mix.
 
 TensorFlow 2.15+ still ships an old Keras copy of its own under that name, imported with
 TensorFlow. ``forget_tensorflows_copy`` runs once TensorFlow has imported in an IPU program
 with Keras 2: it takes that copy's modules out of ``sys.modules`` (TensorFlow keeps its own
 references), so the program's next import of each name goes through the import table's
 entries (popdist_launcher.compat.import_table), module by module. A module of the copy that Keras 2
-has no counterpart for stays TensorFlow's. Standard library only at import: the import table
-reads ``MOVED`` at every interpreter start.
+has no counterpart for stays TensorFlow's. Standard library only at import.
 """
 import sys
 
-PACKAGE = "tensorflow.python.keras"
+from popdist_launcher.compat.keras_moves import MOVED, PACKAGE
 
-# TensorFlow 2.6's module below tensorflow.python.keras -> where Keras 2.15's ``src`` has it
-MOVED = {
-    "optimizer_v2": "optimizers.legacy",
-    "optimizer_v2.learning_rate_schedule": "optimizers.schedules.learning_rate_schedule",
-    "optimizer_v2.legacy_learning_rate_decay": "optimizers.legacy_learning_rate_decay",
-    "optimizer_v2.utils": "optimizers.utils",
-    "optimizer_v1": "optimizers.optimizer_v1",
-    "initializers.initializers_v2": "initializers.initializers",
-    "layers.advanced_activations": "layers.activation",
-    "layers.merge": "layers.merging",
-    "layers.embeddings": "layers.core.embedding",
-    "layers.recurrent": "layers.rnn",
-    "layers.recurrent_v2": "layers.rnn",
-    "layers.convolutional_recurrent": "layers.rnn",
-    "layers.dense_attention": "layers.attention",
-    "layers.legacy_rnn": "layers.rnn",
-    "layers.legacy_rnn.rnn_cell_impl": "layers.rnn.legacy_cells",
-    "layers.legacy_rnn.rnn_cell_wrapper_impl": "layers.rnn.legacy_cell_wrappers",
-    "saving.hdf5_format": "saving.legacy.hdf5_format",
-    "saving.model_config": "saving.legacy.model_config",
-    "saving.save": "saving.legacy.save",
-    "saving.saved_model": "saving.legacy.saved_model",
-    "saving.saving_utils": "saving.legacy.saving_utils",
-}
 
 
 def keras_2_name(name: str, keras_2: str):

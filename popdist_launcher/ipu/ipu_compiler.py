@@ -12,14 +12,14 @@ def compile(computation: Callable, inputs: Optional[Sequence] = None):  # noqa: 
     """Call ``computation(*inputs)``. Returns a list of its output tensors (a single output as a
     one-element list), with any operations it returned after the tensors run first; an op (a
     NoOp in graph mode, None in eager mode) when it returned nothing or only operations."""
-    from popdist_launcher.ipu.loops import _PROGRAM
+    from popdist_launcher.ipu._loop_support import PROGRAM
 
     inputs = [] if inputs is None else list(inputs)
-    token = _PROGRAM.set(object())
+    token = PROGRAM.set(object())
     try:
         result = computation(*inputs)
     finally:
-        _PROGRAM.reset(token)
+        PROGRAM.reset(token)
     if _is_estimator_spec(result):
         raise ValueError("Your computation output contains an EstimatorSpec or IPUEstimatorSpec "
                          "object. When you use an IPUEstimator, it already handles all the "

@@ -59,10 +59,10 @@ class IPUInfeedQueue:
         iteration. Dequeued by several local replicas (``strategy.run`` of a replicated
         strategy), replica r of R reads elements r, R + r, 2R + r ..., as an IPU infeed feeds
         the replicas of a replicated program consecutive elements."""
-        from popdist_launcher.ipu.ipu_outfeed_queue import _local_replica
+        from popdist_launcher.ipu._loop_support import local_replica
         jit_functions.host_operation("IPUInfeedQueue")
         self._dequeued = True
-        replica, replicas = _local_replica()
+        replica, replicas = local_replica()
         if replicas > 1 and replica >= 0 and tf.compat.v1.executing_eagerly_outside_functions():
             iterator = self._replica_iterators.get(replica)
             if iterator is None:
@@ -83,8 +83,8 @@ class IPUInfeedQueue:
     @property
     def number_of_tuple_elements(self) -> int:
         """How many arguments a loop body receives from this queue."""
-        from popdist_launcher.ipu.loops import _body_arguments
-        args, kwargs = _body_arguments(self._structure)
+        from popdist_launcher.ipu._loop_support import body_arguments
+        args, kwargs = body_arguments(self._structure)
         return len(args) + len(kwargs)
 
     @property

@@ -20,10 +20,11 @@ import enum
 import itertools
 import logging
 import threading
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
 import tensorflow as tf
 
+from popdist_launcher.ipu._loop_support import local_replica
 from popdist_launcher.ipu_runtime import jit_functions
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class IPUOutfeedQueue:
         """Append ``tensors`` (a tensor, or a list, tuple or dict of them) to this replica's
         queue; returns the op."""
         jit_functions.host_operation("IPUOutfeedQueue.enqueue")
-        replica, replicas = _local_replica()
+        replica, replicas = local_replica()
         flat = [tf.convert_to_tensor(t) for t in tf.nest.flatten(tensors)]
         self._producers.add(threading.current_thread())
         if self._queues is None:
@@ -203,23 +204,6 @@ class IPUOutfeedQueue:
             columns = [tf.unstack(t) for t in flat]
         return (tf.nest.pack_sequence_as(self._structure, list(element))
                 for element in zip(*columns))
-
-
-def _local_replica() -> Tuple[int, int]:
-    """(this replica's index among the instance's replicas, how many there are); (0, 1) outside
-    ``strategy.run`` of a strategy with several local replicas."""
-    context = tf.distribute.get_replica_context() if tf.distribute.has_strategy() else None
-    if context is None:
-        return 0, 1
-    # A replica of a pipelined Keras model may span several devices (keras.extensions.replicas).
-    span = getattr(context.strategy.extended, "replica_span", 1)
-    replicas = len(context.strategy.extended.worker_devices) // span
-    device = int(context._replica_id)  # noqa: SLF001 (the local id, a Python int)
-    if device % span:  # a replica's other devices enqueue nothing
-        return -1, replicas
-    if replicas == 1:
-        return 0, 1
-    return device // span, replicas
 
 
 class ScopedIPUOutfeedQueue(IPUOutfeedQueue):

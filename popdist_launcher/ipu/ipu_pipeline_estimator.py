@@ -278,8 +278,8 @@ class IPUPipelineEstimator(IPUEstimator):
         flat = [self._all_replicas(strategy, t) for t in tf.nest.flatten(outputs)]
         local = strategy.experimental_local_results(outputs)[0]
         gathered = tf.nest.pack_sequence_as(local, flat)
-        from popdist_launcher.ipu.loops import _body_arguments
-        args, kwargs = _body_arguments(gathered)
+        from popdist_launcher.ipu._loop_support import body_arguments
+        args, kwargs = body_arguments(gathered)
         with tf.device("/device:CPU:0"):
             metrics = spec.eval_metrics_fn(*args, **kwargs)
         if not isinstance(metrics, dict):

@@ -12,7 +12,7 @@ replicas, ``ipu.cross_replica_ops`` reduce over them and outfeeds gain a replica
 device program (so Keras does not scale losses by the replica count). Replicas are local to
 the instance: under poprun-lite each instance trains its own (PopDistStrategy trains across
 instances). Creating one installs the Keras extensions (``model.set_gradient_accumulation_options``
-...), see ``keras_extensions``.
+...), see ``ipu_runtime.keras_extensions``.
 """
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
         self._device_ordinal = ordinal
         jit_functions.install()
         if enable_keras_extensions:
-            from popdist_launcher.ipu import keras_extensions
+            from popdist_launcher.ipu_runtime import keras_extensions
             keras_extensions.install()
 
     @property

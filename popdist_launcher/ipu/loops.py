@@ -2,35 +2,19 @@
 element of an IPUInfeedQueue per iteration (Graphcore's signatures and argument checks)."""
 from __future__ import annotations
 
-import contextvars
 import inspect
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
-# The ipu_compiler.compile call being built (graph mode), which orders its loops on one infeed.
-_PROGRAM: contextvars.ContextVar = contextvars.ContextVar("ipu_program", default=None)
-
-
-def _as_list(values: Any) -> list:
-    return list(values) if isinstance(values, (list, tuple)) else [values]
-
-
-def _body_arguments(element: Any) -> Tuple[list, dict]:
-    """An infeed element as loop-body arguments: a dict with string keys becomes keyword
-    arguments, anything else positional ones."""
-    element = _as_list(element)
-    if len(element) == 1 and isinstance(element[0], dict) and all(isinstance(k, str) for k in element[0]):
-        return [], dict(element[0])
-    return element, {}
-
+from popdist_launcher.ipu._loop_support import PROGRAM, as_list, body_arguments
 
 def _arity_error(fn: Callable, num_args: int, infeed_queue=None) -> Optional[str]:
     """None when ``fn`` accepts ``num_args`` positional arguments plus the infeed's; otherwise
     what it needs instead."""
     args, kwargs = [None] * num_args, {}
     if infeed_queue is not None:
-        more, kwargs = _body_arguments(infeed_queue._structure)  # noqa: SLF001
+        more, kwargs = body_arguments(infeed_queue._structure)  # noqa: SLF001
         args += [None] * len(more)
     try:
         inspect.signature(fn).bind(*args, **kwargs)
@@ -62,7 +46,7 @@ def while_loop(condition: Callable, body: Callable, inputs: Optional[Sequence] =
     carried values (tensors first, then any ops, which run every iteration). Returns the final
     carried values (one value unwrapped; with no inputs, the loop's op)."""
     inputs = [x if isinstance(x, tf.TensorArray) else tf.convert_to_tensor(x)
-              for x in ([] if inputs is None else _as_list(inputs))]
+              for x in ([] if inputs is None else as_list(inputs))]
     arity = len(inputs)
     input_types = [x.dtype for x in inputs]
     _check_body(body, inputs, infeed_queue)
@@ -80,9 +64,9 @@ def while_loop(condition: Callable, body: Callable, inputs: Optional[Sequence] =
         if infeed_queue is not None:
             # Dequeue once the iteration has started (TF1 frames may otherwise run it early).
             with tf.control_dependencies([v for v in loop_values if tf.is_tensor(v)]):
-                extra_args, extra_kwargs = _body_arguments(infeed_queue._dequeue())  # noqa: SLF001
+                extra_args, extra_kwargs = body_arguments(infeed_queue._dequeue())  # noqa: SLF001
         outputs = body(*(carried + list(extra_args)), **extra_kwargs)
-        outputs = [] if outputs is None else _as_list(outputs)
+        outputs = [] if outputs is None else as_list(outputs)
         first_op = next((i for i, o in enumerate(outputs) if isinstance(o, tf.Operation)),
                         len(outputs))
         operations = outputs[first_op:]
@@ -103,7 +87,7 @@ def while_loop(condition: Callable, body: Callable, inputs: Optional[Sequence] =
         return tensors
 
     loop_vars = inputs if arity else [tf.constant(0)]
-    program = _PROGRAM.get()
+    program = PROGRAM.get()
     previous = getattr(infeed_queue, "_last_loop", None)
     if program is not None and previous is not None and previous[0] is program:
         # Loops of one compiled program dequeue from an infeed in program order, as on an IPU.
@@ -115,10 +99,10 @@ def while_loop(condition: Callable, body: Callable, inputs: Optional[Sequence] =
     outputs = while_fn(condition_wrapper, body_wrapper, loop_vars,
                        maximum_iterations=maximum_iterations, parallel_iterations=1, **options)
     if infeed_queue is not None and program is not None:
-        infeed_queue._last_loop = (program, _as_list(outputs)[0])  # noqa: SLF001
+        infeed_queue._last_loop = (program, as_list(outputs)[0])  # noqa: SLF001
     if infeed_queue is not None and not infeed_queue.dequeued:
         raise ValueError("The infeed queue has not been dequeued.")
-    outputs = _as_list(outputs)
+    outputs = as_list(outputs)
     if arity == 0:
         return None if tf.executing_eagerly() else outputs[0].op
     return outputs[0] if len(outputs) == 1 else outputs
@@ -128,6 +112,6 @@ def repeat(n: int, body: Callable, inputs: Optional[Sequence] = None, infeed_que
            use_while_v1: bool = True):
     """Run ``body`` ``n`` times (Graphcore's ``loops.repeat``); see ``while_loop``."""
     inputs = [] if inputs is None else inputs
-    _check_body(body, _as_list(inputs), infeed_queue)
+    _check_body(body, as_list(inputs), infeed_queue)
     return while_loop(lambda *_: True, body, inputs=inputs, infeed_queue=infeed_queue,
                       maximum_iterations=n, use_while_v1=use_while_v1)

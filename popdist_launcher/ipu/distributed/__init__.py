@@ -27,41 +27,16 @@ from popdist_launcher.collectives import (  # noqa: F401
     init,
     shutdown,
 )
+from popdist_launcher.ipu.distributed import _ops
 
 Adasum = _hvd.Adasum
-_BY_NAME = {"SUM": Sum, "MEAN": Average, "AVERAGE": Average, "MIN": Min, "MAX": Max,
-            "PRODUCT": Product}
-
-
-def _started() -> None:
-    if not collectives.is_initialized():
-        collectives.init()
-
-
-def _horovod_op(op: Any, reduce_op: Any) -> Any:
-    if op is not None and reduce_op is not None and op != reduce_op:
-        raise ValueError(f"allreduce got op={op!r} and reduce_op={reduce_op!r}; pass one of them.")
-    chosen = reduce_op if reduce_op is not None else op
-    if chosen is None:
-        return Average
-    if isinstance(chosen, tf.distribute.ReduceOp):
-        chosen = chosen.value
-    if isinstance(chosen, str):
-        if chosen.upper() not in _BY_NAME:
-            raise ValueError(f"reduce op {chosen!r} is not one of {', '.join(_BY_NAME)}.")
-        return _BY_NAME[chosen.upper()]
-    if chosen == Adasum:
-        raise NotImplementedError("The Adasum reduction is not implemented; use Average or Sum.")
-    return chosen
-
-
 def allreduce(tensor: Any, op: Any = None, reduce_op: Any = None,
               tensor_name: Optional[str] = None, name: Optional[str] = None,
               prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Any:
     """Reduce ``tensor`` over all instances (default: Average); every instance gets the result.
     ``tf.IndexedSlices`` are gathered. ``tensor_name`` / ``name`` label the collective."""
-    _started()
-    return collectives.allreduce(tensor, op=_horovod_op(op, reduce_op),
+    _ops.started()
+    return collectives.allreduce(tensor, op=_ops.horovod_op(op, reduce_op),
                                  prescale_factor=prescale_factor,
                                  postscale_factor=postscale_factor, name=tensor_name or name)
 
@@ -71,29 +46,21 @@ def allgather(tensor: Any, tensor_name: Optional[str] = None, name: Optional[str
     ``host_collective_ops.allgather``, Graphcore's since SDK 3.1), in TF1 graphs concatenated on
     dimension 0 (Horovod's, the TF1 SDKs')."""
     if tf.compat.v1.executing_eagerly_outside_functions():
-        # Imported here: host_collective_ops takes this package's helpers above.
         from popdist_launcher.ipu.distributed import host_collective_ops
         return host_collective_ops.allgather(tensor, tensor_name=tensor_name or name)
-    return _horovod_allgather(tensor, tensor_name, name)
-
-
-def _horovod_allgather(tensor: Any, tensor_name: Optional[str] = None,
-                       name: Optional[str] = None) -> Any:
-    """Concatenate every instance's ``tensor`` on dimension 0 (first dimensions may differ)."""
-    _started()
-    return collectives.allgather(tensor, name=tensor_name or name)
+    return _ops.horovod_allgather(tensor, tensor_name, name)
 
 
 def broadcast(tensor: Any, root_rank: int = 0, tensor_name: Optional[str] = None,
               name: Optional[str] = None) -> Any:
     """Every instance gets instance ``root_rank``'s ``tensor``."""
-    _started()
+    _ops.started()
     return collectives.broadcast(tensor, root_rank=root_rank, name=tensor_name or name)
 
 
 def broadcast_variables(variables: Iterable[tf.Variable], root_rank: int = 0) -> Any:
     """Assign instance ``root_rank``'s value to each variable on every instance."""
-    _started()
+    _ops.started()
     return collectives.broadcast_variables(variables, root_rank=root_rank)
 
 
@@ -120,13 +87,13 @@ def local_rank() -> int:
 
 def local_size() -> int:
     """Number of instances on this host."""
-    _started()
+    _ops.started()
     return collectives.local_size()
 
 
 def is_homogeneous() -> bool:
     """True when every host runs the same number of instances."""
-    _started()
+    _ops.started()
     return bool(_hvd.is_homogeneous())
 
 

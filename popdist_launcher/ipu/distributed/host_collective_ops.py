@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional, TypeVar
 import tensorflow as tf
 
 from popdist_launcher import collectives
-from popdist_launcher.ipu.distributed import _horovod_op, _started
+from popdist_launcher.ipu.distributed._ops import horovod_op, started
 
 T = TypeVar("T")
 
@@ -57,7 +57,7 @@ def _layouts_checked(run: Callable[[], T]) -> T:
 
 def allgather(value: Any, tensor_name: Optional[str] = None) -> tf.Tensor:
     """Every instance's ``value`` stacked in instance order on a new dimension 0."""
-    _started()
+    started()
     tensor = tf.convert_to_tensor(value)
     name = _collective_name("PopDistAllGather", value, tensor, tensor_name)
     return _layouts_checked(
@@ -67,8 +67,8 @@ def allgather(value: Any, tensor_name: Optional[str] = None) -> tf.Tensor:
 def allreduce(value: Any, reduce_op: Any, tensor_name: Optional[str] = None) -> tf.Tensor:
     """``value`` reduced over all instances with ``reduce_op`` (``tf.distribute.ReduceOp.SUM`` or
     ``MEAN``; integers: the exact sum divided toward zero); every instance gets the result."""
-    _started()
-    op = _horovod_op(None, reduce_op)
+    started()
+    op = horovod_op(None, reduce_op)
     tensor = tf.convert_to_tensor(value)
     name = _collective_name("PopDistAllReduce", value, tensor, tensor_name)
     return _layouts_checked(lambda: collectives.allreduce(tensor, op=op, name=name))
@@ -76,7 +76,7 @@ def allreduce(value: Any, reduce_op: Any, tensor_name: Optional[str] = None) -> 
 
 def broadcast(value: Any, root_rank: int = 0, tensor_name: Optional[str] = None) -> tf.Tensor:
     """Instance ``root_rank``'s ``value``, on every instance."""
-    _started()
+    started()
     tensor = tf.convert_to_tensor(value)
     name = _collective_name("PopDistBroadcast", value, tensor, tensor_name)
     return _layouts_checked(

@@ -8,7 +8,7 @@ False, whatever transport the collectives use here (``ipu.distributed`` reports 
 Horovod's)."""
 from popdist_launcher.ipu.distributed import *  # noqa: F401,F403
 from popdist_launcher.ipu.distributed import __all__  # noqa: F401
-from popdist_launcher.ipu.distributed import _horovod_allgather as allgather  # noqa: F401
+from popdist_launcher.ipu.distributed._ops import horovod_allgather as allgather  # noqa: F401
 
 
 def _sdk_fact(name: str, value: bool):

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import tensorflow as tf
 
 from popdist_launcher.ipu.gradient_accumulation import GradientAccumulationReductionMethod
-from popdist_launcher.ipu.loops import _as_list, _body_arguments
+from popdist_launcher.ipu._loop_support import as_list, body_arguments
 
 log = logging.getLogger(__name__)
 _logged: set = set()
@@ -94,7 +94,7 @@ def _log_once(key: str, message: str) -> None:
 
 
 def _call_stage(stage: Callable, values) -> Any:
-    args, kwargs = _body_arguments(values)
+    args, kwargs = body_arguments(values)
     return stage(*args, **kwargs)
 
 
@@ -176,7 +176,7 @@ def pipeline(computational_stages: Sequence[Callable], gradient_accumulation_cou
     check_replication(len(stages), device_mapping)
     method = GradientAccumulationReductionMethod.parse(reduction_method)
     n = gradient_accumulation_count
-    inputs = [] if inputs is None else _as_list(inputs)
+    inputs = [] if inputs is None else as_list(inputs)
 
     def accumulators(owner: Any, key: str, like: Sequence) -> List[tf.Variable]:
         """Zero-initialised accumulators, one per tensor of ``like``, kept with ``owner`` (the
@@ -196,7 +196,7 @@ def pipeline(computational_stages: Sequence[Callable], gradient_accumulation_cou
         values, kwargs = list(inputs), {}
         if infeed_queue is not None:
             with tf.control_dependencies([step]):  # not before the iteration starts
-                extra, kwargs = _body_arguments(infeed_queue._dequeue())  # noqa: SLF001
+                extra, kwargs = body_arguments(infeed_queue._dequeue())  # noqa: SLF001
             values += list(extra)
         outputs = stages[0](*values, **kwargs)
         for stage in stages[1:]:
@@ -219,7 +219,7 @@ def pipeline(computational_stages: Sequence[Callable], gradient_accumulation_cou
             if outfeed_loss:
                 to_outfeed = spec.loss
             elif outfeed_mask is not None:
-                to_outfeed = [o for o, masked in zip(_as_list(outputs), outfeed_mask) if not masked]
+                to_outfeed = [o for o, masked in zip(as_list(outputs), outfeed_mask) if not masked]
         flat_out = [tf.convert_to_tensor(t) for t in tf.nest.flatten(to_outfeed)]
         if flat_out and outfeed_queue is None:
             raise ValueError("The last computational stage has outputs, so an outfeed_queue is "
@@ -254,4 +254,4 @@ def pipeline(computational_stages: Sequence[Callable], gradient_accumulation_cou
 
     result = tf.while_loop(lambda step: step < repeat_count * n, micro_batch, [tf.constant(0)],
                            parallel_iterations=1, name=name)
-    return None if tf.executing_eagerly() else _as_list(result)[0].op
+    return None if tf.executing_eagerly() else as_list(result)[0].op

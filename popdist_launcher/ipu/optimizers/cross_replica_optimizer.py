@@ -1,3 +1,33 @@
-"""``ipu.optimizers.cross_replica_optimizer``: Graphcore's module path for CrossReplicaOptimizer
-(defined in ``ipu.optimizers``)."""
-from popdist_launcher.ipu.optimizers import CrossReplicaOptimizer  # noqa: F401
+"""``ipu.optimizers.cross_replica_optimizer``: CrossReplicaOptimizer, gradients averaged over
+every replica of every instance."""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from popdist_launcher.ipu.optimizers.ipu_optimizer import IpuOptimizer
+
+
+class CrossReplicaOptimizer(IpuOptimizer):
+    """Wraps a ``tf.compat.v1.train.Optimizer`` so gradients are averaged over every replica of
+    every instance before they are applied.
+
+    Under one of this package's strategies (an IPUEstimator always runs under one) the wrapped
+    optimizer already sums per-replica gradients of the loss divided by the replica count, which
+    is that average, so the wrapper only delegates. Outside a strategy, in a program started by
+    poprun-lite, it averages with Horovod's allreduce across instances.
+    """
+
+    def __init__(self, opt: tf.compat.v1.train.Optimizer, name: str = "CrossReplicaOptimizer"):
+        super().__init__(opt, name=name)
+
+    def compute_gradients(self, loss, var_list=None, **kwargs):
+        grads_and_vars = self._opt.compute_gradients(loss, var_list=var_list, **kwargs)
+        if tf.distribute.has_strategy():
+            return grads_and_vars
+        from popdist_launcher import collectives
+        if not collectives.is_initialized():
+            collectives.init()
+        if collectives.size() == 1:
+            return grads_and_vars
+        return [(None if g is None else collectives.allreduce(g, op=collectives.Average), v)
+                for g, v in grads_and_vars]

@@ -13,7 +13,7 @@ import tensorflow as tf
 from popdist_launcher.ipu.gradient_accumulation import GradientAccumulationReductionMethod
 from popdist_launcher.ipu.keras.optimizers.gradient_accumulation_optimizer import \
     GradientAccumulationOptimizer
-from popdist_launcher.ipu.keras.optimizers.optimizer_v2_wrapper import _OptimizerV2Wrapper
+from popdist_launcher.ipu.keras.optimizers.optimizer_v2_wrapper import OptimizerV2Wrapper
 from popdist_launcher.ipu.ops import statistics_ops
 
 # Gradients that CaptureUpstreamGradients / CaptureActivationGradients layers captured in the
@@ -56,7 +56,7 @@ class ALSDefaults:
     histogram_bin_edge = 2**13
 
 
-class ALSOptimizer(_OptimizerV2Wrapper):
+class ALSOptimizer(OptimizerV2Wrapper):
     """Automatic loss scaling around a Keras optimizer.
 
     Gradients are computed of ``loss * LSF`` and divided by the LSF before ``opt`` applies

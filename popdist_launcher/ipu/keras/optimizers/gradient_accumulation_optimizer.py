@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional
 import tensorflow as tf
 
 from popdist_launcher.ipu.gradient_accumulation import GradientAccumulationReductionMethod
-from popdist_launcher.ipu.keras.optimizers.optimizer_v2_wrapper import _OptimizerV2Wrapper
+from popdist_launcher.ipu.keras.optimizers.optimizer_v2_wrapper import OptimizerV2Wrapper
 
 
 def _accumulator_dtype(dtype, variable) -> tf.DType:
@@ -33,7 +33,7 @@ def _check_single_device(name: str) -> None:
             f"gives the same numbers.")
 
 
-class GradientAccumulationOptimizer(_OptimizerV2Wrapper):
+class GradientAccumulationOptimizer(OptimizerV2Wrapper):
     """Wraps a Keras optimizer: each call of ``apply_gradients`` adds the gradients to
     accumulators, and every ``num_mini_batches``-th call has the wrapped optimizer apply them
     once (SUM: their sum, the default; MEAN: divided by ``num_mini_batches``; RUNNING_MEAN: a

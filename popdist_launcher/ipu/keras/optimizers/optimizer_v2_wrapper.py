@@ -34,7 +34,7 @@ def _inner_property(name: str) -> property:
                     lambda self, value: setattr(self._opt, name, value))
 
 
-class _OptimizerV2Wrapper(OptimizerV2):
+class OptimizerV2Wrapper(OptimizerV2):
     """A Keras optimizer around ``opt``: ``learning_rate`` / ``lr`` and the other
     hyperparameters, slots, weights and clipping options are those of ``opt``; subclasses
     decide how gradients reach ``opt.apply_gradients``."""
@@ -138,7 +138,7 @@ class _OptimizerV2Wrapper(OptimizerV2):
     def get_gradients(self, loss, params):
         """Gradients of ``loss`` w.r.t. ``params`` in a graph (a ``tf.function``), as
         ``OptimizerV2.get_gradients``."""
-        if isinstance(self._opt, _OptimizerV2Wrapper):  # it scales the loss itself
+        if isinstance(self._opt, OptimizerV2Wrapper):  # it scales the loss itself
             return self._opt.get_gradients(loss, params)
         loss = self._loss_for_gradients(loss)
         if _is_legacy(self._opt):

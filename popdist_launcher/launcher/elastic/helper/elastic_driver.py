@@ -44,11 +44,9 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-from horovod.runner.common.util import network
 from horovod.runner.common.util.timeout import TimeoutException
 from horovod.runner.elastic import driver as horovod_driver
-from horovod.runner.elastic.worker import (HostUpdateResult, WorkerNotificationClient,
-                                           WorkerNotificationService)
+from horovod.runner.elastic.worker import HostUpdateResult, WorkerNotificationClient
 
 from popdist_launcher.launcher.elastic import failure_policy as policy
 from popdist_launcher.launcher.elastic.helper.driver_hosts import (LauncherHostManager, PushedHosts,
@@ -96,8 +94,7 @@ class BoundedNotificationClient(WorkerNotificationClient):
     most PROBE_TIMEOUT_S (inside the worker's PUT) instead of 3 x 20 s."""
 
     def __init__(self, addresses, key) -> None:
-        network.BasicClient.__init__(self, WorkerNotificationService.NAME, addresses, key, 0,
-                                     match_intf=False, probe_timeout=PROBE_TIMEOUT_S, attempts=1)
+        seams.init_notification_client(self, addresses, key, PROBE_TIMEOUT_S)
 
 
 class LauncherElasticDriver(horovod_driver.ElasticDriver):
@@ -129,6 +126,10 @@ class LauncherElasticDriver(horovod_driver.ElasticDriver):
         seams.host_manager(self).streaks = policy.FailureStreaks(failure_limit)
         seams.host_manager(self).give_up = self._give_up
         threading.Thread(target=self._notify_forever, name="notifier", daemon=True).start()
+
+    def use_workers(self, workers: workers_seam.LauncherWorkers) -> None:
+        """The workers this driver starts (stopped or marked late when a round forms again)."""
+        self._workers = workers
 
     def round(self) -> int:
         return seams.worker_registry(self).last_rendezvous()
@@ -463,6 +464,7 @@ def main(argv: Sequence[str]) -> None:
                                    settings.reset_limit, settings.cooldown_range,
                                    settings.failure_limit, settings.start_timeout)
     workers.bind(driver)
+    driver.use_workers(workers)
     rendezvous.start(rendezvous_handler(driver))  # requests so far wait in the backlog
     try:
         driver.start(settings.np, workers.create_worker)

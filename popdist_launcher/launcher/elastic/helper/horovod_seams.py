@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Dict, Optional, Tuple
 
 import horovod
+from horovod.runner.common.util import network
 from horovod.runner.elastic import driver as horovod_driver
 from horovod.runner.elastic.discovery import HostManager, HostState
+from horovod.runner.elastic.worker import WorkerNotificationClient, WorkerNotificationService
 from horovod.runner.http.http_server import KVStoreHandler
 
 HOROVOD_SERIES = "0.28."
@@ -47,6 +49,12 @@ CALLED: Dict[Tuple[type, str], Tuple[str, ...]] = {
 }
 # Private functions of Horovod's driver module called.
 FUNCTIONS: Dict[str, Tuple[str, ...]] = {"_epoch_time_s": ()}
+# A parent __init__ the helper skips: WorkerNotificationClient's, whose one statement (its
+# arguments here) calls BasicClient's, which ``init_notification_client`` calls with a bounded
+# probe instead.
+SKIPPED_INIT = (WorkerNotificationClient, network.BasicClient)
+SKIPPED_INIT_CALL = ("WorkerNotificationService.NAME", "addresses", "key", "verbose",
+                     "match_intf=match_intf")
 
 
 def version_problem() -> Optional[str]:
@@ -121,3 +129,12 @@ def cooldown_end(manager, host: str) -> float:
 def never_end_cooldown(manager, host: str) -> None:
     """Keep ``host`` out for the rest of the job."""
     manager._hosts_state[host]._cooldown_period_end_ts = float("inf")
+
+
+def init_notification_client(client: WorkerNotificationClient, addresses, key,
+                             probe_timeout: float) -> None:
+    """What WorkerNotificationClient.__init__ does (BasicClient's __init__ for the worker's
+    notification service), probing ``addresses`` once for at most ``probe_timeout`` seconds
+    instead of three times for 20."""
+    network.BasicClient.__init__(client, WorkerNotificationService.NAME, addresses, key, 0,
+                                 match_intf=False, probe_timeout=probe_timeout, attempts=1)

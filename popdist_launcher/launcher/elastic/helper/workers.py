@@ -6,7 +6,7 @@ import itertools
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Protocol, Set, Tuple
 
 from popdist_launcher.launcher.elastic.helper import horovod_seams as seams
 from popdist_launcher.launcher.elastic.helper.driver_hosts import (LauncherHostManager, Slot,
@@ -14,12 +14,22 @@ from popdist_launcher.launcher.elastic.helper.driver_hosts import (LauncherHostM
 from popdist_launcher.launcher.elastic.helper.launcher_link import LauncherLink
 from popdist_launcher.wire import helper_frames as frames
 
-if TYPE_CHECKING:
-    from popdist_launcher.launcher.elastic.helper.elastic_driver import LauncherElasticDriver
-
 log = logging.getLogger(__name__)
 
 POLL_S = 0.25  # how often a worker's thread looks at the driver's shutdown and host events
+
+
+class Rounds(Protocol):
+    """What the workers need of the driver (elastic_driver.LauncherElasticDriver): its round,
+    and the word when a worker ends."""
+
+    def round(self) -> int: ...
+
+    def joining(self, slot: Slot) -> bool: ...
+
+    def slot_ended(self, slot: Slot) -> None: ...
+
+    def absorb_end(self, slot: Slot) -> bool: ...
 
 
 class LauncherWorkers:
@@ -28,7 +38,7 @@ class LauncherWorkers:
 
     def __init__(self, link: LauncherLink) -> None:
         self._link = link
-        self._driver: Optional[LauncherElasticDriver] = None
+        self._driver: Optional[Rounds] = None
         self._host_manager: Optional[LauncherHostManager] = None
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -38,11 +48,11 @@ class LauncherWorkers:
         self._stopped: Set[int] = set()  # STOP sent
         self._late: Dict[int, str] = {}  # stopped as failed: how, in words
 
-    def bind(self, driver: LauncherElasticDriver) -> None:
-        """The driver whose rounds the workers belong to (built once the first HOSTS came)."""
+    def bind(self, driver: Rounds) -> None:
+        """The driver whose rounds the workers belong to (built once the first HOSTS came);
+        the driver is given the workers with its ``use_workers``."""
         self._driver = driver
         self._host_manager = seams.host_manager(driver)
-        driver._workers = self
 
     def stop_slot(self, slot: Slot) -> None:
         """Stop the latest worker of ``slot`` if it runs (its end is not a failure)."""
