@@ -3,11 +3,14 @@
 program can bind any NumPy or Keras name: its own source names one of Graphcore's
 modules (the import table's ``graphcore`` entries: ``tensorflow.python.ipu``,
 ``tensorflow.keras.ipu``, ``keras.ipu``, ``tensorflow.compiler.plugin``), in the main file (or
-the ``-c`` command) or in a module of its own that it imports, followed through their imports,
-wherever the import statement sits (top level, a function, ``importlib.import_module("...")``
-with a literal name). Then the table's ``ipu-program`` switch is on from the start, so the
-program gets TensorFlow 2.6's Keras optimizers under every name it binds, whatever the order of
-its imports, and NumPy's 1.x names (popdist_launcher.compat.numpy1_names).
+the ``-c`` command), in a module of its own on the stack of that import (the program a runner
+imports: a test file under pytest, a module behind a console script) or in a module of its own
+that those import, followed through their imports, wherever the import statement sits (top
+level, a function, ``importlib.import_module("...")`` with a literal name). Then the table's
+``ipu-program`` switch is on from the start, so the program gets TensorFlow 2.6's Keras
+optimizers under every name it binds, whatever the order of its imports, and NumPy's 1.x names
+(popdist_launcher.compat.numpy1_names); the same reading decides its Keras
+(popdist_launcher.compat.keras2.choose).
 
 A program's own module is one outside the standard library, site-packages and this project;
 nothing is imported to find it. A program whose Graphcore import is not in its own source (a
@@ -40,16 +43,38 @@ def main_source():
     return None
 
 
+def importing_modules(locate) -> list:
+    """(module name, package, file, None) of each of the program's own modules on the stack of
+    the import now running, innermost first: where a runner whose main module is not the
+    program's own (pytest, a console script in site-packages) imports it, the program's module
+    is there."""
+    found = []
+    frame = sys._getframe(1)
+    while frame is not None:
+        path, name = frame.f_code.co_filename, frame.f_globals.get("__name__")
+        if name and path.endswith(".py") and os.path.isfile(path) and locate.own(path):
+            package = frame.f_globals.get("__package__")
+            found.append((name, name.rpartition(".")[0] if package is None else package, path,
+                          None))
+        frame = frame.f_back
+    return found
+
+
 def graphcore_import(main=None, matches=import_table.graphcore_name):
     """(module, the Graphcore name it imports) for the first of the program's modules that
-    imports one of Graphcore's modules (a name ``matches`` accepts), or None."""
-    main = main or main_source()
-    if main is None:
+    imports one of Graphcore's modules (a name ``matches`` accepts), or None. Without ``main``:
+    the running program's main module and its own modules on the importing stack."""
+    locate = _Locator()
+    if main is not None:
+        queue = [main]
+    else:
+        main = main_source()
+        queue = [main] if main is not None else []
+        queue += [m for m in importing_modules(locate) if main is None or m[0] != main[0]]
+    if not queue:
         return None
     import ast
-    locate = _Locator()
-    queue = [main]
-    seen = {main[0]}
+    seen = {m[0] for m in queue}
     while queue and len(seen) <= MAX_MODULES:
         name, package, path, source = queue.pop(0)
         try:

@@ -104,3 +104,38 @@ def test_the_strategies_variables_are_graphcores_classes_with_its_numbers(tmp_pa
         assert out["mirrored_sum"] == 2.0  # 1 * 1 on each of the two replicas
         # mean(mean(2, 0), mean(4, 0)) and mean(var(2, 0), var(4, 0)), as Graphcore's test
         assert out["moving_mean"] == [1.5] and out["moving_variance"] == [2.5]
+
+
+GRAPHCORE_STYLE_TEST = '''
+import numpy as np
+import tensorflow as tf
+from tensorflow.python import ipu
+from popdist_launcher.compat import keras2
+
+
+def test_runs_as_an_ipu_program():
+    assert not keras2.keras_3_active()  # Keras 2, as for any IPU program
+    assert hasattr(np, "float_")  # NumPy 1.x's names from NumPy's import on
+    assert ipu.config.IPUConfig is not None
+'''
+PLAIN_TEST = '''
+import tensorflow as tf
+from popdist_launcher.compat import keras2
+
+
+def test_runs_as_a_plain_program():
+    assert keras2.keras_3_active() == (int(tf.__version__.split(".")[1]) >= 16)
+'''
+
+
+@pytest.mark.parametrize("source", [GRAPHCORE_STYLE_TEST, PLAIN_TEST])
+def test_a_test_file_run_by_pytest_is_the_program(tmp_path, source):
+    # Graphcore's test files run under pytest: the program is the test file, not pytest's main.
+    (tmp_path / "test_program.py").write_text(source)
+    env = {k: v for k, v in job_environ().items() if k != "TF_USE_LEGACY_KERAS"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                             str(tmp_path / "test_program.py")], capture_output=True, text=True,
+                            env=env, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "1 passed" in result.stdout
