@@ -5,7 +5,11 @@ cooldown ends, a host leaving and rejoining HOSTS, a new worker that never reach
 (--start-timeout), the reset limit, FATAL below -np/--min-np,
 exit when the launcher goes away, the rendezvous secret and ALLOW.
 
-Two "hosts" (hA, hB) are names on this machine (HOROVOD_GLOO_IFACE=lo), as Horovod allows."""
+Two "hosts" (hA, hB) are names on this machine (HOROVOD_GLOO_IFACE=lo), as Horovod allows. The
+stand-in speaks the launcher's contract: it sends typed records through ``helper_frames.encode``
+and reads every line with ``helper_frames.decode``, so a frame the helper writes that the
+launcher could not read fails here."""
+import dataclasses
 import http.client
 import json
 import os
@@ -21,7 +25,7 @@ from typing import Callable, Dict, List, Optional
 import pytest
 
 from popdist_launcher.launcher.layout import ports
-from popdist_launcher.wire import netinfo, rendezvous
+from popdist_launcher.wire import helper_frames, netinfo, rendezvous
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = Path(__file__).parent / "workers" / "elastic_probe.py"
@@ -63,9 +67,11 @@ class FakeLauncher:
         self._pending = b""
 
     def send(self, kind: str, **fields) -> None:
-        frame = {"kind": kind, **fields}
-        self.sent.append({**frame, "t": time.time()})
-        self.control.sendall((json.dumps(frame) + "\n").encode())
+        """Send the launcher's frame ``kind`` as the launcher does (the typed record, encoded)."""
+        record = helper_frames.KINDS[kind](**fields)
+        assert isinstance(record, helper_frames.TO_HELPER), kind
+        self.sent.append({"kind": kind, **fields, "t": time.time()})
+        self.control.sendall(helper_frames.encode(record))
 
     def receive(self, wait: float) -> List[dict]:
         frames = []
@@ -75,9 +81,11 @@ class FakeLauncher:
                 raise AssertionError("the helper closed its end\n" + self.log_tail())
             *lines, self._pending = (self._pending + data).split(b"\n")
             for line in lines:
-                frame = json.loads(line)
-                if frame["kind"] == "ALIVE":  # the heartbeat
+                record = helper_frames.decode(line)  # as the launcher reads it: typed, checked
+                assert isinstance(record, helper_frames.TO_LAUNCHER), record
+                if isinstance(record, helper_frames.Alive):  # the heartbeat
                     continue
+                frame = {"kind": record.KIND, **dataclasses.asdict(record)}
                 self.frames.append({**frame, "t": time.time()})
                 frames.append(frame)
         return frames
