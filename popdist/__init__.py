@@ -70,15 +70,13 @@ def getLocalInstanceIndex() -> int:  # noqa: N802
 
 
 def getDeviceId(ipusPerReplica: int = 0, ipus_per_replica: Optional[int] = None) -> int:  # noqa: N802,N803
-    """The id of the device this instance runs its replicas on.
-
-    On Graphcore's systems, the multi-IPU device holding this instance's replicas; here the
-    instance's replicas run on local devices of its own, so the id is the instance's index
-    among the instances of its host (distinct per instance on a host, as on an IPU-POD).
-    ``ipusPerReplica`` (Graphcore's name) / ``ipus_per_replica`` are accepted and change nothing.
-    """
-    del ipusPerReplica, ipus_per_replica
-    return runtime.local_instance_index()
+    """The id of the device this instance runs its replicas on: as on Graphcore's systems, the
+    multi-IPU device of its local replicas x ``ipusPerReplica`` IPUs (default: the launch's
+    ``--ipus-per-replica``) in the job's partition, numbered as Graphcore numbers devices (single
+    IPUs first, then pairs, fours, ...): with one IPU per instance, the instance's index.
+    ``IPUConfig.select_ipus = [getDeviceId()]`` selects this instance's replicas.
+    ``ipus_per_replica`` is the same as ``ipusPerReplica``."""
+    return runtime.instance_device_id(ipus_per_replica or ipusPerReplica or None)
 
 
 def execute_on_instances(instances: Collection[int], function: Callable[..., Any],

@@ -384,3 +384,54 @@ def num_ipus_per_replica() -> int:
 
 def restart_count() -> int:
     return context().restart_count
+
+
+# ---- Graphcore's device ids: in a partition of P IPUs (a power of two), ids 0 .. P-1 are the
+# single IPUs, then come the P/2 devices of 2 IPUs, the P/4 of 4, ..., and one device of all P.
+def _power_of_two(count: int) -> int:
+    return 1 << max(0, count - 1).bit_length()
+
+
+def device_id(group_ipus: int, group_index: int, partition_ipus: int) -> int:
+    """The id of the ``group_index``-th device of ``group_ipus`` IPUs in a partition of
+    ``partition_ipus`` IPUs, as Graphcore numbers them."""
+    partition, offset, size = _power_of_two(partition_ipus), 0, 1
+    while size < _power_of_two(group_ipus):
+        offset += partition // size
+        size *= 2
+    return offset + group_index
+
+
+def device_ipus(device: int, partition_ipus: int) -> int:
+    """How many IPUs Graphcore's device ``device`` of a partition of ``partition_ipus`` IPUs
+    has; ValueError for an id past the partition's last device."""
+    partition, first, size = _power_of_two(partition_ipus), 0, 1
+    while size <= partition:
+        if device < first + partition // size:
+            return size
+        first += partition // size
+        size *= 2
+    raise ValueError(f"device id {device} is past the last device ({first - 1}) of a partition "
+                     f"of {partition} IPUs.")
+
+
+def instance_device_id(ipus_per_replica: Optional[int] = None) -> int:
+    """The id of the device that holds this instance's replicas (PopDist's ``getDeviceId``): in
+    the job's partition (all replicas' IPUs at the launch's IPUs per replica), the instance's
+    group of local replicas x ``ipus_per_replica`` IPUs (default: the launch's)."""
+    ctx = context()
+    per_replica = ipus_per_replica or ctx.num_ipus_per_replica
+    return device_id(ctx.num_local_replicas * per_replica, ctx.instance_index,
+                     ctx.num_total_replicas * ctx.num_ipus_per_replica)
+
+
+def selected_ipus(device: int) -> int:
+    """How many IPUs ``IPUConfig.select_ipus = [device]`` selects: under a launch, the
+    instance's own device (``instance_device_id``) holds its replicas' IPUs and any other id is
+    sized as in the job's partition; outside a launch each id is one IPU."""
+    ctx = context()
+    if not ctx.launched:
+        return 1
+    if device == instance_device_id():
+        return ctx.num_local_replicas * ctx.num_ipus_per_replica
+    return device_ipus(device, ctx.num_total_replicas * ctx.num_ipus_per_replica)

@@ -89,6 +89,31 @@ def test_runtime_reads_the_contract():
     runtime.init({})
 
 
+def test_device_ids_are_graphcores_numbering():
+    # 16 IPUs: 0-15 single IPUs, 16-23 pairs, 24-27 fours, 28-29 eights, 30 all sixteen
+    assert [runtime.device_id(n, 0, 16) for n in (1, 2, 4, 8, 16)] == [0, 16, 24, 28, 30]
+    assert runtime.device_id(8, 1, 16) == 29 and runtime.device_id(2, 1, 4) == 5
+    assert [runtime.device_ipus(d, 16) for d in (0, 15, 16, 23, 24, 27, 28, 29, 30)] == \
+        [1, 1, 2, 2, 4, 4, 8, 8, 16]
+    with pytest.raises(ValueError, match="device id 31 is past the last device"):
+        runtime.device_ipus(31, 16)
+
+
+def test_an_instance_selects_its_replicas_by_its_device_id():
+    # poprun-lite -np 2 --num-replicas 8 --ipus-per-replica 2: 16 IPUs, 8 per instance
+    env = plan(2, 8).instance_env(1)
+    env.update(POPDIST_NUM_IPUS_PER_REPLICA="2")
+    runtime.init(env)
+    try:
+        assert popdist.getDeviceId() == 29  # the second device of 8 IPUs
+        assert popdist.getDeviceId(ipusPerReplica=1) == 25  # of 4 IPUs, as Graphcore's
+        assert runtime.selected_ipus(29) == 8  # select_ipus = [getDeviceId()]: its replicas
+        assert runtime.selected_ipus(3) == 1 and runtime.selected_ipus(30) == 16
+    finally:
+        runtime.init({})
+    assert runtime.selected_ipus(5) == 1  # outside a launch: one IPU per id
+
+
 @pytest.mark.parametrize("change, words", [
     ({"POPDIST_NUM_TOTAL_REPLICAS": "eight"}, "not an integer"),
     ({"POPDIST_INSTANCE_INDEX": "9"}, "out of range"),

@@ -14,7 +14,8 @@ import tensorflow as tf
 from popdist_launcher.ipu_runtime import configured_system
 from popdist_launcher.ipu_runtime.configured_system import get_ipu_config, reset_ipu_configuration  # noqa: F401
 from popdist_launcher.ipu.config import (DeviceConnectionType, ExecutionProfileType,  # noqa: F401
-                                         IPUConfig, SchedulingAlgorithm, SelectionOrder,
+                                         IPUConfig, MergeRemoteBuffersBehaviour,
+                                         SchedulingAlgorithm, SelectionOrder,
                                          StochasticRoundingBehaviour, configure_ipu_system,
                                          running_on_ipu_model)
 

@@ -301,7 +301,8 @@ def validate(config: IPUConfig) -> int:
         selected = [select] if isinstance(select, int) else list(select)
         if not all(isinstance(s, int) and s >= 0 for s in selected):
             raise ValueError(f"IPUConfig.select_ipus must be device ids (ints >= 0), got {select!r}.")
-        return len(selected)
+        from popdist_launcher import runtime
+        return sum(runtime.selected_ipus(device) for device in selected)
     return auto or 1
 
 
