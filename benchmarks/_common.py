@@ -247,9 +247,9 @@ def git_state() -> Dict[str, Any]:
             "popdist_launcher_changed_since_commit": bool(status) if status is not None else None}
 
 
-ONEDNN_HELP = ("TensorFlow's oneDNN CPU kernels: its default for this CPU, or TF_ENABLE_ONEDNN_OPTS=1/0 "
-               "(off: Eigen's kernels, TensorFlow's default on CPUs without AVX512-VNNI, AVX-VNNI "
-               "or AMX)")
+ONEDNN_HELP = ("TensorFlow's oneDNN CPU kernels: its default for this CPU, or "
+               "TF_ENABLE_ONEDNN_OPTS=1/0 (off: Eigen's kernels, TensorFlow's default on CPUs "
+               "without AVX512-VNNI, AVX-VNNI or AMX)")
 ONEDNN_CHOICES = ("default", "on", "off")
 
 

@@ -40,8 +40,8 @@ rotated from round to round, and the iterations of all rounds are pooled.
 Knob sweep: ``ours`` again, with Horovod's HOROVOD_CYCLE_TIME (ms) and HOROVOD_FUSION_THRESHOLD
 (bytes) passed with ``poprun-lite -x``, one knob at a time (the other at Horovod 0.28.1's default:
 1 ms, 128 MiB, also measured, passed explicitly), measuring the ResNet step and the 4 MiB and
-64 MiB busbw, for the largest N (``--knob-nps 2,4`` for more). "Best" is the value with the lowest mean, over N and metrics, of its time relative
-to the best value's for that metric.
+64 MiB busbw, for the largest N (``--knob-nps 2,4`` for more). "Best" is the value with the lowest
+mean, over N and metrics, of its time relative to the best value's for that metric.
 
 Scheduling: with the kernel's autogroup scheduling on (``sched_autogroup_enabled``, recorded),
 each session shares the CPUs fairly with every other session. horovodrun starts every instance in

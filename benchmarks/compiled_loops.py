@@ -32,8 +32,8 @@ configuration must be identical (the same maths); XLA's differs in rounding.
 How
 ---
 Every launch runs benchmarks/_compiled_loop_worker.py as a fresh ``python`` process: untimed
-``--warmup-calls`` (tracing and the first call), then ``--calls`` timed calls. steps/s = timed steps /
-wall time of the timed calls; ``median_call`` = steps per call / the median call's time;
+``--warmup-calls`` (tracing and the first call), then ``--calls`` timed calls. steps/s = timed steps
+/ wall time of the timed calls; ``median_call`` = steps per call / the median call's time;
 ``cpu_ms_per_step`` = the process's CPU time per timed step. Each configuration is launched
 ``--repeats`` times, in rounds rotated from round to round; medians over repeats are reported.
 
@@ -53,7 +53,8 @@ import time
 from typing import Any, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import HERE, dist_version, finish, git_state, launch_env, machine_info, save_figure, subplots  # noqa: E402
+from _common import (HERE, dist_version, finish, git_state, launch_env,  # noqa: E402
+                     machine_info, save_figure, subplots)
 
 VARIANTS = ("ipu-iterator-jit", "ipu-iterator-nojit", "ipu-infeed-jit", "ipu-infeed-nojit",
             "stock-step-xla", "stock-step-nojit")

@@ -25,8 +25,8 @@ file. Each run, once rank 0 has printed step ``--loss-step`` at size 4, loses ho
                    holds, or reads a pipe nobody writes: processes that run or sleep, not
                    stopped ones; otherwise as ``hung``.
 
-and, for ``kill`` and ``unreachable``, hostB leaves the discovery file at the same moment. Measured, from rank 0's step lines
-(``step <n> size <s> t=<time.time()>``; the namespaces share the clock):
+and, for ``kill`` and ``unreachable``, hostB leaves the discovery file at the same moment. Measured,
+from rank 0's step lines (``step <n> size <s> t=<time.time()>``; the namespaces share the clock):
 
 * ``recovery_s``    time of the first step at a size below 4 minus ``time.time()`` just before the
                     SIGKILL / set_down; "no recovery" when none comes within ``--recovery-cap``

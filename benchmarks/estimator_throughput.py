@@ -28,15 +28,15 @@ ceiling (what the model's own compute and input pipeline allow).
 How
 ---
 Every launch runs benchmarks/_estimator_worker.py, which makes ONE ``train()`` call of ``--steps``
-steps (``--scaling-steps`` at -np > 1; rounded up to whole Session.runs). Timing uses a SessionRunHook: it notes
-the wall clock after every Session.run, and throughput = steps run between the end of the FIRST
-Session.run and the end of the LAST one / that time. Graph building, session creation, the first
-run (which also fills the input pipeline) and the final checkpoint (written when the session
-closes) are therefore excluded; only steady-state training is timed. The hook is the first of
-the train() hooks, so a full cycle of every hook (e.g. the IPUEstimator's stop-at-step hook) is
-inside each timed interval. Summaries and step-count logging are off and a checkpoint is written
-only at the end, for every configuration. Each instance uses ``max(1, cores // np)`` intra-op
-threads and 2 inter-op threads.
+steps (``--scaling-steps`` at -np > 1; rounded up to whole Session.runs). Timing uses a
+SessionRunHook: it notes the wall clock after every Session.run, and throughput = steps run between
+the end of the FIRST Session.run and the end of the LAST one / that time. Graph building, session
+creation, the first run (which also fills the input pipeline) and the final checkpoint (written when
+the session closes) are therefore excluded; only steady-state training is timed. The hook is the
+first of the train() hooks, so a full cycle of every hook (e.g. the IPUEstimator's stop-at-step
+hook) is inside each timed interval. Summaries and step-count logging are off and a checkpoint is
+written only at the end, for every configuration. Each instance uses ``max(1, cores // np)``
+intra-op threads and 2 inter-op threads.
 
 Every configuration is launched ``--repeats`` times, interleaved: each round runs every
 configuration once, in an order rotated from round to round, so slow phases of a shared machine
@@ -44,9 +44,10 @@ spread over all of them; the median over repeats is reported. Two more numbers h
 gaps from noise: ``median_window`` throughput (the timed steps cut into consecutive windows of
 ``--window-steps``, default the largest iterations_per_loop, i.e. one Session.run of ipl100 or 100
 of the plain Estimator: window steps / the median window's time, which bursts of load from other
-jobs barely move and which compares the same amount of work everywhere) and ``paired`` ratios (median over rounds of the ratio between
-launches of the same round). ``cpu_ms_per_step`` is instance 0's CPU time (all threads) per step
-in the timed window: the work a step costs, whatever else runs on the machine.
+jobs barely move and which compares the same amount of work everywhere) and ``paired`` ratios
+(median over rounds of the ratio between launches of the same round). ``cpu_ms_per_step`` is
+instance 0's CPU time (all threads) per step in the timed window: the work a step costs, whatever
+else runs on the machine.
 
 Scaling keeps the global batch fixed, so ideal is steps/s proportional to -np: efficiency =
 steps/s(N) / (N x steps/s(1)). A machine caps that: -np 1 already keeps every core busy with its

@@ -14,7 +14,8 @@ own counters, per step (medians over the traced steps where it says so):
   execute and copy calls); ``python_ms`` is the rest: Python on the host between TensorFlow calls;
 * ``ops``: kernels executed, on every thread; ``op_ms``: their summed time (CPU, all threads);
   ``async_kernels``: asynchronous kernels started (collectives, input reads and function calls
-  across devices: the trace does not name them); ``iterator_ms``: time in the kernels that read input (the iterator's get-next);
+  across devices: the trace does not name them); ``iterator_ms``: time in the kernels that read
+  input (the iterator's get-next);
 * ``top_ops``: the op types with the most time;
 * ``cpu_ms`` and ``minor_faults``: instance 0's CPU time (user + system) and page faults per
   timed step, from the timed run before the trace (``system_cpu_ms`` its system part).

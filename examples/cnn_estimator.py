@@ -8,8 +8,9 @@
 --batch-size is the global batch: every replica of every instance gets params['batch_size'] of
 it, each instance reads its shard of the data (the input_fns shard by instance index, as
 Graphcore's documentation says: the estimator shards nothing itself), and gradients are
-averaged over all replicas, so the weights do not depend on how the work is split. Each epoch prints loss, test accuracy and samples/s. Digits
-come with scikit-learn; CIFAR-10 is read from a local copy of its python batches (--data-dir).
+averaged over all replicas, so the weights do not depend on how the work is split. Each epoch prints
+loss, test accuracy and samples/s. Digits come with scikit-learn; CIFAR-10 is read from a local copy
+of its python batches (--data-dir).
 """
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ never shard behind the program's back, as Graphcore's) and batches it per replic
 reads its own batches, so a step trains on the per-replica batch x all replicas.
 IPUMultiWorkerStrategy auto-shards and splits global batches, as TensorFlow's. The loss is
 divided by the *global* batch size and gradients are summed over all replicas, so the result does
-not depend on how many instances or replicas share the work. Instance 0 prints per-epoch loss, accuracy and
-samples/s, and (with --model-dir) is the only one to write checkpoints.
+not depend on how many instances or replicas share the work. Instance 0 prints per-epoch loss,
+accuracy and samples/s, and (with --model-dir) is the only one to write checkpoints.
 """
 from __future__ import annotations
 
@@ -70,7 +70,8 @@ def main() -> int:
         def replica_fn(x, y):
             with tf.GradientTape() as tape:
                 logits = model(x, training=True)
-                per_example = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+                per_example = tf.keras.losses.sparse_categorical_crossentropy(
+                    y, logits, from_logits=True)
                 loss = tf.nn.compute_average_loss(per_example, global_batch_size=args.batch_size)
             grads = tape.gradient(loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))

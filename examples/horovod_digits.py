@@ -69,7 +69,8 @@ def main() -> int:
     def train_step(x, y):
         with tf.GradientTape() as tape:
             logits = model(x, training=True)
-            per_example = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+            per_example = tf.keras.losses.sparse_categorical_crossentropy(
+                y, logits, from_logits=True)
             loss = tf.reduce_sum(per_example) / args.batch_size  # divide by the *global* batch
         grads = tape.gradient(loss, model.trainable_variables)
         grads = [hvd.allreduce(g, op=hvd.Sum) for g in grads]
@@ -94,12 +95,14 @@ def main() -> int:
                   f"accuracy {correct_sum / seen:.4f}  {seen / elapsed:8.0f} samples/s", flush=True)
 
     accuracy = float(np.mean(np.argmax(model(x_test).numpy(), 1) == y_test))
-    checksum = tf.constant([float(sum(np.sum(v.numpy(), dtype=np.float64) for v in model.variables))])
+    checksum = tf.constant([float(sum(np.sum(v.numpy(), dtype=np.float64)
+                                      for v in model.variables))])
     checksums = hvd.allgather(checksum).numpy()
     identical = bool(np.all(checksums == checksums[0]))
     if rank == 0:
         print(f"test accuracy {accuracy:.4f} on {len(x_test)} images; {size} instance(s), "
-              f"{ctx.num_total_replicas} replica(s); weights identical on every instance: {identical}")
+              f"{ctx.num_total_replicas} replica(s); weights identical on every instance: "
+              f"{identical}")
     if not identical:
         print(f"instance {rank}: weights differ from instance 0's", file=sys.stderr)
         return 1

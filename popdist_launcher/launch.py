@@ -169,8 +169,7 @@ def _check_build(ctx: click.Context, param: click.Parameter, value: bool) -> Non
            "PopRun's IPU options are accepted and have no effect (one line says so): "
            + ", ".join("--" + n.replace("_", "-") for n in IPU_ONLY) + ".",
 )
-@click.option("-np", "--num-instances", type=int, default=None,
-              show_envvar=True,
+@click.option("-np", "--num-instances", type=int, default=None, show_envvar=True,
               help="Number of instances (processes) to start.  [default: one per slot of -H or "
                    "--hostfile (one per host named without slots), else 1]")
 @click.option("--num-replicas", type=int, default=None, show_envvar=True,
@@ -206,7 +205,8 @@ def _check_build(ctx: click.Context, param: click.Parameter, value: bool) -> Non
               show_envvar=True,
               help="Seconds between the stop signal (SIGTERM, or the SIGINT/SIGHUP poprun-lite "
                    "received) and SIGKILL when the job is stopped.")
-@click.option("--timeout", type=float, default=None, callback=cli_values.seconds(False), show_envvar=True,
+@click.option("--timeout", type=float, default=None, callback=cli_values.seconds(False),
+              show_envvar=True,
               help="Seconds the whole job may run; then every instance's Python stacks are "
                    "printed (and saved in --output-dir) and the job is stopped (exit code 124). "
                    "SIGQUIT to poprun-lite prints the stacks at any time.  [default: none]")
@@ -225,16 +225,16 @@ def _check_build(ctx: click.Context, param: click.Parameter, value: bool) -> Non
                    "while its peers wait for it before the hang check calls it hung; never "
                    "less than --hang-timeout.  [default: 600 s, or 5 x the longest interval "
                    "between the job's events if longer]")
-@click.option("--port-range", default=None, metavar="LOW-HIGH", callback=cli_values.parse_port_range,
-              show_envvar=True, help="Where to look for free TF_CONFIG ports "
-                                     "[default: below the kernel's ephemeral range].")
+@click.option("--port-range", default=None, metavar="LOW-HIGH",
+              callback=cli_values.parse_port_range, show_envvar=True,
+              help="Where to look for free TF_CONFIG ports "
+                   "[default: below the kernel's ephemeral range].")
 @click.option("-H", "--host", "host", default=None, metavar="HOST[:SLOTS],...", show_envvar=True,
               help="Hosts to run on. With slots (NAME:SLOTS, mpirun's rule) each runs at most "
                    "SLOTS instances (1 for a host named without); with no slots at all "
                    "(-H nodeA,nodeB, PopRun's rule) the instances are divided evenly. Ranges "
                    "such as node[0-3]:2 work. Default: this host only.")
-@click.option("--hostfile", type=click.Path(dir_okay=False), default=None,
-              show_envvar=True,
+@click.option("--hostfile", type=click.Path(dir_okay=False), default=None, show_envvar=True,
               help="File of 'HOSTNAME [slots=N]' lines (# comments), instead of -H; a plain list "
                    "of host names (PopRun's hostfile) divides the instances evenly.")
 @click.option("--oversubscribe/--no-oversubscribe", default=False, show_default=False,
@@ -345,8 +345,8 @@ def _check_build(ctx: click.Context, param: click.Parameter, value: bool) -> Non
                    "change.  [default: no limit]")
 @click.option("--host-failure-limit", type=int, default=None, show_envvar=True,
               help="Elastic: a host whose instances fail this many times in a row without "
-                   "progress (see docs/elastic.md, 'Failures that repeat') is blacklisted when other "
-                   "hosts can carry the job, else the job ends.  [default: 3]")
+                   "progress (see docs/elastic.md, 'Failures that repeat') is blacklisted when "
+                   "other hosts can carry the job, else the job ends.  [default: 3]")
 @click.option("--blacklist-cooldown-range", type=int, nargs=2, default=None,
               metavar="LOW HIGH", show_envvar=True,
               help="Elastic: a failed host may return after LOW..HIGH seconds (doubling with "

@@ -20,9 +20,9 @@ KNOWN_TASK_TYPES = (CHIEF, WORKER, PS, EVALUATOR, MASTER)
 AUTO = "auto"
 # What poprun-lite's --tf-config writes: "auto" (the default) = the worker cluster, which
 # tf.estimator's RunConfig applies only with a strategy that asks for a cluster (a plain RunConfig
-# sees none: popdist_launcher.compat.run_config); "worker" = every instance a worker (worker 0 is the
-# chief, as MultiWorkerMirroredStrategy reads it), seen by every RunConfig; "chief" = instance 0 is
-# the "chief" task, the others workers 0..N-2 (the cluster tf.estimator's RunConfig wants);
+# sees none: popdist_launcher.compat.run_config); "worker" = every instance a worker (worker 0 is
+# the chief, as MultiWorkerMirroredStrategy reads it), seen by every RunConfig; "chief" = instance 0
+# is the "chief" task, the others workers 0..N-2 (the cluster tf.estimator's RunConfig wants);
 # "none" = no TF_CONFIG (horovodrun).
 MODES = (AUTO, WORKER, CHIEF, "none")
 # The end of tf.estimator.RunConfig's error for a cluster without a chief (TF 2.x estimator).
@@ -47,7 +47,8 @@ class TFConfig(NamedTuple):
 
     @property
     def is_chief(self) -> bool:
-        """The chief writes checkpoints and summaries: the `chief` task, else `master`, else worker 0."""
+        """The chief writes checkpoints and summaries: the `chief` task, else `master`,
+        else worker 0."""
         if not self.cluster:
             return True
         if CHIEF in self.cluster:
@@ -67,7 +68,8 @@ class TFConfig(NamedTuple):
         if self.task_type in (CHIEF, MASTER):
             return 0
         if self.task_type == WORKER:
-            return self.task_id + len(self.cluster.get(CHIEF, ())) + len(self.cluster.get(MASTER, ()))
+            return (self.task_id + len(self.cluster.get(CHIEF, ()))
+                    + len(self.cluster.get(MASTER, ())))
         return 0
 
     @property
@@ -171,11 +173,13 @@ def _validate_cluster(raw_cluster: object) -> Dict[str, List[str]]:
                 tasks = [tasks[k] for k in sorted(tasks, key=int)]
             except ValueError:
                 raise TFConfigError(
-                    f'TF_CONFIG cluster job "{job}" maps non-integer keys; use a list of "host:port".'
+                    f'TF_CONFIG cluster job "{job}" maps non-integer keys; '
+                    'use a list of "host:port".'
                 ) from None
         if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
             raise TFConfigError(
-                f'TF_CONFIG cluster job "{job}" must be a list of "host:port" strings, got {tasks!r}.'
+                f'TF_CONFIG cluster job "{job}" must be a list of "host:port" strings, '
+                f'got {tasks!r}.'
             )
         for address in tasks:
             host, sep, port = address.rpartition(":")
@@ -209,7 +213,8 @@ def validate(raw: object) -> TFConfig:
     index = task.get("index", 0)
     if cluster and not task_type:
         raise TFConfigError(
-            'TF_CONFIG has a "cluster" but no "task" type; add "task": {"type": "worker", "index": N}.'
+            'TF_CONFIG has a "cluster" but no "task" type; '
+            'add "task": {"type": "worker", "index": N}.'
         )
     if task_type is not None and not isinstance(task_type, str):
         raise TFConfigError(f'TF_CONFIG "task" type must be a string, got {task_type!r}.')
@@ -217,7 +222,8 @@ def validate(raw: object) -> TFConfig:
         if isinstance(index, str) and index.isdigit():
             index = int(index)
         else:
-            raise TFConfigError(f'TF_CONFIG "task" index must be a non-negative integer, got {index!r}.')
+            raise TFConfigError(
+                f'TF_CONFIG "task" index must be a non-negative integer, got {index!r}.')
     if index < 0:
         raise TFConfigError(f'TF_CONFIG "task" index must be a non-negative integer, got {index}.')
     if task_type and task_type != EVALUATOR:

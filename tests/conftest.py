@@ -14,8 +14,8 @@ PROGRAMS = Path(__file__).parent / "programs"
 
 
 def _keras_2_package() -> str:
-    """The package that is Keras 2 in this environment, as popdist_launcher.compat.keras2 chooses it:
-    ``keras`` on TensorFlow 2.15, ``tf_keras`` on 2.16+ (read without importing TensorFlow)."""
+    """The package that is Keras 2 in this environment, as popdist_launcher.compat.keras2 chooses
+    it: ``keras`` on TensorFlow 2.15, ``tf_keras`` on 2.16+ (read without importing TensorFlow)."""
     from importlib import metadata
     try:
         version = metadata.version("tensorflow-cpu")

@@ -73,7 +73,8 @@ def commits(text: str) -> List[int]:
 
 
 def write_hosts_file(path: Path, hosts: Sequence[Tuple[str, int]]) -> None:
-    """Write ``host:slots`` lines to ``path`` at once (a rename: a discovery run never reads half)."""
+    """Write ``host:slots`` lines to ``path`` at once
+    (a rename: a discovery run never reads half)."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(f"{name}:{slots}\n" for name, slots in hosts))
     os.replace(tmp, path)

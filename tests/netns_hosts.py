@@ -79,7 +79,8 @@ def _b36(n: int) -> str:
 
 
 def in_ci() -> bool:
-    """True when the CI environment variable says we run in CI (then missing tools are a failure)."""
+    """True when the CI environment variable says we run in CI
+    (then missing tools are a failure)."""
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes", "on")
 
 
@@ -662,7 +663,8 @@ class TestHosts:
         lines = []
         for name in self.names:
             pub = (self.dir / name / "ssh_host_ed25519_key.pub").read_text().split()
-            hostpat = self._addr[name] if self.ssh_port == 22 else f"[{self._addr[name]}]:{self.ssh_port}"
+            hostpat = (self._addr[name] if self.ssh_port == 22
+                       else f"[{self._addr[name]}]:{self.ssh_port}")
             namepat = name if self.ssh_port == 22 else f"[{name}]:{self.ssh_port}"
             lines.append(f"{namepat},{hostpat} {pub[0]} {pub[1]}")
         known.write_text("\n".join(lines) + "\n")

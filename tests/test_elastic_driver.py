@@ -112,7 +112,8 @@ class FakeLauncher:
                 if code is not None:
                     del self.workers[wid]
                     code = 128 - code if code < 0 else code
-                    self.send("EXITED", wid=wid, code=code, how="exited", what=f"exited with {code}",
+                    self.send("EXITED", wid=wid, code=code, how="exited",
+                              what=f"exited with {code}",
                               blame="none" if wid in self.stopped else blame(starts[wid], code))
         raise AssertionError("no DONE from the helper\n" + self.log_tail())
 

@@ -61,7 +61,8 @@ def test_a_killed_host_of_two_workers_fails_the_survivors_collectives_at_once(tm
     window = text[text.index("] round 1: 4 instance(s)"):
                   text.index("round 2: 2 instance(s) on localhost:2")]
     cuts = [(int(tag), int(n)) for tag, n in CUT.findall(window)]
-    broken = re.findall(r"^\[([12])\]<stderr>:.*Horovod background loop uncaught exception: .*gloo.*"
+    broken = re.findall(r"^\[([12])\]<stderr>:.*Horovod background loop uncaught exception: "
+                        r".*gloo.*"
                         r"(?:Connection reset by peer|Connection closed by peer)", window,
                         re.MULTILINE)
     assert any(tag in (1, 2) and n > 0 for tag, n in cuts) or broken, window

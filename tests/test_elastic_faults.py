@@ -44,7 +44,8 @@ def test_restart_mode_a_stopped_instance_is_found_hung_and_the_job_restarts(tmp_
                      r"stopped \(T\) at every probe for \d+ s; pid \d+; bound 3 s "
                      r"\(--hang-timeout\); killed it with SIGKILL", err), err[-3000:]
     assert "restarting in place (failure 1 of --host-failure-limit " \
-           "3, counted again from 1 after progress) -> 2 instance(s) on localhost (2) (attempt 1" in err
+           "3, counted again from 1 after progress) -> 2 instance(s) on localhost (2) " \
+           "(attempt 1" in err
     assert [d["first"] for d in done(tmp_path, 1)] == [6, 6], err[-3000:]  # checkpoint 5
     pids = [int((tmp_path / f"a0-s4-i{i}").read_text()) for i in (0, 1)]
     assert wait_gone(pids) == []
@@ -154,7 +155,8 @@ def test_horovod_mode_a_failure_that_repeats_before_a_commit_ends(tmp_path):
     text = job.finish()
     assert job.proc.returncode == 1, text[-5000:]
     assert re.search(r"instance \d on localhost exited with code 3; restarting in place "
-                     r"\(failure 1 of --host-failure-limit 2, counted again from 1 after progress\)", text)
+                     r"\(failure 1 of --host-failure-limit 2, counted again from 1 after "
+                     r"progress\)", text)
     assert re.search(r"job failed: instance \d on localhost exited with code 3, the 2nd "
                      r"failure of localhost in a row without progress \(--host-failure-limit "
                      r"2\), and the other hosts cannot carry --min-np 2", text), text[-5000:]
@@ -171,7 +173,8 @@ def test_restart_mode_the_only_host_left_failing_again_ends_with_a_sentence(tmp_
     err = result.stderr
     assert "127.0.0.1 removed (instance 1 exited with code 3 (host 127.0.0.1)" in err
     assert "restarting in place (failure 1 of --host-failure-limit " \
-           "2, counted again from 1 after progress) -> 1 instance(s) on localhost (1) (attempt 2" in err
+           "2, counted again from 1 after progress) -> 1 instance(s) on localhost (1) " \
+           "(attempt 2" in err
     assert re.search(r"the job ends: instance 0 exited with code 3 \(host localhost\), pid \d+, "
                      r"the 2nd failure of localhost in a row without progress "
                      r"\(--host-failure-limit 2\), and the other hosts cannot carry --min-np 1 "
@@ -188,7 +191,8 @@ def test_restart_mode_two_hosts_min_np_2_restarts_the_failed_host_in_place(tmp_p
     err = result.stderr
     assert "instance 1 exited with code 3 (host 127.0.0.1)" in err
     assert "restarting in place (failure 1 of --host-failure-limit " \
-           "3, counted again from 1 after progress) -> 2 instance(s) on localhost (1), 127.0.0.1 (1) (attempt 1" in err
+           "3, counted again from 1 after progress) -> 2 instance(s) on localhost (1), " \
+           "127.0.0.1 (1) (attempt 1" in err
     assert "blacklisted" not in err and "waiting up to" not in err
     assert [d["host"] for d in done(tmp_path, 1)] == ["127.0.0.1", "localhost"]
 
@@ -203,7 +207,8 @@ def test_horovod_mode_two_hosts_min_np_2_restarts_the_failed_host_in_place(tmp_p
     assert job.proc.returncode == 0, text[-5000:]
     check_weights(job, loop_reference)
     assert re.search(r"instance \d on 127\.0\.0\.1 was killed by SIGKILL; restarting in place "
-                     r"\(failure 1 of --host-failure-limit 3, counted again from 1 after progress\)", text)
+                     r"\(failure 1 of --host-failure-limit 3, counted again from 1 after "
+                     r"progress\)", text)
     assert "blacklisted" not in text
     assert [size for _, size, _ in rounds(text)] == [2, 2]
     assert wait_gone(job.worker_pids(), timeout=10) == []

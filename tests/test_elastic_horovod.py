@@ -308,7 +308,8 @@ def test_one_host_rank_0_killed_mid_epoch_the_survivor_is_the_source_of_the_sync
     check_no_step_redone_beyond_the_commit(text, moment)
     assert re.search(r"instance \d \(rank 0 of 2\) on localhost was killed by SIGKILL", text)
     assert re.search(r"instance \d on localhost was killed by SIGKILL; restarting in place "
-                     r"\(failure 1 of --host-failure-limit 3, counted again from 1 after progress\): "
+                     r"\(failure 1 of --host-failure-limit 3, counted again from 1 after "
+                     r"progress\): "
                      r"instance \d's slot is started again \(the other hosts cannot carry "
                      r"--min-np 2\)", text), text[-5000:]
     assert "blacklisted" not in text

@@ -3,8 +3,8 @@
 elastic Keras example, across a worker killed and started again in place and a host that the
 discovery script adds mid-job. Every epoch is trained once and every rank ends with the same
 model and optimizer variables. Both TensorFlow states sync from different starts; the optimizer
-build that makes the sync the same on every rank (popdist_launcher/compat/horovod_keras_sync.py) runs
-on real Keras optimizers."""
+build that makes the sync the same on every rank (popdist_launcher/compat/horovod_keras_sync.py)
+runs on real Keras optimizers."""
 import json
 import os
 import signal

@@ -1,7 +1,7 @@
-"""The failure policy of both elastic modes (popdist_launcher/launcher/elastic/failure_policy.py), without
-a process: a fake list of monitor results (which host failed, the job's progress mark then) is
-played through it, as torch's SimpleElasticAgentTest plays fake worker-group results through
-its agent, and every decision is checked."""
+"""The failure policy of both elastic modes (popdist_launcher/launcher/elastic/failure_policy.py),
+without a process: a fake list of monitor results (which host failed, the job's progress mark then)
+is played through it, as torch's SimpleElasticAgentTest plays fake worker-group results through its
+agent, and every decision is checked."""
 from typing import List, Sequence, Tuple
 
 import pytest

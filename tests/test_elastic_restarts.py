@@ -177,7 +177,8 @@ def test_the_discovery_script_grows_and_shrinks_the_job(hosts, tmp_path):
     assert wait_gone([r["pid"] for r in first + grown + shrunk]) == []
     lines = [line for line in err.splitlines() if " -> " in line and "instance(s) on" in line]
     assert len(lines) == 2, err[-3000:]
-    assert "hostB joined the discovery script's hosts" in lines[0] and "-> 4 instance(s)" in lines[0]
+    assert ("hostB joined the discovery script's hosts" in lines[0]
+            and "-> 4 instance(s)" in lines[0])
     assert "hostB left the discovery script's hosts" in lines[1] and "-> 2 instance(s)" in lines[1]
     logged = (logs / "membership.log").read_text().splitlines()
     assert sum(" -> " in line for line in logged) == 2
@@ -221,7 +222,8 @@ def test_on_one_host_a_killed_instance_is_started_again(tmp_path):
     assert [r["index"] for r in records(runs, 1)] == [0, 1, 2]
     assert {r["num_instances"] for r in records(runs, 1)} == {3}
     assert "restarting in place (failure 1 of " \
-           "--host-failure-limit 3, counted again from 1 after progress) -> 3 instance(s) on localhost (3)" in result.stderr
+           "--host-failure-limit 3, counted again from 1 after progress) -> 3 instance(s) on " \
+           "localhost (3)" in result.stderr
 
 
 def test_on_one_host_a_failure_that_repeats_ends_the_job_at_the_host_failure_limit(tmp_path):
@@ -233,7 +235,8 @@ def test_on_one_host_a_failure_that_repeats_ends_the_job_at_the_host_failure_lim
     assert result.returncode == 128 + 9, result.stderr[-3000:]
     err = result.stderr
     assert "restarting in place (failure 1 of " \
-           "--host-failure-limit 2, counted again from 1 after progress) -> 2 instance(s) on localhost (2) (attempt 1" in err
+           "--host-failure-limit 2, counted again from 1 after progress) -> 2 instance(s) on " \
+           "localhost (2) (attempt 1" in err
     assert re.search(r"poprun-lite: the job ends: instance 1 was killed by SIGKILL \(host "
                      r"localhost\), pid \d+, the 2nd failure of localhost in a row without "
                      r"progress \(--host-failure-limit 2\), and the other hosts cannot carry "

@@ -345,7 +345,8 @@ def test_a_worker_killed_during_the_state_sync(tmp_path):
     assert re.search(r"instance \d+ \(rank 3 of 4\) on 127\.0\.0\.1 was killed by SIGKILL",
                      text), text[-5000:]
     assert re.search(r"on 127\.0\.0\.1 was killed by SIGKILL; restarting in place \(failure 1 "
-                     r"of --host-failure-limit 3, counted again from 1 after progress\): instance \d+'s slot "
+                     r"of --host-failure-limit 3, counted again from 1 after progress\): "
+                     r"instance \d+'s slot "
                      r"is started again \(the other hosts cannot carry --min-np 1\)", text), \
         text[-5000:]
 

@@ -40,7 +40,8 @@ def test_keras3_fit_example(strategy):
         assert "this example is a Keras 3 program, and it has Keras 2." in result.stderr
         return
     assert result.returncode == 0, result.stderr[-3000:]
-    assert re.search(rf"Keras 3\.\d+\.\d+, {strategy}, 2 instance\(s\)", result.stdout), result.stdout
+    assert re.search(rf"Keras 3\.\d+\.\d+, {strategy}, 2 instance\(s\)", result.stdout), \
+        result.stdout
     checksums = re.findall(r"weights checksum (\d+\.\d+)", result.stdout)
     assert len(checksums) == 2 and checksums[0] == checksums[1], result.stdout
     assert final_accuracy(result.stdout) > 0.85

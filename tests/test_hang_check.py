@@ -35,8 +35,10 @@ def run(mode, fault, *options, steps="16", timeout=240, backend="local"):
 @pytest.mark.parametrize("mode, fault, kind, evidence, peers", [
     ("function", "busy:1:4", "busy", "it ran its own code (CPU, I/O or a moving stack) for ",
      "instance 0 in a TensorFlow step"),
-    ("eager", "lock:1:4", "blocked", "no CPU and no I/O for ", "instance 0 in collective allreduce"),
-    ("function", "read:0:4", "blocked", "no CPU and no I/O for ", "instance 1 in a TensorFlow step"),
+    ("eager", "lock:1:4", "blocked", "no CPU and no I/O for ",
+     "instance 0 in collective allreduce"),
+    ("function", "read:0:4", "blocked", "no CPU and no I/O for ",
+     "instance 1 in a TensorFlow step"),
 ])
 def test_a_fixed_job_names_and_cuts_the_hung_worker(mode, fault, kind, evidence, peers):
     result = run(mode, fault, "--hang-timeout", "8", *BUSY)

@@ -741,7 +741,8 @@ def test_reports_and_progress_teach_the_default_clock_once_the_job_is_under_way(
     check.progress(insts[0], 195.0)  # 100 s
     assert check.clock.bounds() == Bounds(500.0, 500.0, 600.0)
     check.where(insts[0], b"not a report", 300.0)
-    check.where(Instance(7, "elsewhere"), position_report.encode(0, 7, "busy", "program", ""), 300.0)
+    check.where(Instance(7, "elsewhere"), position_report.encode(0, 7, "busy", "program", ""),
+                300.0)
     assert check.clock.bounds() == Bounds(500.0, 500.0, 600.0)
     report_at(check, insts[0], 395.0, "waiting", "collective allreduce", left=1)  # 200 s on
     assert check.clock.bounds() == Bounds(1000.0, 1000.0, 1000.0)

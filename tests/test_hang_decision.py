@@ -1,9 +1,10 @@
 """The hang check's decision as a pure function
-(popdist_launcher/launcher/supervision/hang/decision.py: ``decide`` and ``describe_groups``, every kind and every rule that never cuts, from ``Seen``
-snapshots and explicit ``Bounds``), and the program-side sampler's pure parts
-(popdist_launcher/whereabouts.py: ``classify``, ``position``, ``_own_frame`` on fake stacks,
-``Activity`` on this process's own threads, ``Sampler``'s reports, ``encode``/``decode``,
-``long_phase``, the Keras checkpointing callbacks' long phases). No process is started."""
+(popdist_launcher/launcher/supervision/hang/decision.py: ``decide`` and ``describe_groups``, every
+kind and every rule that never cuts, from ``Seen`` snapshots and explicit ``Bounds``), and the
+program-side sampler's pure parts (popdist_launcher/whereabouts.py: ``classify``, ``position``,
+``_own_frame`` on fake stacks, ``Activity`` on this process's own threads, ``Sampler``'s reports,
+``encode``/``decode``, ``long_phase``, the Keras checkpointing callbacks' long phases). No process
+is started."""
 import importlib
 import importlib.util
 import os

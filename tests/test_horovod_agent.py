@@ -9,7 +9,8 @@ from __future__ import annotations
 import select
 import socket
 
-from popdist_launcher.launcher.supervision.attempt import Instance, InstanceState, JobResult, JobState
+from popdist_launcher.launcher.supervision.attempt import (Instance, InstanceState, JobResult,
+                                                           JobState)
 from popdist_launcher.launcher.agents.elastic_horovod import (FRAMES, LOST_CODE, NOT_RUN_CODE,
                                                               HorovodRun)
 from popdist_launcher.launcher.elastic.driver_link import HelperSocket

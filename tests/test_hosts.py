@@ -66,7 +66,8 @@ def test_default_instance_count_is_one_per_slot():
 
 def test_slurm_allocation_from_its_variables():
     assert h.parse_tasks_per_node("2(x3),1") == [2, 2, 2, 1]
-    slots, _ = h.slurm_hosts({"SLURM_JOB_NODELIST": "node[1-3],gpu7", "SLURM_TASKS_PER_NODE": "2(x3),1"})
+    slots, _ = h.slurm_hosts({"SLURM_JOB_NODELIST": "node[1-3],gpu7",
+                              "SLURM_TASKS_PER_NODE": "2(x3),1"})
     assert slots == [h.HostSlots("node1", 2), h.HostSlots("node2", 2), h.HostSlots("node3", 2),
                      h.HostSlots("gpu7", 1)]
     with pytest.raises(h.HostError, match="inside salloc"):

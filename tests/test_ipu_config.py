@@ -168,7 +168,8 @@ def test_ipu_only_options_are_logged_once(caplog):
         config = ipu.config.IPUConfig()
         config.optimizations.maximum_all_gather_buffer_size = 7 * 1024 * 1024
         config.optimizations.maximum_all_gather_buffer_size = 8 * 1024 * 1024
-    lines = [r.getMessage() for r in caplog.records if "maximum_all_gather_buffer_size" in r.getMessage()]
+    lines = [r.getMessage() for r in caplog.records
+             if "maximum_all_gather_buffer_size" in r.getMessage()]
     assert len(lines) == 1 and "no effect" in lines[0]
     config.auto_select_ipus = 4  # an option that does something here is not logged
     assert not [r for r in caplog.records if "auto_select_ipus" in r.getMessage()]

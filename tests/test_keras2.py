@@ -1,9 +1,9 @@
-"""Keras per program (popdist_launcher.compat.keras2, the startup hook): on TensorFlow 2.16+ a program
-gets TensorFlow's own Keras (Keras 3) unless it is written for Keras 2 (an IPU program, one using
-Horovod's Keras API, or TF_USE_LEGACY_KERAS=1), then ``import keras`` and ``tf.keras`` are Keras 2
-(tf-keras); the launcher passes its instances no decision of its own. On TensorFlow 2.15 Keras 2
-is all there is and the variable stays unset. What needs Keras 2 in a Keras 3 program stops with
-one sentence."""
+"""Keras per program (popdist_launcher.compat.keras2, the startup hook): on TensorFlow 2.16+ a
+program gets TensorFlow's own Keras (Keras 3) unless it is written for Keras 2 (an IPU program, one
+using Horovod's Keras API, or TF_USE_LEGACY_KERAS=1), then ``import keras`` and ``tf.keras`` are
+Keras 2 (tf-keras); the launcher passes its instances no decision of its own. On TensorFlow 2.15
+Keras 2 is all there is and the variable stays unset. What needs Keras 2 in a Keras 3 program stops
+with one sentence."""
 import json
 import os
 import subprocess
@@ -135,7 +135,8 @@ def test_an_ipu_keras_method_in_a_keras_3_program_says_one_sentence(tmp_path):
     said = [line.split("SAID ", 1)[1] for line in result.stdout.splitlines() if "SAID " in line]
     if NEW_STACK:
         assert said and said[0].startswith(
-            "Model.set_gradient_accumulation_options needs Keras 2, but this program has Keras 3"), said
+            "Model.set_gradient_accumulation_options needs Keras 2, "
+            "but this program has Keras 3"), said
         assert "exist for Keras 2 only" in said[0] and f"{SWITCH}=1" in said[0]
     else:
         assert said == ["nothing"]

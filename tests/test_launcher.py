@@ -144,11 +144,13 @@ def test_no_tag_output_and_output_dir(tmp_path, pid_dir):
 
 @pytest.mark.parametrize("args, words", [
     (["-np", "0", "x.py"], "--num-instances must be at least 1, got 0"),
-    (["-np", "2", "--num-replicas", "3", "x.py"], "--num-replicas 3 is not divisible by --num-instances 2"),
+    (["-np", "2", "--num-replicas", "3", "x.py"],
+     "--num-replicas 3 is not divisible by --num-instances 2"),
     (["-np", "2", "does_not_exist.py"], "program 'does_not_exist.py' does not exist"),
     (["-np", "2", "no-such-command-here"], "was not found on PATH"),
     (["-np", "2", "-x", "1BAD=2", "true"], "'1BAD' is not a valid environment variable name"),
-    (["-np", "2", "-x", "SURELY_UNSET_VARIABLE_42", "true"], "is not set in poprun-lite's environment"),
+    (["-np", "2", "-x", "SURELY_UNSET_VARIABLE_42", "true"],
+     "is not set in poprun-lite's environment"),
     (["-np", "2", "--only-output-from-instance", "5", "true"], "expected 0..1"),
     (["-np", "two", "true"], "'two' is not a valid integer"),
     (["--no-such-option", "true"], "No such option"),
@@ -229,10 +231,12 @@ def test_launcher_never_imports_tensorflow_or_horovod(tmp_path):
     probe = ("import sys, runpy; sys.argv = ['poprun-lite', '-np', '2', 'true'];\n"
              "from popdist_launcher import launch\n"
              "code = launch.run(sys.argv[1:])\n"
-             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'horovod', 'numpy'))\n"
+             "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+             "('tensorflow', 'horovod', 'numpy'))\n"
              "print('IMPORTED', bad); sys.exit(code)")
     import subprocess
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            timeout=60)
     assert result.returncode == 0, result.stderr
     assert "IMPORTED []" in result.stdout
 

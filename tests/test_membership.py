@@ -1,6 +1,6 @@
-"""Elastic membership (launcher/elastic/membership.py, launcher/elastic/discovery/): the host discovery
-script's answers (strict parsing, real scripts that fail, hang or print garbage, nothing left
-running), the blacklist's cooldown maths, the periodic poller and the membership log."""
+"""Elastic membership (launcher/elastic/membership.py, launcher/elastic/discovery/): the host
+discovery script's answers (strict parsing, real scripts that fail, hang or print garbage, nothing
+left running), the blacklist's cooldown maths, the periodic poller and the membership log."""
 import os
 import re
 import selectors

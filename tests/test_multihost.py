@@ -47,7 +47,8 @@ def test_training_across_two_hosts_matches_one_process(hosts, reference, tmp_pat
     assert [r["hostname"] for r in runs] == ["hostA", "hostA", "hostB", "hostB"]
     for step, ref in enumerate(reference):
         for i in range(1, 4):
-            assert runs[i]["history"][step] == runs[0]["history"][step], f"instance {i}, step {step}"
+            assert runs[i]["history"][step] == runs[0]["history"][step], \
+                f"instance {i}, step {step}"
         np.testing.assert_allclose(runs[0]["history"][step], ref, rtol=1e-6, atol=1e-6)
 
 
@@ -98,7 +99,8 @@ def test_a_host_that_does_not_answer_is_named_within_the_start_timeout(hosts):
                     timeout=120)
     assert result.returncode != 0
     assert time.monotonic() - start < 30
-    assert "hostB" in result.stderr and "hostA" not in result.stderr.split("error:")[-1].split(";")[0]
+    assert ("hostB" in result.stderr
+            and "hostA" not in result.stderr.split("error:")[-1].split(";")[0])
     assert "start-timeout" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -108,8 +110,8 @@ def test_restart_resumes_from_the_checkpoint_with_the_same_final_weights(tmp_pat
     clean, resumed = tmp_path / "clean", tmp_path / "resumed"
     for d in (clean, resumed):
         (d / "ckpt").mkdir(parents=True)
-    result = poprun("-np", "2", "tests/workers/restart_training.py", str(clean), str(clean / "ckpt"),
-                    steps, timeout=300)
+    result = poprun("-np", "2", "tests/workers/restart_training.py", str(clean),
+                    str(clean / "ckpt"), steps, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     result = poprun("-np", "2", "--max-restarts", "1", "tests/workers/restart_training.py",
                     str(resumed), str(resumed / "ckpt"), steps, "3", timeout=300)

@@ -145,7 +145,8 @@ def test_cleanup_leftovers_of_a_crashed_run():
     orphan = subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "300"])
     try:
         _wait_for(lambda: orphan.pid in [int(p) for p in subprocess.run(
-            ["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=30).stdout.split()],
+            ["ip", "netns", "pids", ns], capture_output=True, text=True,
+            timeout=30).stdout.split()],
             10, "the orphan in the leftover namespace")
         removed = cleanup_leftovers()
         assert ns in removed and bridge in removed

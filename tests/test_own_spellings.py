@@ -23,11 +23,14 @@ IPU_PROGRAMS = ROOT / "tests" / "programs_ipu"
 def respell(source: str) -> str:
     """``source`` with Graphcore's imports written as this package's names."""
     rules = (
-        (r"^(\s*)import popdist\.tensorflow\b.*$", r"\1pass  # popdist.tensorflow comes with popdist"),
+        (r"^(\s*)import popdist\.tensorflow\b.*$",
+         r"\1pass  # popdist.tensorflow comes with popdist"),
         (r"^(\s*)import popdist\b(?!\.)", r"\1from popdist_launcher import popdist"),
         (r"^(\s*)from tensorflow\.python import ipu\b", r"\1from popdist_launcher import ipu"),
-        (r"^(\s*)from tensorflow\.python\.ipu(\.[\w.]+)? import", r"\1from popdist_launcher.ipu\2 import"),
-        (r"^(\s*)import tensorflow\.python\.ipu\.([\w.]+) as", r"\1import popdist_launcher.ipu.\2 as"),
+        (r"^(\s*)from tensorflow\.python\.ipu(\.[\w.]+)? import",
+         r"\1from popdist_launcher.ipu\2 import"),
+        (r"^(\s*)import tensorflow\.python\.ipu\.([\w.]+) as",
+         r"\1import popdist_launcher.ipu.\2 as"),
     )
     for pattern, replacement in rules:
         source = re.sub(pattern, replacement, source, flags=re.MULTILINE)
@@ -70,7 +73,8 @@ def close(got, want, path="") -> None:
 # program, its arguments after OUT_DIR, poprun-lite's options, the files it writes
 PROGRAMS = {
     # TF2: PopDistStrategy, popdist.tensorflow.set_ipu_config, ipu.horovod collectives.
-    "custom_loop": (IPU_PROGRAMS / "popdist_custom_loop.py", [], ["-np", "2"], "custom_loop-{i}.json"),
+    "custom_loop": (IPU_PROGRAMS / "popdist_custom_loop.py", [], ["-np", "2"],
+                    "custom_loop-{i}.json"),
     # TF1 replication: cross-replica ops, a CrossReplicaGradientAccumulationOptimizerV2 loop,
     # replicated IPUStrategy; and Keras gradient accumulation under PopDistStrategy.
     "distributed": (GRAPHCORE_PROGRAMS / "distributed.py", [],
@@ -101,7 +105,8 @@ def test_the_same_program_through_both_spellings_gives_the_same_numbers(tmp_path
 
 def test_every_provided_ipu_name_imports_from_popdist_launcher_ipu_as_the_same_object():
     # tests/graphcore/test_api_inventory.py's inventory, through the package's own spelling.
-    inventory = json.loads((ROOT / "tests" / "graphcore" / "data" / "ipu_api_names.json").read_text())
+    inventory = json.loads(
+        (ROOT / "tests" / "graphcore" / "data" / "ipu_api_names.json").read_text())
     missing, different = [], []
     for module, names in inventory.items():
         provided = [n for n, r in names.items() if r["provided"]]
@@ -127,7 +132,8 @@ def test_every_provided_ipu_name_imports_from_popdist_launcher_ipu_as_the_same_o
 # -- every popdist_launcher name the docs and the docstrings offer
 
 NAME = re.compile(r"\bpopdist_launcher(?:\.[A-Za-z_]\w*)+")
-# Names the docs quote as gone: the error an older checkout's console script gives (troubleshooting).
+# Names the docs quote as gone: the error an older checkout's console script gives
+# (troubleshooting).
 GONE = {"popdist_launcher.launcher.entry"}
 FROM_IMPORT = re.compile(r"\bfrom (popdist_launcher(?:\.\w+)*) import ([\w, ]+)")
 

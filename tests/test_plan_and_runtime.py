@@ -7,7 +7,8 @@ import pytest
 import popdist_launcher
 from popdist_launcher import popdist, runtime, tf_config
 from popdist_launcher.launcher.layout import ports
-from popdist_launcher.launcher.layout.plan import Host, PlanError, build_plan, distribute, parse_exports
+from popdist_launcher.launcher.layout.plan import (Host, PlanError, build_plan, distribute,
+                                                   parse_exports)
 
 
 def plan(n=4, replicas=None, hosts=(Host("localhost", "127.0.0.1"),)):
@@ -34,8 +35,10 @@ def test_horovod_ranks_over_two_hosts():
     hosts = (Host("a", "10.0.0.1"), Host("b", "10.0.0.2"))
     p = plan(5, hosts=hosts)
     assert [i.host.name for i in p.instances] == ["a", "a", "a", "b", "b"]
-    assert [(i.local_index, i.local_size) for i in p.instances] == [(0, 3), (1, 3), (2, 3), (0, 2), (1, 2)]
-    assert [(i.cross_rank, i.cross_size) for i in p.instances] == [(0, 2), (0, 2), (0, 1), (1, 2), (1, 2)]
+    assert [(i.local_index, i.local_size) for i in p.instances] == [
+        (0, 3), (1, 3), (2, 3), (0, 2), (1, 2)]
+    assert [(i.cross_rank, i.cross_size) for i in p.instances] == [
+        (0, 2), (0, 2), (0, 1), (1, 2), (1, 2)]
     assert distribute(3, hosts) == [hosts[0], hosts[0], hosts[1]]
 
 
@@ -50,7 +53,8 @@ def test_exports():
     ("{not json", "not valid JSON"),
     ('{"cluster": {"worker": ["a:1"]}}', 'no "task" type'),
     ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 1}}', "out of range"),
-    ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "ps", "index": 0}}', "not a job of the cluster"),
+    ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "ps", "index": 0}}',
+     "not a job of the cluster"),
     ('{"cluster": {"chief": ["a:1", "b:2"]}, "task": {"type": "chief"}}', "at most one"),
     ('{"cluster": {"worker": ["a"]}, "task": {"type": "worker"}}', "host:port"),
     ('{"cluster": {"evaluator": ["a:1", "a:2"]}, "task": {"type": "evaluator"}}', "at most one"),

@@ -2,8 +2,8 @@
 without it can neither read nor write (nor poison the rank addresses), and real Horovod
 instances that have it in HOROVOD_GLOO_RENDEZVOUS_ADDR still rendezvous and allreduce.
 
-The server runs as the launcher starts it (python -m popdist_launcher.wire.rendezvous on an inherited
-listening socket, the secret in its environment), and inside a real poprun-lite job."""
+The server runs as the launcher starts it (python -m popdist_launcher.wire.rendezvous on an
+inherited listening socket, the secret in its environment), and inside a real poprun-lite job."""
 import http.client
 import json
 import os

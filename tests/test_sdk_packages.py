@@ -50,7 +50,8 @@ def check_summaries(instance: Path) -> None:
     # Keras' callback: epoch losses, weight histograms and the kernels as images.
     assert any(tag.startswith("keras/train/") and plugin == "histograms"
                for tag, plugin in kinds.items())
-    assert any(tag.startswith("keras/train/") and plugin == "images" for tag, plugin in kinds.items())
+    assert any(tag.startswith("keras/train/") and plugin == "images"
+               for tag, plugin in kinds.items())
     epoch_loss = events["keras/train/epoch_loss"][1]
     assert [e.step for e in epoch_loss] == [0, 1]
 

@@ -84,5 +84,6 @@ def test_an_elastic_job_in_an_allocation_restarts_a_failed_task_with_a_new_srun_
     assert steps[0] != steps[1]  # one srun step per attempt
     assert "instance 1 was killed by SIGKILL" in result.stderr
     assert "restarting in place (failure 1 of " \
-           "--host-failure-limit 3, counted again from 1 after progress) -> 3 instance(s)" in result.stderr
+           "--host-failure-limit 3, counted again from 1 after progress) -> 3 instance(s)" \
+           in result.stderr
     assert "===== elastic job: 2 attempt(s) =====" in result.stderr

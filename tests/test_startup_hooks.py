@@ -1,6 +1,7 @@
 """The site hook (popdist_launcher.compat.startup): its after-import hooks (a hook runs once, right
 after its module's code has run, also when the module was first only looked up), the import
-table it applies, and how it tells an IPU program from its source (popdist_launcher.compat.ipu_program)."""
+table it applies, and how it tells an IPU program from its source
+(popdist_launcher.compat.ipu_program)."""
 import subprocess
 import sys
 import textwrap
@@ -114,7 +115,8 @@ def test_a_switch_turned_on_arms_its_hooks_and_runs_those_of_imported_modules(tm
     assert out == "['hooked_mod', 'later_mod'] 42 2"
 
 
-# -- whether the program is an IPU program (popdist_launcher.compat.ipu_program), read from its source
+# -- whether the program is an IPU program (popdist_launcher.compat.ipu_program),
+# read from its source
 
 def _graphcore_import(tmp_path, files, main="main.py", package=""):
     for name, text in files.items():
@@ -147,10 +149,12 @@ def test_each_way_of_naming_graphcore_modules_is_found(tmp_path):
                                    "from keras import ipu",
                                    "import tensorflow.python.ipu.ops.nn_ops as nn_ops",
                                    "from tensorflow.compiler.plugin.poplar.ops import gen_ipu_ops",
-                                   "import importlib; importlib.import_module('tensorflow.python.ipu')")):
+                                   "import importlib; "
+                                   "importlib.import_module('tensorflow.python.ipu')")):
         folder = tmp_path / str(i)
         folder.mkdir()
-        assert _graphcore_import(folder, {"main.py": statement + "\n"}).startswith("('main',"), statement
+        assert _graphcore_import(folder, {"main.py": statement + "\n"}).startswith("('main',"), \
+            statement
 
 
 def test_relative_imports_of_a_package_are_followed(tmp_path):
@@ -166,6 +170,7 @@ def test_relative_imports_of_a_package_are_followed(tmp_path):
 def test_a_program_without_graphcore_names_is_not_an_ipu_program(tmp_path):
     found = _graphcore_import(tmp_path, {
         "main.py": "import helpers\nimport popdist\nfrom popdist_launcher import ipu\n",
-        "helpers.py": "import json\nfrom tensorflow.keras.optimizers import Adam\n# tensorflow.python.ipu\n",
+        "helpers.py": "import json\nfrom tensorflow.keras.optimizers import Adam\n"
+                      "# tensorflow.python.ipu\n",
     })
     assert found == "None"  # popdist and the project's own names are not Graphcore's IPU names

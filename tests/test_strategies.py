@@ -44,8 +44,10 @@ def test_semantics(tmp_path, strategy, replicas):
             assert got["mixed_mean"] == [np.mean(ids) + 0.5, sum(3 * r + 1 for r in ids) // R]
         G = 2 * R
         assert got["batches"] == [list(range(s * G, (s + 1) * G)) for s in range(3)]
-        np.testing.assert_allclose(got["bn_moving_mean"], got["bn_expected_mean"], rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(got["bn_moving_variance"], got["bn_expected_variance"], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(got["bn_moving_mean"], got["bn_expected_mean"],
+                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got["bn_moving_variance"], got["bn_expected_variance"],
+                                   rtol=1e-4, atol=1e-5)
 
 
 @pytest.fixture(scope="module")

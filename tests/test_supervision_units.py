@@ -506,7 +506,8 @@ def test_tcp_wrapper_connections_have_keepalive_on_both_ends():
 
 # ---- instance states and a wrapper's hello ---------------------------------------------------
 def test_instance_states_change_only_along_the_transition_table():
-    from popdist_launcher.launcher.supervision.attempt import INSTANCE_TRANSITIONS, Instance, InstanceState
+    from popdist_launcher.launcher.supervision.attempt import (INSTANCE_TRANSITIONS, Instance,
+                                                               InstanceState)
 
     states = list(InstanceState)
     for start in states:

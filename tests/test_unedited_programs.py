@@ -50,7 +50,8 @@ def test_the_alias_costs_no_import_at_start_and_can_be_turned_off():
 
 
 def test_popdist_outside_the_launcher_is_one_instance():
-    result = python("-c", "import sys, popdist, popdist.tensorflow; print(popdist.isPopdistEnvSet(),"
+    result = python("-c", "import sys, popdist, popdist.tensorflow; "
+                    "print(popdist.isPopdistEnvSet(),"
                     " popdist.getNumInstances(), popdist.getInstanceIndex(),"
                     " popdist.getNumTotalReplicas(), popdist.getNumLocalReplicas(),"
                     " popdist.getReplicaIndexOffset(), popdist.getNumIpusPerReplica(),"

@@ -1,7 +1,7 @@
 """The import table: every module name the site hook answers (Graphcore's IPU names, TensorFlow
 2.6's moved Keras modules, TensorFlow's removed modules) and every hook it runs around an
-import, as data. ``popdist_launcher.compat.startup.ImportTableFinder`` is the one finder that applies
-it; ``popdist_launcher.ipu``'s attributes and docs/ipu-api-coverage.md ("The import table")
+import, as data. ``popdist_launcher.compat.startup.ImportTableFinder`` is the one finder that
+applies it; ``popdist_launcher.ipu``'s attributes and docs/ipu-api-coverage.md ("The import table")
 follow it.
 
 An entry applies while all of its switches are on (``when``). Switches:
@@ -11,10 +11,12 @@ An entry applies while all of its switches are on (``when``). Switches:
   ``TF_USE_LEGACY_KERAS`` set or chosen; ``popdist_launcher.compat.startup.choose_keras``).
 - ``keras-2``: TensorFlow has imported and tf.keras is Keras 2 (``keras_compat.install``).
 - ``ipu-program``: the program is written for Graphcore's SDK (it names one of the ``graphcore``
-  entries below: ``popdist_launcher.compat.startup.decide_ipu_program``, at TensorFlow's import, or the first
+  entries below: ``popdist_launcher.compat.startup.decide_ipu_program``, at TensorFlow's import, or
+  the first
   import of such a name): Keras optimizers are TensorFlow 2.6's, NumPy has its 1.x names.
 - ``ipu-devices``: the IPU layer has imported, or TensorFlow in an IPU program
-  (``ipu_runtime.ipu_devices.watch``): ops placed on ``/device:IPU:N`` and ``tf.config``'s IPU device
+  (``ipu_runtime.ipu_devices.watch``): ops placed on ``/device:IPU:N`` and ``tf.config``'s IPU
+  device
   listings.
 - ``estimator-removed``: TensorFlow 2.16+ without tf.estimator's support modules
   (``estimator.install``).
@@ -111,7 +113,8 @@ ALIASES = (
     *(Alias(name, "popdist_launcher.ipu.keras", **_GRAPHCORE)
       for name in ("keras.ipu", "tensorflow.keras.ipu", "keras.api._v2.keras.ipu", "tf_keras.ipu",
                    "tf_keras.api._v2.keras.ipu")),
-    # The SDK's internal modules (``from tensorflow.compiler.plugin.poplar.ops import gen_ipu_ops``).
+    # The SDK's internal modules
+    # (``from tensorflow.compiler.plugin.poplar.ops import gen_ipu_ops``).
     Alias("tensorflow.compiler.plugin", "popdist_launcher.ipu._sdk", **_GRAPHCORE),
 
     # ``import keras`` is Keras 2 (tf-keras) where tf.keras is (popdist_launcher.compat.keras2).
@@ -121,10 +124,13 @@ ALIASES = (
     Alias("keras.optimizer_v2.learning_rate_schedule",
           f"{KERAS_2}.src.optimizers.schedules.learning_rate_schedule", shadows=False,
           when=("keras-2",)),
-    Alias("keras.optimizer_v2", f"{KERAS_2}.src.optimizers.legacy", shadows=False, when=("keras-2",)),
+    Alias("keras.optimizer_v2", f"{KERAS_2}.src.optimizers.legacy", shadows=False,
+          when=("keras-2",)),
     # In IPU programs tensorflow.python.keras is tf.keras's Keras 2 even where TensorFlow still
-    # has its own old copy (popdist_launcher.compat.tf_python_keras), TF 2.6's moved modules included.
-    *(Alias(f"tensorflow.python.keras.{old}", f"{KERAS_2}.src.{new}", when=("keras-2", "ipu-program"))
+    # has its own old copy (popdist_launcher.compat.tf_python_keras), TF 2.6's moved modules
+    # included.
+    *(Alias(f"tensorflow.python.keras.{old}", f"{KERAS_2}.src.{new}",
+            when=("keras-2", "ipu-program"))
       for old, new in TF_PYTHON_KERAS_MOVED.items()),
     Alias("tensorflow.python.keras", f"{KERAS_2}.src", when=("keras-2", "ipu-program")),
     Alias("tensorflow.python.keras", f"{KERAS_2}.src", shadows=False, when=("keras-2",)),
@@ -186,7 +192,8 @@ HOOKS = (
     *(Hook(ipu, "popdist_launcher.compat.keras_compat:install") for ipu in IPU_LAYER),
     Hook(f"{KERAS_2}.src.engine.training", "popdist_launcher.compat.keras_compat:patch_compile",
          when=("keras-2",)),
-    Hook(f"{KERAS_2}.losses", "popdist_launcher.compat.keras_compat:add_losses_utils", when=("keras-2",)),
+    Hook(f"{KERAS_2}.losses", "popdist_launcher.compat.keras_compat:add_losses_utils",
+         when=("keras-2",)),
     Hook(f"{KERAS_2}.src.engine.data_adapter", "popdist_launcher.compat.keras_compat:add_expand_1d",
          when=("keras-2",)),
     Hook(f"{KERAS_2}.src.backend", "popdist_launcher.compat.keras_compat:tf26_initializer_seeds",
@@ -216,14 +223,16 @@ HOOKS = (
          when=("ipu-program",)),
     Hook("tensorflow.python.framework.ops", "popdist_launcher.ipu_runtime.ipu_devices:install",
          when=("ipu-devices",)),
-    Hook("tensorflow", "popdist_launcher.ipu_runtime.ipu_devices:install_listing", when=("ipu-devices",)),
+    Hook("tensorflow", "popdist_launcher.ipu_runtime.ipu_devices:install_listing",
+         when=("ipu-devices",)),
     # Keras' ``ipu`` module (keras.ipu.PipelineStage ...) as the IPU Keras methods install.
     Hook("popdist_launcher.ipu_runtime.keras.extensions_base",
          "popdist_launcher.ipu.keras_extensions:give_keras_its_ipu_module"),
     # poprun-lite's switches.
     Hook("tensorflow", "popdist_launcher.compat.tf1:disable_v2_behavior", when=("tf1",)),
     Hook("tensorflow", "popdist_launcher.compat.tf_contrib:install", when=("tf1",)),
-    Hook("tensorflow_estimator.python.estimator.run_config", "popdist_launcher.compat.run_config:install",
+    Hook("tensorflow_estimator.python.estimator.run_config",
+         "popdist_launcher.compat.run_config:install",
          when=("tf-config-auto",)),  # RunConfig sees the cluster only with a strategy
     Hook("horovod.tensorflow.elastic", "popdist_launcher.compat.horovod_elastic:install",
          when=("horovod-elastic",)),
@@ -238,7 +247,8 @@ HOOKS = (
 )
 
 # Switches the environment turns on at interpreter start: switch -> {variable: value} (all must
-# hold; None: set to anything). Names of popdist_launcher.wire.contract, spelled out to import nothing.
+# hold; None: set to anything). Names of popdist_launcher.wire.contract, spelled out to import
+# nothing.
 ENVIRONMENT_SWITCHES = {
     "tf1": {"POPDIST_TF1": "1"},  # poprun-lite --tf1: TensorFlow 1.15's behaviour
     "tf-config-auto": {"POPRUN_TF_CONFIG_AUTO": "1"},  # --tf-config auto

@@ -104,7 +104,8 @@ def graphcore_import(main=None, matches=import_table.graphcore_name):
 def imported_names(tree, package: str):
     """The absolute module names a module's syntax tree imports (``from a import b`` gives ``a``
     and ``a.b``); ``package`` resolves relative imports. ``tf.estimator`` (``tf.compat.v1.
-    estimator`` ...) reads as ``tensorflow.estimator``: a module TensorFlow binds as an attribute."""
+    estimator`` ...) reads as ``tensorflow.estimator``: a module TensorFlow binds as an
+    attribute."""
     import ast
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr == "estimator" \
@@ -149,7 +150,8 @@ class _Locator:
     def __init__(self) -> None:
         import sysconfig
         paths = sysconfig.get_paths()
-        skip = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
+        skip = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")
+                if key in paths}
         try:
             import site
             skip.update(site.getsitepackages())

@@ -3,15 +3,16 @@
 for every other program, as stock TensorFlow gives it; and which package the IPU layer's reach-ins
 into Keras 2's internals import (``src("engine.training")`` and the like).
 
-On TensorFlow 2.16+ the start-up hook (popdist_launcher.compat.startup.choose_keras) calls ``choose``
-as TensorFlow or ``keras`` begins to import, before TensorFlow reads ``TF_USE_LEGACY_KERAS``: the
-variable as the program's environment sets it wins; else a program whose own source imports one
-of Graphcore's modules (an IPU program, popdist_launcher.compat.ipu_program) or ``KERAS_2_APIS``
-(Horovod's API, tf-keras, tf.estimator, TensorFlow 1), or runs under ``poprun-lite --tf1``,
-gets ``TF_USE_LEGACY_KERAS=1``, and any other program Keras 3. What needs Keras 2 in
-a Keras 3 program (Horovod's Keras modules, the IPU Keras extensions) stops with one sentence
-naming the alternative. TensorFlow 2.15 (Keras 2 only, no tf-keras) is left as it is.
-Standard library only at import time (the startup hook may load this module).
+On TensorFlow 2.16+ the start-up hook (popdist_launcher.compat.startup.choose_keras) calls
+``choose`` as TensorFlow or ``keras`` begins to import, before TensorFlow reads
+``TF_USE_LEGACY_KERAS``: the variable as the program's environment sets it wins; else a program
+whose own source imports one of Graphcore's modules (an IPU program,
+popdist_launcher.compat.ipu_program) or ``KERAS_2_APIS`` (Horovod's API, tf-keras, tf.estimator,
+TensorFlow 1), or runs under ``poprun-lite --tf1``, gets ``TF_USE_LEGACY_KERAS=1``, and any other
+program Keras 3. What needs Keras 2 in a Keras 3 program (Horovod's Keras modules, the IPU Keras
+extensions) stops with one sentence naming the alternative. TensorFlow 2.15 (Keras 2 only, no
+tf-keras) is left as it is. Standard library only at import time (the startup hook may load this
+module).
 """
 from __future__ import annotations
 
@@ -25,10 +26,10 @@ LEGACY_KERAS_ENV = contract.LEGACY_KERAS
 _ON = ("1", "true", "True")  # what TensorFlow reads as set
 # Modules whose import in a program's own source makes it a Keras 2 program (besides Graphcore's):
 # Horovod's TensorFlow and Keras APIs (Horovod 0.28 knows only Keras 2's variables and
-# optimizers: its broadcast_variables fails on Keras 3's), tf-keras, the IPU layer under its own name, Keras 2's module paths of
-# TensorFlow 2.6's time, and the APIs whose Keras parts exist only in Keras 2 (tf.estimator, whose
-# canned estimators build on Keras 2's optimizers and layers, and TensorFlow 1's
-# tensorflow.compat.v1 with its layers and Keras).
+# optimizers: its broadcast_variables fails on Keras 3's), tf-keras, the IPU layer under its own
+# name, Keras 2's module paths of TensorFlow 2.6's time, and the APIs whose Keras parts exist only
+# in Keras 2 (tf.estimator, whose canned estimators build on Keras 2's optimizers and layers, and
+# TensorFlow 1's tensorflow.compat.v1 with its layers and Keras).
 KERAS_2_APIS = ("horovod.tensorflow", "horovod.keras", "tf_keras", "popdist_launcher.ipu",
                 "tensorflow.python.keras", "keras.optimizer_v2", "keras.engine",
                 "tensorflow.estimator", "tensorflow_estimator", "tensorflow.compat.v1")
@@ -125,7 +126,8 @@ def _package() -> str:
 
 
 def keras_3_active() -> bool:
-    """Whether tf.keras is Keras 3 in this process (TensorFlow 2.16+ without TF_USE_LEGACY_KERAS)."""
+    """Whether tf.keras is Keras 3 in this process
+    (TensorFlow 2.16+ without TF_USE_LEGACY_KERAS)."""
     return _package() == "tf_keras" and not legacy_keras_requested()
 
 
@@ -145,13 +147,15 @@ def require_keras_2(what: str, alternative: str = IPU_KERAS_ALTERNATIVE) -> None
 
 
 def package(what: str = "the IPU layer's Keras support") -> str:
-    """``keras`` or ``tf_keras``: the package that is Keras 2 here (``Keras3Error`` under Keras 3)."""
+    """``keras`` or ``tf_keras``: the package that is Keras 2 here
+    (``Keras3Error`` under Keras 3)."""
     require_keras_2(what)
     return _package()
 
 
 def src(module: str = "", what: str = "the IPU layer's Keras support") -> str:
-    """The full name of Keras 2's internal module ``module`` ("engine.training", "optimizers.legacy")."""
+    """The full name of Keras 2's internal module ``module``
+    ("engine.training", "optimizers.legacy")."""
     return f"{package(what)}.src" + (f".{module}" if module else "")
 
 

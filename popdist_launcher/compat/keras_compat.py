@@ -1,17 +1,18 @@
-"""TensorFlow 2.6 -> 2.15/2.21 bridges for IPU programs: the Keras modules that Graphcore's TF 2.6 programs
-import and that moved (``keras.optimizer_v2``, ``keras.engine``, ``tensorflow.python.keras.datasets``
-...), ``compile(steps_per_execution=<tensor>)``, which Graphcore's Keras accepted, and TF 2.6's
-Keras optimizers (the ``OptimizerV2`` classes) under the public optimizer names.
+"""TensorFlow 2.6 -> 2.15/2.21 bridges for IPU programs: the Keras modules that Graphcore's TF 2.6
+programs import and that moved (``keras.optimizer_v2``, ``keras.engine``,
+``tensorflow.python.keras.datasets`` ...), ``compile(steps_per_execution=<tensor>)``, which
+Graphcore's Keras accepted, and TF 2.6's Keras optimizers (the ``OptimizerV2`` classes) under the
+public optimizer names.
 
-The import table (popdist_launcher.compat.import_table) calls ``install`` once TensorFlow or Keras (or
-the IPU layer) has imported, which turns its ``keras-2`` entries on: the moved modules (an alias
+The import table (popdist_launcher.compat.import_table) calls ``install`` once TensorFlow or Keras
+(or the IPU layer) has imported, which turns its ``keras-2`` entries on: the moved modules (an alias
 only for a module this TensorFlow lacks, naming the module that holds the same classes now:
 ``keras.X`` -> ``K.src.X``, ``keras.optimizer_v2.X`` -> ``K.src.optimizers.legacy.X``,
 ``tensorflow.python.keras.X`` -> ``K.src.X``, where K is the package that is Keras 2 here:
-``keras`` on TensorFlow 2.15, ``tf_keras`` on 2.16+, see popdist_launcher.compat.keras2) and the hooks
-below. These only make work what fails in stock Keras, so every program gets them.
-The optimizers are TensorFlow 2.6's in IPU programs only (the table's ``ipu-program`` switch,
-decided when TensorFlow imports, before the program can bind a Keras name: see
+``keras`` on TensorFlow 2.15, ``tf_keras`` on 2.16+, see popdist_launcher.compat.keras2) and the
+hooks below. These only make work what fails in stock Keras, so every program gets them. The
+optimizers are TensorFlow 2.6's in IPU programs only (the table's ``ipu-program`` switch, decided
+when TensorFlow imports, before the program can bind a Keras name: see
 popdist_launcher.compat.ipu_program), so the project's own strategies and programs that never name
 Graphcore's modules keep Keras 2.15's optimizers.
 Standard library only at import time (the site hook may load this module).
@@ -50,7 +51,8 @@ def patch_compile(training_module) -> None:
     def compile(self, *args, **kwargs):  # noqa: A001 (Keras's name)
         if "steps_per_execution" in kwargs:
             kwargs["steps_per_execution"] = steps_per_execution_value(kwargs["steps_per_execution"])
-        elif len(args) >= 7:  # optimizer, loss, metrics, loss_weights, weighted_metrics, run_eagerly
+        elif len(args) >= 7:
+            # optimizer, loss, metrics, loss_weights, weighted_metrics, run_eagerly
             args = args[:6] + (steps_per_execution_value(args[6]),) + args[7:]
         return original(self, *args, **kwargs)
 
@@ -122,13 +124,13 @@ def tf26_initializer_seeds(backend) -> None:
 
 
 # TensorFlow 2.6's ``tf.keras.optimizers`` classes: Keras 2.11+ keeps them in ``optimizers.legacy``.
-_TF26_OPTIMIZERS = {"Adadelta": "adadelta", "Adagrad": "adagrad", "Adam": "adam", "Adamax": "adamax",
-                    "Ftrl": "ftrl", "Nadam": "nadam", "RMSprop": "rmsprop", "SGD": "gradient_descent",
-                    "Optimizer": "optimizer_v2"}
+_TF26_OPTIMIZERS = {"Adadelta": "adadelta", "Adagrad": "adagrad", "Adam": "adam",
+                    "Adamax": "adamax", "Ftrl": "ftrl", "Nadam": "nadam", "RMSprop": "rmsprop",
+                    "SGD": "gradient_descent", "Optimizer": "optimizer_v2"}
 
 def legacy_by_name(optimizers_module) -> None:
-    """Make Keras 2's ``src.optimizers.deserialize`` (which ``get`` calls) pick the legacy class for a
-    name or a config that does not say it comes from a Keras 2.11+ optimizer."""
+    """Make Keras 2's ``src.optimizers.deserialize`` (which ``get`` calls) pick the legacy class for
+    a name or a config that does not say it comes from a Keras 2.11+ optimizer."""
     original = optimizers_module.deserialize
     if getattr(original, "_tf26", False):
         return

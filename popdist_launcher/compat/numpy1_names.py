@@ -159,7 +159,8 @@ def _msort(numpy):
 
 def _issubclass_(numpy):
     def issubclass_(arg1, arg2):
-        """``issubclass`` that answers False, not TypeError, for a first argument that is no class."""
+        """``issubclass`` that answers False, not TypeError, for a first argument that is no
+        class."""
         try:
             return issubclass(arg1, arg2)
         except TypeError:

@@ -201,7 +201,8 @@ def install(tf_module=None) -> None:
     for name in _REMOVED_REWRITES[1:] + ("autotune", "autotune_buffers"):
         if not hasattr(optimization_class, name):
             setattr(optimization_class, name, options_lib.create_option(
-                name=name, ty=bool, docstring="TF 2.6's setting (see popdist_launcher.compat.tf_data_compat)."))
+                name=name, ty=bool,
+                docstring="TF 2.6's setting (see popdist_launcher.compat.tf_data_compat)."))
     for name, ty in (("autotune_cpu_budget", int), ("autotune_ram_budget", int)):
         if not hasattr(optimization_class, name):
             setattr(optimization_class, name, options_lib.create_option(

@@ -1,6 +1,6 @@
 """TensorFlow 1.15 / 2.6 names that Graphcore's applications use and TensorFlow 2.15 removed.
-The modules are entries of the import table (popdist_launcher.compat.import_table), never shadowing a
-module this TensorFlow has:
+The modules are entries of the import table (popdist_launcher.compat.import_table), never shadowing
+a module this TensorFlow has:
 
 - ``tensorflow.python.distribute.distribution_strategy_context`` (get_strategy, has_strategy,
   get_replica_context, in_cross_replica_context ...) is ``distribute_lib``, which holds them now.

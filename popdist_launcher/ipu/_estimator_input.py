@@ -10,7 +10,8 @@ import tensorflow as tf
 from popdist_launcher.ipu._estimator_spec import call_with_accepted
 from popdist_launcher.ipu_runtime.datasets import UnshardedInputWarning
 
-log = logging.getLogger("popdist_launcher.ipu.ipu_estimator")  # the IPUEstimator's logger, as before
+# The IPUEstimator's logger, as before.
+log = logging.getLogger("popdist_launcher.ipu.ipu_estimator")
 
 
 def per_replica_batch_size(global_size: Optional[int], name: str, instances: int,

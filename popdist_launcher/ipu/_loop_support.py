@@ -21,7 +21,8 @@ def body_arguments(element: Any) -> Tuple[list, dict]:
     """An infeed element as loop-body arguments: a dict with string keys becomes keyword
     arguments, anything else positional ones."""
     element = as_list(element)
-    if len(element) == 1 and isinstance(element[0], dict) and all(isinstance(k, str) for k in element[0]):
+    if (len(element) == 1 and isinstance(element[0], dict)
+            and all(isinstance(k, str) for k in element[0])):
         return [], dict(element[0])
     return element, {}
 

@@ -24,7 +24,8 @@ def compile(computation: Callable, inputs: Optional[Sequence] = None):  # noqa: 
         raise ValueError("Your computation output contains an EstimatorSpec or IPUEstimatorSpec "
                          "object. When you use an IPUEstimator, it already handles all the "
                          "compilation and no manual call to compile() is needed.")
-    outputs = [] if result is None else list(result) if isinstance(result, (list, tuple)) else [result]
+    outputs = ([] if result is None else list(result) if isinstance(result, (list, tuple))
+               else [result])
     first_op = next((i for i, o in enumerate(outputs) if isinstance(o, tf.Operation)), len(outputs))
     tensors, operations = outputs[:first_op], outputs[first_op:]
     if not all(isinstance(o, tf.Operation) for o in operations):

@@ -76,7 +76,8 @@ class IPUEstimator(EstimatorInput, ReplicatedModelFn, tf.estimator.Estimator):
         if self._ipu_run_config.ipu_options is not None and wanted != self._num_local:
             raise ValueError(
                 f"IPURunConfig.num_replicas is {wanted} but the strategy runs {self._num_local} "
-                f"local replica(s) (poprun-lite --num-replicas / --num-instances); make them equal.")
+                f"local replica(s) (poprun-lite --num-replicas / --num-instances); "
+                f"make them equal.")
         self._batch_sizes = {
             ModeKeys.TRAIN: per_replica_batch_size(train_batch_size, "train_batch_size",
                                                     self._num_instances, self._num_local),

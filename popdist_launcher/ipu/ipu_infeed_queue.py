@@ -27,7 +27,8 @@ class IPUInfeedQueue:
                  prefetch_depth: Optional[int] = None, optimise_latency: bool = False,
                  **kwargs: Any) -> None:
         if not isinstance(dataset, tf.data.Dataset):
-            raise TypeError(f"IPUInfeedQueue needs a tf.data.Dataset, got {type(dataset).__name__}.")
+            raise TypeError(
+                f"IPUInfeedQueue needs a tf.data.Dataset, got {type(dataset).__name__}.")
         for spec in tf.nest.flatten(dataset.element_spec):
             if not isinstance(spec, tf.TensorSpec):
                 raise TypeError(f"IPUInfeedQueue elements must be dense tensors, got {spec}.")
@@ -38,7 +39,8 @@ class IPUInfeedQueue:
         prefetch_depth = 3 if prefetch_depth is None else prefetch_depth
         if not 0 < prefetch_depth < 256:
             raise ValueError(f"prefetch_depth must be in [1, 255], got {prefetch_depth}.")
-        if device_ordinal is not None and (not isinstance(device_ordinal, int) or device_ordinal < 0):
+        if device_ordinal is not None and (not isinstance(device_ordinal, int)
+                                           or device_ordinal < 0):
             raise ValueError(f"device_ordinal must be an int >= 0, got {device_ordinal!r}.")
         jit_functions.install()
         self._dataset = dataset

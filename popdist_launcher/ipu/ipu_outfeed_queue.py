@@ -49,7 +49,8 @@ class IPUOutfeedQueue:
         if not isinstance(self._outfeed_mode, IPUOutfeedMode):
             raise ValueError(f"Expected `outfeed_mode` value to be of "
                              f"`ipu_outfeed_queue.IPUOutfeedMode` type, but is {outfeed_mode!r}.")
-        if device_ordinal is not None and (not isinstance(device_ordinal, int) or device_ordinal < 0):
+        if device_ordinal is not None and (not isinstance(device_ordinal, int)
+                                           or device_ordinal < 0):
             raise ValueError(f"device_ordinal must be an int >= 0, got {device_ordinal!r}.")
         if buffer_depth <= 0:
             raise ValueError(f"Outfeed buffer depth cannot be less than 1, got {buffer_depth}.")

@@ -37,7 +37,8 @@ class IPURunConfig(collections.namedtuple(
                             ("num_replicas", num_replicas), ("num_shards", num_shards)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"IPURunConfig.{name} must be a positive int, got {value!r}.")
-        if prefetch_depth is not None and (not isinstance(prefetch_depth, int) or prefetch_depth < 1):
+        if prefetch_depth is not None and (not isinstance(prefetch_depth, int)
+                                           or prefetch_depth < 1):
             raise ValueError(f"IPURunConfig.prefetch_depth must be a positive int or None, "
                              f"got {prefetch_depth!r}.")
         wanted = num_replicas * num_shards

@@ -60,7 +60,8 @@ class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
     _emulates_ipus = True
 
     def __init__(self, ipu_device: str = "/device:IPU:0", cpu_device: str = "/device:CPU:0",
-                 enable_dataset_iterators: bool = True, enable_keras_extensions: bool = True) -> None:
+                 enable_dataset_iterators: bool = True,
+                 enable_keras_extensions: bool = True) -> None:
         ordinal = _device_ordinal(ipu_device)
         device = ipu_devices.replica_device(ordinal)
         system = configured_system.get_configured_system()

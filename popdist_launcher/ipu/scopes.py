@@ -59,7 +59,8 @@ def ipu_shard(index: int) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def frontend_attribute(attribute_name: str, attribute_value: str, restore_to=None) -> Iterator[None]:
+def frontend_attribute(attribute_name: str, attribute_value: str,
+                       restore_to=None) -> Iterator[None]:
     """Sets a Poplar frontend attribute on the ops in the scope."""
     _log_inert("frontend_attribute", "it sets Poplar frontend attributes")
     yield

@@ -52,7 +52,8 @@ def move_variable_initialization_to_cpu(graph: Optional[tf.Graph] = None) -> Non
             continue
         seen.add(op)
         op._set_device("/device:CPU:0")  # noqa: SLF001 (TensorFlow has no public setter)
-        if "_class" in op.node_def.attr:  # colocated with the variable: not any more (Graphcore's too)
+        # Colocated with the variable: not any more (Graphcore's too).
+        if "_class" in op.node_def.attr:
             op._clear_attr("_class")  # noqa: SLF001
         pending.extend(t.op for t in op.inputs)
 

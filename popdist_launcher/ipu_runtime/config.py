@@ -80,7 +80,8 @@ class StochasticRoundingBehaviour(enum.Enum):
 
 
 # Options that change what happens here; every other option only steers IPU hardware or Poplar.
-_EFFECTIVE = {"auto_select_ipus", "select_ipus", "experimental.multi_replica_distribution.process_index",
+_EFFECTIVE = {"auto_select_ipus", "select_ipus",
+              "experimental.multi_replica_distribution.process_index",
               "experimental.multi_replica_distribution.process_count"}
 # Inert options this process has already logged (so each is logged once).
 _logged_inert: set = set()
@@ -103,7 +104,8 @@ class _ConfigNode:
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in self._GROUPS:
-            raise AttributeError(f"{self._path}{name!r} is a group of options; set its attributes instead.")
+            raise AttributeError(
+                f"{self._path}{name!r} is a group of options; set its attributes instead.")
         if name not in self._OPTIONS:
             known = [*self._OPTIONS, *self._GROUPS]
             close = difflib.get_close_matches(name, known, n=1)
@@ -166,7 +168,8 @@ class _ConfigNode:
 def _check_type(full: str, default: Any, value: Any) -> Any:
     """``value`` if it has the option's type (that of its default), else a TypeError."""
     if full in ("auto_select_ipus", "select_ipus"):
-        ok = (isinstance(value, int) and not isinstance(value, bool)) or isinstance(value, (list, tuple))
+        ok = ((isinstance(value, int) and not isinstance(value, bool))
+              or isinstance(value, (list, tuple)))
         expected = "int, list or tuple of ints"
     elif isinstance(default, enum.Enum):
         return _check_enum(full, default, value)
@@ -198,7 +201,8 @@ def _group(name: str, options: Dict[str, Any], groups: Optional[Dict[str, type]]
 
 
 _PoplarOptions = {"poplar_options": {}}
-_MultiReplicaDistribution = _group("_MultiReplicaDistribution", {"process_index": 0, "process_count": 0})
+_MultiReplicaDistribution = _group("_MultiReplicaDistribution",
+                                   {"process_index": 0, "process_count": 0})
 _Experimental = _group("_Experimental", {
     "always_rearrange_copies_on_the_host": False, "enable_remote_buffer_embedding": False,
     "enable_prng_stability": False}, {"multi_replica_distribution": _MultiReplicaDistribution})
@@ -300,7 +304,8 @@ def validate(config: IPUConfig) -> int:
     if select not in ([], (), None):
         selected = [select] if isinstance(select, int) else list(select)
         if not all(isinstance(s, int) and s >= 0 for s in selected):
-            raise ValueError(f"IPUConfig.select_ipus must be device ids (ints >= 0), got {select!r}.")
+            raise ValueError(
+                f"IPUConfig.select_ipus must be device ids (ints >= 0), got {select!r}.")
         from popdist_launcher import runtime
         return sum(runtime.selected_ipus(device) for device in selected)
     return auto or 1

@@ -16,7 +16,8 @@ class GradientAccumulationReductionMethod(enum.Enum):
     RUNNING_MEAN = 2
 
     @classmethod
-    def parse(cls, value: Union["GradientAccumulationReductionMethod", str]) -> "GradientAccumulationReductionMethod":
+    def parse(cls, value: Union["GradientAccumulationReductionMethod", str]
+              ) -> "GradientAccumulationReductionMethod":
         return parse_member(cls, value)
 
 

@@ -37,7 +37,8 @@ _SERVERS: Dict[str, tf.distribute.Server] = {}
 class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceExtended):
     def __init__(self, container_strategy, cluster_resolver, variables_on_host: bool) -> None:
         self._variables_on_host = variables_on_host
-        self._replica_devices = ipu_devices.local_replica_devices()  # before TensorFlow starts its gRPC server
+        # Before TensorFlow starts its gRPC server.
+        self._replica_devices = ipu_devices.local_replica_devices()
         super().__init__(container_strategy, cluster_resolver=cluster_resolver,
                          communication_options=tf.distribute.experimental.CommunicationOptions())
 

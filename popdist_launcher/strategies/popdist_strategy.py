@@ -437,7 +437,8 @@ class PopDistStrategy(_HorovodStrategyBase):
 
     def __init__(self, ipu_device: str = "/device:IPU:0",
                  add_ipu_cross_replica_reductions: bool = True,
-                 enable_dataset_iterators: bool = True, enable_keras_extensions: bool = True) -> None:
+                 enable_dataset_iterators: bool = True,
+                 enable_keras_extensions: bool = True) -> None:
         self._ipu_device = ipu_device
         super().__init__(HorovodExtended(self, ipu_reductions=True))
         self.extended._add_ipu_cross_replica_reductions = add_ipu_cross_replica_reductions

@@ -20,7 +20,8 @@ JOB_ID = "POPRUN_JOB_ID"  # one value per poprun-lite run, the same on every ins
 # "1" (poprun-lite --tf1): TensorFlow starts with TensorFlow 1.15's behaviour (graph mode ...).
 TF1 = "POPDIST_TF1"
 # "1" (--tf-config auto, the default): TF_CONFIG holds poprun-lite's cluster, which tf.estimator's
-# RunConfig applies only with a strategy that asks for a cluster (popdist_launcher.compat.run_config).
+# RunConfig applies only with a strategy that asks for a cluster
+# (popdist_launcher.compat.run_config).
 TF_CONFIG_AUTO = "POPRUN_TF_CONFIG_AUTO"
 # TensorFlow's own switch: "1" makes tf.keras Keras 2 (tf-keras) on TensorFlow 2.16+. Every
 # instance gets the launcher's value, else none: each program's start-up hook decides

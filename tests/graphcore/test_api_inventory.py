@@ -55,7 +55,8 @@ def test_counts_in_the_coverage_document_match_the_inventory():
         assert f"TensorFlow {line} line: {provided} of {len(records)} names provided." in COVERAGE
 
 
-# -- the import table (popdist_launcher/compat/import_table.py): every name both ways, and documented
+# -- the import table (popdist_launcher/compat/import_table.py):
+# every name both ways, and documented
 
 def test_every_ipu_name_of_the_table_is_the_same_module_both_ways():
     import pkgutil

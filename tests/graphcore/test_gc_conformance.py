@@ -70,7 +70,8 @@ def train_linear(X, Y, w, batch, micro, updates, lr, momentum=0.0, method="sum",
             g = np.zeros_like(w)
             for j in range(micro):
                 b = u * micro + j
-                grad, loss = linear_grad(X[b * batch:(b + 1) * batch], Y[b * batch:(b + 1) * batch], w)
+                grad, loss = linear_grad(X[b * batch:(b + 1) * batch],
+                                         Y[b * batch:(b + 1) * batch], w)
                 g += grad
                 losses.append(loss)
             if method != "sum":
@@ -140,7 +141,8 @@ def test_infeed_while_loop(tf1):
 
 def test_infeed_errors(tf1):
     # testUndefinedShape, testMultipleInitializations.
-    assert tf1["undefined_shape"][0] == "ValueError" and "drop_remainder=True" in tf1["undefined_shape"][1]
+    assert (tf1["undefined_shape"][0] == "ValueError"
+            and "drop_remainder=True" in tf1["undefined_shape"][1])
     assert tf1["initializer_twice"][0] == "ValueError"
 
 
@@ -177,7 +179,8 @@ def test_loop_signature_and_type_errors(tf1):
 
 def test_compile(tf1):
     # testCompileWrongUseOfEstimatorSpec; outputs as Graphcore returns them.
-    assert tf1["compile_estimator_spec"][0] == "ValueError" and "EstimatorSpec" in tf1["compile_estimator_spec"][1]
+    assert (tf1["compile_estimator_spec"][0] == "ValueError"
+            and "EstimatorSpec" in tf1["compile_estimator_spec"][1])
     assert tf1["compile_op_only"] == "Operation" and tf1["compile_multi"] == 2
 
 
@@ -204,7 +207,8 @@ def test_gradient_accumulation_optimizer_matches_cpu(tf1, method):
 
 def test_gradient_accumulation_invalid(tf1):
     # testGAReduceMethodInvalid.
-    assert tf1["ga_invalid_method"][0] == "ValueError" and "SUM, MEAN, RUNNING_MEAN" in tf1["ga_invalid_method"][1]
+    assert (tf1["ga_invalid_method"][0] == "ValueError"
+            and "SUM, MEAN, RUNNING_MEAN" in tf1["ga_invalid_method"][1])
     assert tf1["ga_invalid_count"][0] == "ValueError"
 
 

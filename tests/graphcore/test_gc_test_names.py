@@ -1,8 +1,9 @@
 """Names Graphcore's own distributed tests (graphcore/tensorflow ``tensorflow/python/ipu/tests``,
 ``ipu/distributed``, ``ipu/horovod``) use, with their meaning here: the estimator at TensorFlow
-2.15's internal path, ``array_ops.stack`` / ``unstack`` and ``input_lib.DistributedDatasetInterface``
-where TensorFlow moved them, ``OptimizerFunctionOutput`` with any optimizer whichever Keras the
-program has, and ``ipu.horovod``'s build facts as the SDK's MPI-only Horovod gave them."""
+2.15's internal path, ``array_ops.stack`` / ``unstack`` and
+``input_lib.DistributedDatasetInterface`` where TensorFlow moved them, ``OptimizerFunctionOutput``
+with any optimizer whichever Keras the program has, and ``ipu.horovod``'s build facts as the SDK's
+MPI-only Horovod gave them."""
 import subprocess
 import sys
 

@@ -27,7 +27,8 @@ PYTHON_NAME = {"float": "float", "int": "int", "object": "object", "str": "str",
                "complex": "complex", "unicode": "str"}  # the aliases NumPy 1.24 removed
 # NumPy 1.x's documented results of the functions the program calls.
 CHECKS = {
-    "product": 120, "cumproduct": [1, 2, 6], "round_": [0.0, 2.0, 2.0], "row_stack": [[1, 2], [3, 4]],
+    "product": 120, "cumproduct": [1, 2, 6], "round_": [0.0, 2.0, 2.0],
+    "row_stack": [[1, 2], [3, 4]],
     "trapz": 4.0, "cast": "int8", "cast_values": [1, -2], "asfarray": "float32",
     "find_common_type": ["float64", "float32", "complex128"],
     "in1d": [False, True, True, False], "msort": [[1, 1], [3, 2]], "mat": "matrix",

@@ -1,6 +1,7 @@
-"""TensorFlow 2.6 -> 2.15/2.21 bridges of the IPU layer (popdist_launcher.compat.keras_compat): a program in the
-style of Graphcore's TF 2.6 SDK (moved Keras modules, a tensor steps_per_execution) trains with exact
-numbers as one process, while a program that does not import the IPU layer sees stock TensorFlow (Keras 2)."""
+"""TensorFlow 2.6 -> 2.15/2.21 bridges of the IPU layer (popdist_launcher.compat.keras_compat): a
+program in the style of Graphcore's TF 2.6 SDK (moved Keras modules, a tensor steps_per_execution)
+trains with exact numbers as one process, while a program that does not import the IPU layer sees
+stock TensorFlow (Keras 2)."""
 import json
 import subprocess
 import sys

@@ -1,5 +1,5 @@
-"""TensorFlow 2.6's Keras optimizers under the IPU layer (popdist_launcher.compat.keras_compat) and the
-loss the progress bar shows for a pipelined fit whose steps_per_execution exceeds the epoch's
+"""TensorFlow 2.6's Keras optimizers under the IPU layer (popdist_launcher.compat.keras_compat) and
+the loss the progress bar shows for a pipelined fit whose steps_per_execution exceeds the epoch's
 steps: a Graphcore-style program checked against NumPy, as one process and under poprun-lite -np 2
 (each instance trains on its own IPUStrategy)."""
 import json

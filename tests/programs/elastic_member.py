@@ -3,8 +3,8 @@
 usage: elastic_member.py DIR KILLED [UNTIL]
 Writes DIR/a<attempt>-i<index>.json (pid, host, instance count, restart count, Slurm step). On
 attempt 0 the instances in the comma-separated KILLED ("-" for none) then kill themselves with
-SIGKILL (an index followed by "+": in every attempt); the others wait until the file DIR/UNTIL exists (at most 120 s; without UNTIL they
-exit at once).
+SIGKILL (an index followed by "+": in every attempt); the others wait until the file DIR/UNTIL
+exists (at most 120 s; without UNTIL they exit at once).
 """
 import json
 import os

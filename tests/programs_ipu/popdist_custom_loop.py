@@ -88,7 +88,8 @@ result = {
     "average": float(hvd.allreduce(tf.constant(float(hvd.rank() + 1)))),
     "mean": float(ipu.distributed.allreduce(tf.constant(float(popdist.getInstanceIndex() + 1)),
                                             tf.distribute.ReduceOp.MEAN, tensor_name="mean")),
-    "gathered": ipu.distributed.allgather(tf.constant([popdist.getInstanceIndex()])).numpy().tolist(),
+    "gathered": ipu.distributed.allgather(
+        tf.constant([popdist.getInstanceIndex()])).numpy().tolist(),
 }
 with open(os.path.join(out_dir, f"custom_loop-{popdist.getInstanceIndex()}.json"), "w") as f:
     json.dump(result, f)

@@ -1,5 +1,5 @@
-"""A Horovod elastic custom training loop, written as for ``horovodrun`` elastic (plain Horovod API):
-state committed every K steps, rolled back to the last commit when a peer fails.
+"""A Horovod elastic custom training loop, written as for ``horovodrun`` elastic (plain Horovod
+API): state committed every K steps, rolled back to the last commit when a peer fails.
 
 usage: elastic_loop.py OUT_JSON [TOTAL [COMMIT_EVERY]]       (defaults: 60 steps, commit every 10)
 environment: ELASTIC_PID_DIR  each worker writes its pid to <dir>/pid-<hostname>-<pid>

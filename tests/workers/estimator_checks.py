@@ -56,10 +56,11 @@ def model_fn(features, labels, mode, params):
             def metric_fn(pred, lab):
                 return {"mse": tf.compat.v1.metrics.mean_squared_error(lab, pred),
                         "count": tf.compat.v1.metrics.mean(tf.cast(tf.size(lab), tf.float32))}
-            return ipu.ipu_estimator.IPUEstimatorSpec(mode, loss=loss,
-                                                      eval_metrics=(metric_fn, [predictions, labels]))
+            return ipu.ipu_estimator.IPUEstimatorSpec(
+                mode, loss=loss, eval_metrics=(metric_fn, [predictions, labels]))
         return ipu.ipu_estimator.IPUEstimatorSpec(
-            mode, loss=loss, eval_metric_ops={"mse": tf.compat.v1.metrics.mean_squared_error(labels, predictions)})
+            mode, loss=loss,
+            eval_metric_ops={"mse": tf.compat.v1.metrics.mean_squared_error(labels, predictions)})
     opt = tf.compat.v1.train.GradientDescentOptimizer(LR)
     if args.host_call:
         # Graphcore's distributed-training pattern: gradients leave the device, the optimizer
@@ -117,6 +118,7 @@ out["model_dir"] = estimator.model_dir
 out["eval"] = {k: float(v) for k, v in estimator.evaluate(input_fn, steps=2).items()}
 if metrics is not None:
     out["train_and_evaluate"] = {k: float(v) for k, v in metrics.items()}
-out["predict"] = [float(p["y"][0]) for p in estimator.predict(input_fn, yield_single_examples=True)][:8]
+out["predict"] = [float(p["y"][0])
+                  for p in estimator.predict(input_fn, yield_single_examples=True)][:8]
 with open(os.path.join(args.out_dir, f"estimator-{ctx.instance_index}.json"), "w") as f:
     json.dump(out, f)

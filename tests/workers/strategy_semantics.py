@@ -46,7 +46,8 @@ per_replica = strategy.run(replica_step)
 out["on_read_mean"] = float(on_read_mean.numpy())
 out["on_read_sum"] = float(on_read_sum.numpy())
 out["reduce_sum"] = float(strategy.reduce("SUM", per_replica, axis=None).numpy())
-out["reduce_mean"] = float(strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None).numpy())
+out["reduce_mean"] = float(
+    strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None).numpy())
 
 
 # One batched MEAN of a float and an integer value (the Horovod strategies divide the float

@@ -55,7 +55,8 @@ if mode == "reference":
     opt = tf.keras.optimizers.SGD(LR)
     for x, y in dataset():
         with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(tf.reduce_sum((tf.matmul(x, w) + b - y) ** 2, axis=1)) / GLOBAL_BATCH
+            loss = (tf.reduce_sum(tf.reduce_sum((tf.matmul(x, w) + b - y) ** 2, axis=1))
+                    / GLOBAL_BATCH)
         opt.apply_gradients(zip(tape.gradient(loss, [w, b]), [w, b]))
         history.append(w.numpy().ravel().tolist() + b.numpy().tolist())
 elif mode == "tf2":
@@ -111,9 +112,11 @@ elif mode == "tf1":
 elif mode == "keras":
     strategy = make_strategy()
     with strategy.scope():
-        dense = tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(w_init + ctx.instance_index))
+        dense = tf.keras.layers.Dense(
+            1, kernel_initializer=tf.constant_initializer(w_init + ctx.instance_index))
         model = tf.keras.Sequential([tf.keras.layers.Input((FEATURES,)), dense])
-        model.compile(tf.keras.optimizers.SGD(LR), loss=lambda y, p: tf.reduce_sum((p - y) ** 2, axis=1))
+        model.compile(tf.keras.optimizers.SGD(LR),
+                      loss=lambda y, p: tf.reduce_sum((p - y) ** 2, axis=1))
 
     class Record(tf.keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -124,7 +127,8 @@ elif mode == "keras":
 elif mode == "keras-loop":
     strategy = make_strategy()
     with strategy.scope():
-        dense = tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(w_init + ctx.instance_index))
+        dense = tf.keras.layers.Dense(
+            1, kernel_initializer=tf.constant_initializer(w_init + ctx.instance_index))
         model = tf.keras.Sequential([tf.keras.layers.Input((FEATURES,)), dense])
         opt = tf.keras.optimizers.SGD(LR)
 

@@ -1,8 +1,8 @@
 """``tf.estimator`` on TensorFlow 2.16+: tensorflow-estimator 2.15 made importable, as README's
 "Estimators on TensorFlow 2.16+" says; nothing on 2.15. The module names (``tensorflow.estimator``,
 the removed modules the estimator imports, this project's stand-ins for them) are entries of
-the import table (popdist_launcher.compat.import_table) under its ``estimator-removed`` switch, which
-``install`` turns on. Standard library only at import time."""
+the import table (popdist_launcher.compat.import_table) under its ``estimator-removed`` switch,
+which ``install`` turns on. Standard library only at import time."""
 from __future__ import annotations
 
 import importlib

@@ -1,5 +1,6 @@
 """tf.estimator's use of TensorFlow's distribute coordinator (RunConfig's strategy set-up,
-``train_and_evaluate``), for ``tensorflow.python.distribute.estimator_training`` (removed in 2.16)."""
+``train_and_evaluate``), for ``tensorflow.python.distribute.estimator_training``
+(removed in 2.16)."""
 from __future__ import annotations
 
 import copy

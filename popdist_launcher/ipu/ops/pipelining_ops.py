@@ -139,15 +139,18 @@ def check_replication(num_stages: int, device_mapping: Optional[Sequence[int]] =
     return replication
 
 
-def pipeline(computational_stages: Sequence[Callable], gradient_accumulation_count: Optional[int] = None,
-             gradient_accumulation_dtype=None, gradient_accumulation_for_captured_grads: bool = True,
+def pipeline(computational_stages: Sequence[Callable],
+             gradient_accumulation_count: Optional[int] = None,
+             gradient_accumulation_dtype=None,
+             gradient_accumulation_for_captured_grads: bool = True,
              repeat_count: int = 1, batch_serialization_iterations: int = 1,
              inputs: Optional[Sequence] = None, infeed_queue=None, outfeed_queue=None,
              optimizer_function: Optional[Callable] = None, device_mapping=None,
              pipeline_schedule=None, recomputation_mode=None,
              forward_propagation_stages_poplar_options=None,
              backward_propagation_stages_poplar_options=None, weight_update_poplar_options=None,
-             offload_weight_update_variables=None, replicated_optimizer_state_sharding: bool = False,
+             offload_weight_update_variables=None,
+             replicated_optimizer_state_sharding: bool = False,
              offload_activations=None, offload_gradient_accumulation_buffers=None,
              replicated_weight_sharding=None, offload_weights=None,
              continuous_weight_updates: bool = False, outfeed_loss: bool = False,
@@ -170,7 +173,8 @@ def pipeline(computational_stages: Sequence[Callable], gradient_accumulation_cou
                   "here (same numbers)")
     if outfeed_mask is not None and (optimizer_function is None or outfeed_loss):
         raise ValueError("outfeed_mask needs an optimizer_function and outfeed_loss=False.")
-    if device_mapping is not None or pipeline_schedule is not None or recomputation_mode is not None:
+    if (device_mapping is not None or pipeline_schedule is not None
+            or recomputation_mode is not None):
         _log_once("placement", "pipeline device_mapping / pipeline_schedule / recomputation_mode: "
                   "the stages run in order on the replica's device here (same numbers)")
     check_replication(len(stages), device_mapping)
@@ -205,7 +209,8 @@ def pipeline(computational_stages: Sequence[Callable], gradient_accumulation_cou
         if optimizer_function is not None:
             spec = _call_stage(optimizer_function, outputs)
             if not isinstance(spec, OptimizerFunctionOutput):
-                raise TypeError("optimizer_function must return a pipelining_ops.OptimizerFunctionOutput.")
+                raise TypeError("optimizer_function must return a "
+                                "pipelining_ops.OptimizerFunctionOutput.")
             pairs = [(tf.zeros_like(v) if g is None else tf.convert_to_tensor(g), v)
                      for g, v in _grads_and_vars(spec)]
             grad_accs = accumulators(spec.opt, "gradients", [g for g, _ in pairs])
@@ -224,7 +229,8 @@ def pipeline(computational_stages: Sequence[Callable], gradient_accumulation_cou
         if flat_out and outfeed_queue is None:
             raise ValueError("The last computational stage has outputs, so an outfeed_queue is "
                              "required to receive them.")
-        out_accs = accumulators(outfeed_queue, "outfeed", flat_out) if accumulate_outfeed and flat_out else []
+        out_accs = (accumulators(outfeed_queue, "outfeed", flat_out)
+                    if accumulate_outfeed and flat_out else [])
         if out_accs:
             ops += [a.assign_add(tf.cast(t, a.dtype)) for a, t in zip(out_accs, flat_out)]
         elif flat_out:
@@ -244,7 +250,8 @@ def pipeline(computational_stages: Sequence[Callable], gradient_accumulation_cou
                 done += [x for x in [applied] if isinstance(x, tf.Operation) or tf.is_tensor(x)]
             with tf.control_dependencies(done):
                 resets = [a.assign(tf.zeros_like(a)) for a in grad_accs + out_accs]
-            with tf.control_dependencies(resets):  # outputs carry every effect (TF1 prunes the rest)
+            # Outputs carry every effect (TF1 prunes the rest).
+            with tf.control_dependencies(resets):
                 return tf.constant(1)
 
         with tf.control_dependencies(ops):

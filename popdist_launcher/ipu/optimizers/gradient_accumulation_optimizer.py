@@ -11,7 +11,8 @@ from popdist_launcher.ipu.optimizers.ipu_optimizer import IpuOptimizer
 def _accumulator_dtype(dtype, variable):
     if dtype is None:
         return variable.dtype.base_dtype
-    return dtype(variable) if callable(dtype) and not isinstance(dtype, tf.DType) else tf.as_dtype(dtype)
+    return (dtype(variable) if callable(dtype) and not isinstance(dtype, tf.DType)
+            else tf.as_dtype(dtype))
 
 
 class GradientAccumulationOptimizerV2(IpuOptimizer):
@@ -29,8 +30,10 @@ class GradientAccumulationOptimizerV2(IpuOptimizer):
                  reduction_method=GradientAccumulationReductionMethod.SUM,
                  name: str = "GradientAccumulationOptimizerV2") -> None:
         super().__init__(opt, name=name)
-        if isinstance(num_mini_batches, bool) or not isinstance(num_mini_batches, int) or num_mini_batches < 1:
-            raise ValueError(f"num_mini_batches must be a positive number, got {num_mini_batches!r}.")
+        if (isinstance(num_mini_batches, bool) or not isinstance(num_mini_batches, int)
+                or num_mini_batches < 1):
+            raise ValueError(
+                f"num_mini_batches must be a positive number, got {num_mini_batches!r}.")
         self._num_mini_batches = num_mini_batches
         self._dtype = dtype
         self._reduction_method = GradientAccumulationReductionMethod.parse(reduction_method)
@@ -57,14 +60,16 @@ class GradientAccumulationOptimizerV2(IpuOptimizer):
         for acc, (g, _) in zip(accumulators, pairs):
             g = tf.cast(tf.convert_to_tensor(g), acc.dtype)
             if self._reduction_method == GradientAccumulationReductionMethod.RUNNING_MEAN:
-                updates.append(acc.assign(acc * tf.cast(k / (k + 1), acc.dtype) + g / tf.cast(k + 1, acc.dtype)))
+                updates.append(acc.assign(acc * tf.cast(k / (k + 1), acc.dtype)
+                                          + g / tf.cast(k + 1, acc.dtype)))
             else:
                 updates.append(acc.assign_add(g))
         with tf.control_dependencies(updates):
             count = counter.assign_add(1)
 
         def update():
-            scale = 1.0 / n if self._reduction_method == GradientAccumulationReductionMethod.MEAN else 1.0
+            scale = (1.0 / n if self._reduction_method == GradientAccumulationReductionMethod.MEAN
+                     else 1.0)
             grads = [tf.identity(a) * tf.cast(scale, a.dtype) for a in accumulators]
             applied = self._opt.apply_gradients(list(zip(grads, [v for _, v in pairs])),
                                                 global_step=global_step, name=name)

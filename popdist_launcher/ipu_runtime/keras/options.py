@@ -50,21 +50,23 @@ def reset_train_function(model) -> None:
 
 
 # ---- the methods added to tf.keras.Model ------------------------------------------------------
-def set_gradient_accumulation_options(self, gradient_accumulation_steps_per_replica: Optional[int] = None,
+def set_gradient_accumulation_options(self,
+                                      gradient_accumulation_steps_per_replica: Optional[int] = None,
                                       gradient_accumulation_reduction_method="sum",
                                       use_v2_gradient_accumulation_optimizer: bool = False,
                                       **gradient_accumulation_optimizer_kwargs) -> None:
     """Accumulate the gradients of ``gradient_accumulation_steps_per_replica`` micro-batches
     before each optimizer update, reduced by ``gradient_accumulation_reduction_method``."""
     opts = options(self)
-    opts["ga_method"] = GradientAccumulationReductionMethod.parse(gradient_accumulation_reduction_method)
+    opts["ga_method"] = GradientAccumulationReductionMethod.parse(
+        gradient_accumulation_reduction_method)
     if gradient_accumulation_steps_per_replica is not None:
         opts["ga_steps"] = _positive_int(gradient_accumulation_steps_per_replica,
                                          "gradient_accumulation_steps_per_replica")
     for key in ("opt", "num_mini_batches", "experimental_normalize_gradients"):
         if key in gradient_accumulation_optimizer_kwargs:
-            raise ValueError(f"Found `{key}` key in `gradient_accumulation_optimizer_kwargs`; it is "
-                             f"set by Keras (use gradient_accumulation_steps_per_replica and "
+            raise ValueError(f"Found `{key}` key in `gradient_accumulation_optimizer_kwargs`; "
+                             f"it is set by Keras (use gradient_accumulation_steps_per_replica and "
                              f"gradient_accumulation_reduction_method).")
     if gradient_accumulation_optimizer_kwargs:
         log_once(log, "ga_kwargs", "gradient accumulation optimizer options %s tune IPU memory and "
@@ -75,19 +77,23 @@ def set_gradient_accumulation_options(self, gradient_accumulation_steps_per_repl
 def set_pipelining_options(self, gradient_accumulation_steps_per_replica: Optional[int] = None,
                            device_mapping: Optional[List[int]] = None,
                            accumulate_outfeed: Optional[bool] = None,
-                           gradient_accumulation_reduction_method="sum", **pipelining_kwargs) -> None:
+                           gradient_accumulation_reduction_method="sum",
+                           **pipelining_kwargs) -> None:
     """Pipelining: gradients of ``gradient_accumulation_steps_per_replica`` micro-batches per
     update; the stages run in order on this replica's device."""
     opts = options(self)
-    opts["ga_method"] = GradientAccumulationReductionMethod.parse(gradient_accumulation_reduction_method)
+    opts["ga_method"] = GradientAccumulationReductionMethod.parse(
+        gradient_accumulation_reduction_method)
     if gradient_accumulation_steps_per_replica is not None:
         opts["pipeline_ga_steps"] = _positive_int(gradient_accumulation_steps_per_replica,
                                                   "gradient_accumulation_steps_per_replica")
     if device_mapping is not None:
-        if not isinstance(device_mapping, list) or not all(isinstance(x, int) for x in device_mapping):
+        if (not isinstance(device_mapping, list)
+                or not all(isinstance(x, int) for x in device_mapping)):
             raise ValueError("Expected `device_mapping` to be a list of integers.")
         opts["device_mapping"] = device_mapping
-    for key, alternative in (("gradient_accumulation_count", "gradient_accumulation_steps_per_replica"),
+    for key, alternative in (("gradient_accumulation_count",
+                              "gradient_accumulation_steps_per_replica"),
                              ("device_mapping", "device_mapping"),
                              ("accumulate_outfeed", "accumulate_outfeed")):
         if key in pipelining_kwargs:
@@ -109,7 +115,8 @@ def set_infeed_queue_options(self, **kwargs) -> None:
     """Options of the IPU infeed Keras creates (prefetch depth ...): no effect here."""
     for key in ("dataset", "infeed_spec", "element_spec"):
         if key in kwargs:
-            raise ValueError(f"Found `{key}` key in `kwargs`. This argument is automatically set by Keras.")
+            raise ValueError(f"Found `{key}` key in `kwargs`. "
+                             "This argument is automatically set by Keras.")
     if kwargs:
         log_once(log, "infeed", "infeed queue options %s tune the IPU data stream and have no "
                  "effect on this machine.", sorted(kwargs))
@@ -119,7 +126,8 @@ def set_outfeed_queue_options(self, **kwargs) -> None:
     """Options of the IPU outfeed Keras creates: no effect here."""
     for key in ("outfeed_mode", "device_ordinal"):
         if key in kwargs:
-            raise ValueError(f"Found `{key}` key in `kwargs`. This argument is not compatible with Keras.")
+            raise ValueError(f"Found `{key}` key in `kwargs`. "
+                             "This argument is not compatible with Keras.")
     if kwargs:
         log_once(log, "outfeed", "outfeed queue options %s tune the IPU data stream and have no "
                  "effect on this machine.", sorted(kwargs))

@@ -35,12 +35,14 @@ def get_pipeline_stage_assignment(self):
     layers = [layer for layer in self.layers if not isinstance(layer, tf.keras.layers.InputLayer)]
     if isinstance(self, tf.keras.Sequential):
         make = SequentialLayerPipelineStageAssignment
-        return [make(layer, stages[i] if i < len(stages) else None) for i, layer in enumerate(layers)]
+        return [make(layer, stages[i] if i < len(stages) else None)
+                for i, layer in enumerate(layers)]
     make = FunctionalLayerPipelineStageAssignment
     if not stages:  # the stages keras.ipu.PipelineStage gave the layers' calls
         stages = [getattr(layer._inbound_nodes[0], "_pipeline_stage", None)  # noqa: SLF001
                   if layer._inbound_nodes else None for layer in layers]  # noqa: SLF001
-    return [make(layer, 0, stages[i] if i < len(stages) else None) for i, layer in enumerate(layers)]
+    return [make(layer, 0, stages[i] if i < len(stages) else None)
+            for i, layer in enumerate(layers)]
 
 
 def reset_pipeline_stage_assignment(self) -> None:

@@ -67,7 +67,8 @@ def replica_layout(num_ipus: int, shards: int, local_replicas: int, ipus_per_rep
             f"popdist.tensorflow.set_ipu_config selected make {replication} replica(s), but this "
             f"instance runs {popdist_local_replicas}. Give each replica {rounded} IPUs: "
             f"poprun-lite --ipus-per-replica {rounded} (or POPDIST_NUM_IPUS_PER_REPLICA="
-            f"{rounded}), or popdist.tensorflow.set_ipu_config(config, ipus_per_replica={rounded}).")
+            f"{rounded}), or popdist.tensorflow.set_ipu_config(config, "
+            f"ipus_per_replica={rounded}).")
     if ipus_per_replica == 1 and local_replicas % replication == 0:
         return replication, local_replicas // replication
     raise ValueError(
@@ -90,10 +91,12 @@ def replicas_and_span(model) -> Tuple[int, int]:
         emulated = emulated_replicas(model)
         if emulated > 1:
             return emulated, 1
-    popdist_local = runtime.context().num_local_replicas if system.multi_replica_distribution else None
+    popdist_local = (runtime.context().num_local_replicas
+                     if system.multi_replica_distribution else None)
     return replica_layout(
         system.num_ipus, shard_count(model), strategy.num_local_replicas, system.ipus_per_replica,
-        popdist_local, system.missing_devices or "IPUStrategy was given an ipu_device other than IPU:0")
+        popdist_local,
+        system.missing_devices or "IPUStrategy was given an ipu_device other than IPU:0")
 
 
 def emulated_replicas(model) -> int:

@@ -47,7 +47,8 @@ def make_accumulating_train_function(model, n: int):
         with tf.GradientTape() as tape:
             y_pred = model(x, training=True)
             loss = model.compute_loss(x, y, y_pred, sample_weight)
-            scaled = optimizer.get_scaled_loss(loss) if hasattr(optimizer, "get_scaled_loss") else loss
+            scaled = (optimizer.get_scaled_loss(loss) if hasattr(optimizer, "get_scaled_loss")
+                      else loss)
         grads = tape.gradient(scaled, variables)
         with tf.control_dependencies([g for g in grads if g is not None]):
             return grads, model.compute_metrics(x, y, y_pred, sample_weight)
@@ -101,7 +102,8 @@ def make_accumulating_train_function(model, n: int):
     def apply_step():
         scale = 1.0 / n if method == GradientAccumulationReductionMethod.MEAN else 1.0
         grads = [tf.identity(acc) * tf.cast(scale, acc.dtype) for acc in accumulators]
-        getattr(optimizer, "_accumulation_apply", optimizer.apply_gradients)(list(zip(grads, variables)))
+        getattr(optimizer, "_accumulation_apply", optimizer.apply_gradients)(
+            list(zip(grads, variables)))
         for acc in accumulators:  # tf.function orders these after the reads above
             acc.assign(tf.zeros_like(acc), read_value=False)
 
