@@ -33,11 +33,11 @@ demo: setup
 test: setup
 	$(BIN)/ruff check popdist_launcher popdist tests benchmarks examples scripts
 	@bash scripts/install-test-hosts.sh || test "$$CI" != true
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests -n $(PYTEST_JOBS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-tf215:
 	@$(MAKE) --no-print-directory setup TF=2.15
-	PATH="$(abspath .venv-tf2.15/bin):$$PATH" .venv-tf2.15/bin/python -m pytest $(TF215_TESTS) -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS)
+	PATH="$(abspath .venv-tf2.15/bin):$$PATH" .venv-tf2.15/bin/python -m pytest $(TF215_TESTS) -n $(PYTEST_JOBS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 bench: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/launch_overhead.py
