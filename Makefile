@@ -17,7 +17,8 @@ NP ?= 4
 PYTEST_JOBS ?= 2
 # The TensorFlow 2.15 stack's part of CI (`make test-tf215`): strategies, estimators, IPU
 # conformance, one elastic scenario and the launcher.
-TF215_TESTS ?= tests/test_strategies.py tests/test_host_input.py tests/test_estimator.py tests/graphcore/test_gc_conformance.py \
+TF215_TESTS ?= tests/test_strategies.py tests/test_host_input.py tests/test_estimator.py \
+	tests/test_estimator_steps.py tests/graphcore/test_gc_conformance.py \
 	tests/graphcore/test_gc_test_names.py tests/graphcore/test_host_collectives.py \
 	tests/graphcore/test_pipeline_estimator.py tests/test_launcher.py \
 	tests/test_elastic_horovod.py::test_one_host_a_killed_instance_is_started_again
@@ -32,11 +33,11 @@ demo: setup
 test: setup
 	$(BIN)/ruff check popdist_launcher popdist tests benchmarks examples scripts
 	@bash scripts/install-test-hosts.sh || test "$$CI" != true
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests -n $(PYTEST_JOBS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-tf215:
 	@$(MAKE) --no-print-directory setup TF=2.15
-	PATH="$(abspath .venv-tf2.15/bin):$$PATH" .venv-tf2.15/bin/python -m pytest $(TF215_TESTS) -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS)
+	PATH="$(abspath .venv-tf2.15/bin):$$PATH" .venv-tf2.15/bin/python -m pytest $(TF215_TESTS) -n $(PYTEST_JOBS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 bench: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python benchmarks/launch_overhead.py

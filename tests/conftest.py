@@ -150,3 +150,25 @@ def slurm(tmp_path_factory):
         subprocess.run(["bash", str(SLURM_LOCAL), "stop", str(folder)],
                        capture_output=True, timeout=120, env=ports)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# Test files that run for minutes (their test times on a shared 2-core machine, measured
+# 2026-11-29; docs/contributing.md): `make test` hands them to the xdist workers first
+# (`--dist loadfile --no-loadscope-reorder`), so that short files, not a long one started last,
+# end the run. The other files follow by their number of tests, most first (xdist's own order).
+# Add a file here when it runs for minutes.
+LONG_FILES = ("test_strategies.py", "test_hang_check.py", "test_estimator.py",
+              "test_elastic_scenarios.py", "test_elastic_horovod.py", "test_backend_promises.py",
+              "test_hang_kinds.py", "test_estimator_steps.py", "test_gc_conformance.py")
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own order of the tests inside each file
+def pytest_collection_modifyitems(items):
+    files = {}
+    for item in items:
+        files.setdefault(item.path, []).append(item)
+
+    def rank(path):
+        first = LONG_FILES.index(path.name) if path.name in LONG_FILES else len(LONG_FILES)
+        return first, -len(files[path])
+    items[:] = [item for path in sorted(files, key=rank) for item in files[path]]

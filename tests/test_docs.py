@@ -30,6 +30,7 @@ OTHER_TOOLS_OPTIONS = {
     "--onednn": "benchmarks", "--path": "benchmarks",
     "-learning_rate": "arithmetic: minus the learning rate",
     "--use-synthetic-data": "Graphcore's applications", "--dist": "pytest-xdist",
+    "--no-loadscope-reorder": "pytest-xdist",
     **dict.fromkeys(("--wheel-cache", "--rebuild", "--gpu-operations", "--no-mpi"),
                     "python -m popdist_launcher.install horovod"),
 }
