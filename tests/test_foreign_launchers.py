@@ -17,7 +17,7 @@ import pytest
 
 from conftest import PROGRAMS
 from popdist_launcher import runtime
-from popdist_launcher.launcher.layout.backends.mpi import find_mpirun
+from popdist_launcher.launcher.layout.backends.detect import find_mpirun
 
 RECORDED = Path(__file__).parent / "data" / "slurm"
 TRAIN = str(PROGRAMS / "foreign_launch_train.py")
