@@ -135,6 +135,9 @@ ALIASES = (
     Alias("tensorflow.python.keras", f"{KERAS_2}.src", when=("keras-2", "ipu-program")),
     Alias("tensorflow.python.keras", f"{KERAS_2}.src", shadows=False, when=("keras-2",)),
     Alias("keras", f"{KERAS_2}.src", shadows=False, when=("keras-2",)),
+    # TensorFlow 2.16+'s own tensorflow.python.layers.normalization (TF1's batch normalization
+    # layers) loads tf_keras.legacy_tf_layers, which tf-keras keeps under src/.
+    Alias("tf_keras.legacy_tf_layers", "tf_keras.src.legacy_tf_layers", shadows=False),
 
     # TensorFlow 1.15 / 2.6 modules TensorFlow 2.15 removed (docs/tf-removed-apis.md).
     Alias("tensorflow.python.distribute.distribution_strategy_context",
