@@ -204,6 +204,9 @@ HOOKS = (
     # Whether the program is an IPU program, decided before it can bind a Keras name.
     Hook("tensorflow", "popdist_launcher.compat.startup:decide_ipu_program", when=("ipu-alias",)),
     Hook("numpy", "popdist_launcher.compat.startup:decide_ipu_program", when=("ipu-alias",)),
+    # PopRun's environment for IPU programs: no launcher-set HOROVOD_* in os.environ.
+    *(Hook(module, "popdist_launcher.compat.poprun_environment:hide_launcher_horovod_variables",
+           when=("ipu-program",)) for module in ("numpy", "tensorflow")),
     # NumPy 1.x's names (np.float_, np.NaN, np.product ...) for IPU programs.
     Hook("numpy", "popdist_launcher.compat.numpy1_names:install", when=("ipu-program",)),
     # TensorFlow 2.6's optimizers under the public names, for IPU programs.

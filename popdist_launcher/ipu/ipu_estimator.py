@@ -283,12 +283,13 @@ def _job_model_dir(num_instances: int) -> str:
     (tf.estimator would give each process a temporary folder of its own, and the instances that
     do not write checkpoints would never see the chief's)."""
     from popdist_launcher import tf_config
+    from popdist_launcher.compat.poprun_environment import launch_variable
     from popdist_launcher.wire import contract
 
     parsed = tf_config.from_environ()
     addresses = [a for tasks in (parsed.cluster.values() if parsed else ()) for a in tasks]
     hosts = {a.rsplit(":", 1)[0] for a in addresses}
-    if parsed is None and os.environ.get("HOROVOD_LOCAL_SIZE") == str(num_instances):
+    if parsed is None and launch_variable("HOROVOD_LOCAL_SIZE") == str(num_instances):
         hosts = {"this host"}  # no TF_CONFIG (--tf-config none): all instances are local ones
     job_id = os.environ.get(contract.JOB_ID)
     if len(hosts) != 1 or not job_id:

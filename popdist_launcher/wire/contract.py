@@ -23,6 +23,10 @@ TF1 = "POPDIST_TF1"
 # RunConfig applies only with a strategy that asks for a cluster
 # (popdist_launcher.compat.run_config).
 TF_CONFIG_AUTO = "POPRUN_TF_CONFIG_AUTO"
+# The HOROVOD_* variables poprun-lite set for a plain hvd.init() (comma-separated names, none
+# the user exported): an IPU program does not see them, as PopRun's instances had none
+# (popdist_launcher.compat.poprun_environment).
+HOROVOD_VARIABLES = "POPRUN_HOROVOD_VARIABLES"
 # TensorFlow's own switch: "1" makes tf.keras Keras 2 (tf-keras) on TensorFlow 2.16+. Every
 # instance gets the launcher's value, else none: each program's start-up hook decides
 # (popdist_launcher.compat.keras2.choose).

@@ -160,7 +160,10 @@ class LaunchPlan(NamedTuple):
             env[placing.PLACEMENT_ENV] = placing.for_instance(
                 self.placement, inst.index, inst.local_index, inst.local_size,
                 inst.num_local_replicas)
-        env.update(self.exported_env)
+        exported = dict(self.exported_env)
+        env[c.HOROVOD_VARIABLES] = ",".join(
+            sorted(k for k in env if k.startswith("HOROVOD_") and k not in exported))
+        env.update(exported)
         return env
 
     def horovod_slots(self) -> List[dict]:

@@ -1,0 +1,40 @@
+"""PopRun's environment for IPU programs (popdist_launcher.compat.poprun_environment): an IPU
+program under poprun-lite sees none of the HOROVOD_* variables the launcher set (PopRun's
+instances had none), only those the user exported, on the local (Gloo) and mpi backends alike,
+and Horovod through ``ipu.horovod`` still works; a program that never names Graphcore's modules
+keeps horovodrun's variables."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import poprun
+
+PROGRAM = str(Path(__file__).parent / "programs" / "poprun_environment.py")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("backend", ["local", "mpi"])
+def test_an_ipu_program_sees_poprun_s_environment_and_horovod_works(tmp_path, backend):
+    result = poprun("-np", "2", "--backend", backend, "-x", "HOROVOD_CYCLE_TIME=1",
+                    PROGRAM, str(tmp_path),
+                    timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    for rank in range(2):
+        got = json.loads((tmp_path / f"environment-{rank}.json").read_text())
+        assert got["after_numpy"] == ["HOROVOD_CYCLE_TIME"]  # the user's -x only
+        assert got["after_imports"] == ["HOROVOD_CYCLE_TIME"]
+        # hvd.init() sets its own process-set switch, as under PopRun
+        assert set(got["after_init"]) <= {"HOROVOD_CYCLE_TIME", "HOROVOD_DYNAMIC_PROCESS_SETS"}
+        assert (got["rank"], got["size"], got["sum"]) == (rank, 2, 3.0)
+
+
+def test_a_plain_program_keeps_horovodrun_s_variables():
+    source = ("import os, numpy, tensorflow; "
+              "print(sorted(k for k in os.environ if k.startswith('HOROVOD_R')))")
+    result = poprun("-np", "2", "--backend", "local", sys.executable, "-c", source, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    for rank in range(2):
+        assert f"[{rank}]<stdout>:['HOROVOD_RANK']" in result.stdout
