@@ -1,8 +1,8 @@
 """PopRun's environment for IPU programs (popdist_launcher.compat.poprun_environment): an IPU
 program under poprun-lite sees none of the HOROVOD_* variables the launcher set (PopRun's
-instances had none), only those the user exported, on the local (Gloo) and mpi backends alike,
-and Horovod through ``ipu.horovod`` still works; a program that never names Graphcore's modules
-keeps horovodrun's variables."""
+instances had none), only those the user exported, on the local (Gloo), mpi and ssh (two
+network-namespace hosts) backends alike, and Horovod through ``ipu.horovod`` still works; a
+program that never names Graphcore's modules keeps horovodrun's variables."""
 import json
 import sys
 from pathlib import Path
@@ -10,16 +10,28 @@ from pathlib import Path
 import pytest
 
 from conftest import poprun
+from netns_hosts import TestHosts, require_test_hosts
 
 PROGRAM = str(Path(__file__).parent / "programs" / "poprun_environment.py")
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("backend", ["local", "mpi"])
-def test_an_ipu_program_sees_poprun_s_environment_and_horovod_works(tmp_path, backend):
-    result = poprun("-np", "2", "--backend", backend, "-x", "HOROVOD_CYCLE_TIME=1",
-                    PROGRAM, str(tmp_path),
+@pytest.fixture(scope="module")
+def netns_hosts(tmp_path_factory):
+    require_test_hosts()
+    with TestHosts(names=("hostA", "hostB"), workdir=tmp_path_factory.mktemp("hosts")) as hosts:
+        yield hosts
+
+
+@pytest.mark.parametrize("backend", ["local", "mpi", "ssh"])
+def test_an_ipu_program_sees_poprun_s_environment_and_horovod_works(request, tmp_path, backend):
+    where = ["--backend", backend]
+    if backend == "ssh":
+        hosts = request.getfixturevalue("netns_hosts")
+        where += ["-H", "hostA:1,hostB:1", "--ssh-config", hosts.ssh_config, "--host-subnet",
+                  hosts.subnet, "--start-timeout", "60"]
+    result = poprun("-np", "2", *where, "-x", "HOROVOD_CYCLE_TIME=1", PROGRAM, str(tmp_path),
                     timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     for rank in range(2):
