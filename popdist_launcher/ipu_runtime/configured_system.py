@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import os
 from typing import Any, List, Optional
 
 log = logging.getLogger(__name__)
@@ -68,29 +67,20 @@ def attach(num_ipus: int, ipus_per_replica: int, device: str, process_index: int
 
 def prepare_local_replicas(_module: Any = None) -> None:
     """Hook as an IPU program's TensorFlow imports (or as a program that imported TensorFlow
-    turns out to be one): under a PopDist launch with several replicas per instance
-    (``POPDIST_NUM_LOCAL_REPLICAS`` > 1), make one CPU device per local replica now, while
-    TensorFlow can still make devices. On an IPU system the IPUs exist whatever the program ran
-    before ``configure_ipu_system``; so here the replicas get their devices even where the
-    program builds its dataset (running TensorFlow operations) before configuring. Nothing
-    happens where TensorFlow already runs or the variable is absent or not a number."""
-    try:
-        replicas = int(os.environ.get("POPDIST_NUM_LOCAL_REPLICAS", "1"))
-    except ValueError:
-        return  # popdist_launcher.runtime says what is wrong when the program reads it
-    if replicas <= 1:
-        return
-    import tensorflow as tf
+    turns out to be one): under a launch with several replicas per instance, make the local
+    replicas' devices now, while TensorFlow can still make devices (as configure_ipu_system
+    does). On an IPU system the IPUs exist whatever the program ran before
+    ``configure_ipu_system``; so here the replicas get their devices even where the program
+    builds its dataset (running TensorFlow operations) before configuring. A malformed launch
+    environment is left for the program's first read of it to report."""
+    from popdist_launcher import runtime
 
-    cpus = tf.config.list_physical_devices("CPU")
-    if not cpus or tf.config.get_logical_device_configuration(cpus[0]) is not None:
-        return
     try:
-        tf.config.set_logical_device_configuration(
-            cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)])
-    except RuntimeError:
-        return  # TensorFlow runs already: configure_ipu_system says what is missing
-    log.debug("made %d CPU devices for the %d local replicas", replicas, replicas)
+        replicas = runtime.context().num_local_replicas
+    except runtime.LaunchEnvironmentError:
+        return
+    if replicas > 1:
+        _make_replica_devices(replicas, "cpu")
 
 
 def _make_replica_devices(replicas: int, device: str) -> List[str]:
