@@ -2,7 +2,9 @@
 
 On an IPU the infeed streams a dataset to the device; here it is an iterator over the dataset that
 ``loops.repeat`` / ``pipelining_ops.pipeline`` dequeue from, once per iteration. TF1 graphs run
-``initializer`` first (as on an IPU); eager and ``tf.function`` code need not.
+``initializer`` first (as on an IPU); eager and ``tf.function`` code need not. The replicas of a
+replicated program read consecutive elements (replica r of R: r, R + r, ...), each through an
+iterator of its own.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
+from popdist_launcher.ipu._loop_support import REPLICA
 from popdist_launcher.ipu_runtime import jit_functions
 
 log = logging.getLogger(__name__)
@@ -51,6 +54,9 @@ class IPUInfeedQueue:
         self._initialized = False
         self._iterator = None
         self._replica_iterators = {}  # local replica -> its iterator, when several dequeue
+        # TF1 graphs: (replicas, replica) -> the iterator of a replica of a replicated program
+        self._program_iterators = {}
+        self._initializers = []  # the initializer ops handed out (TF1), which start them all
         self._last_loop = None  # (program, output) of the last compiled loop on it (see loops)
         if not tf.executing_eagerly():
             with tf.device("/device:CPU:0"):
@@ -65,6 +71,8 @@ class IPUInfeedQueue:
         jit_functions.host_operation("IPUInfeedQueue")
         self._dequeued = True
         replica, replicas = local_replica()
+        if replicas > 1 and REPLICA.get() is not None:
+            return self._program_iterator(replica, replicas).get_next()
         if replicas > 1 and replica >= 0 and tf.compat.v1.executing_eagerly_outside_functions():
             iterator = self._replica_iterators.get(replica)
             if iterator is None:
@@ -76,6 +84,19 @@ class IPUInfeedQueue:
             with tf.init_scope(), tf.device("/device:CPU:0"):
                 self._iterator = iter(self._dataset)
         return self._iterator.get_next()
+
+    def _program_iterator(self, replica: int, replicas: int):
+        """The iterator of replica ``replica`` of a replicated program in a TF1 graph (made on
+        first use, and started by every ``initializer`` op, also those handed out before)."""
+        iterator = self._program_iterators.get((replicas, replica))
+        if iterator is None:
+            with tf.init_scope(), tf.device("/device:CPU:0"):
+                iterator = tf.compat.v1.data.make_initializable_iterator(
+                    self._dataset.shard(replicas, replica))
+            self._program_iterators[(replicas, replica)] = iterator
+            for initializer in self._initializers:
+                initializer._add_control_inputs([iterator.initializer])  # noqa: SLF001
+        return iterator
 
     @property
     def dequeued(self) -> bool:
@@ -102,7 +123,12 @@ class IPUInfeedQueue:
         if self._initialized:
             raise ValueError("The IPUInfeedQueue `initializer` function can only be accessed once.")
         self._initialized = True
-        return self._iterator.initializer
+        starts = [self._iterator.initializer] + [iterator.initializer for iterator
+                                                  in self._program_iterators.values()]
+        with tf.init_scope():
+            initializer = tf.group(*starts, name=f"{self._id}_initializer")
+        self._initializers.append(initializer)
+        return initializer
 
     @property
     def deleter(self):

@@ -8,6 +8,12 @@ replicas (a replicated IPUStrategy, PopDistStrategy with --num-replicas), each r
 own queue and the result has a replica axis, as Graphcore's with a replication factor above 1:
 ``[enqueues, replicas, ...]`` (ALL) or ``[replicas, ...]`` (LAST).
 
+Enqueued by the replicas of a replicated ``ipu_compiler.compile`` program (TF1 graphs), each
+replica has its own queue too. When configure_ipu_system rebuilds that program for another
+replica count (see ``ipu._replicated_compile``), the dequeues already taken are rewired to the
+new queues; a dequeue taken before any IPU system was configured has an unknown static shape,
+as the replica axis comes with the configuration.
+
 Another thread may drain the queue while the program trains (dequeue returns what has arrived
 so far, as on an IPU). Once every thread that enqueues into it (the threads that built its
 enqueues, and the main thread) has ended, such a reader gets ``tf.errors.OutOfRangeError``
@@ -24,7 +30,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
-from popdist_launcher.ipu._loop_support import local_replica
+from popdist_launcher.ipu._loop_support import REPLICA, local_replica
 from popdist_launcher.ipu_runtime import jit_functions
 
 log = logging.getLogger(__name__)
@@ -61,6 +67,9 @@ class IPUOutfeedQueue:
         self._queues = None  # one per local replica
         self._replicated = False
         self._producers = set()  # the threads that built enqueues into this queue
+        self._program = False  # enqueued by a compile() program in a TF1 graph
+        self._provisional = False  # ... built before any IPU system was configured
+        self._rewirable = []  # (TF1) the identity ops of each dequeue of such a queue
 
     @property
     def enqueued(self) -> bool:
@@ -74,6 +83,11 @@ class IPUOutfeedQueue:
         replica, replicas = local_replica()
         flat = [tf.convert_to_tensor(t) for t in tf.nest.flatten(tensors)]
         self._producers.add(threading.current_thread())
+        program_replica = REPLICA.get()
+        if program_replica is not None:
+            program_replica.program.watch(self)
+            self._program = True
+            self._provisional = program_replica.provisional
         if self._queues is None:
             self._structure = tensors
             self._replicated = replicas > 1
@@ -111,6 +125,8 @@ class IPUOutfeedQueue:
             if self._queues is None:
                 return []
         flat = self._dequeue_flat()
+        if self._program and not tf.executing_eagerly():
+            flat = self._rewirable_outputs(flat)
         if (tf.executing_eagerly() and self._outfeed_mode == IPUOutfeedMode.ALL
                 and flat and flat[0].shape[0] == 0):
             try:
@@ -131,6 +147,36 @@ class IPUOutfeedQueue:
                 return per_replica[0]
             axis = 0 if self._outfeed_mode == IPUOutfeedMode.LAST else 1
             return [tf.stack(parts, axis=axis) for parts in zip(*per_replica)]
+
+    def _rewirable_outputs(self, flat: list) -> list:
+        """``flat`` through identities that a rebuild can rewire (of unknown shape when the
+        program enqueueing is provisional)."""
+        if self._provisional:
+            flat = [tf.compat.v1.placeholder_with_default(t, tf.TensorShape(None)) for t in flat]
+        outputs = [tf.identity(t) for t in flat]
+        self._rewirable.append([t.op for t in outputs])
+        return outputs
+
+    def _before_rebuild(self) -> None:
+        """The program that enqueued into this queue is being built again (for another replica
+        count): its copies enqueue anew (into one queue per replica)."""
+        self._queues = None
+        self._structure = None
+        self._replicated = False
+        self._provisional = False
+
+    def _after_rebuild(self) -> None:
+        """Rewire the dequeues taken before the rebuild to the new queues."""
+        if self._queues is None:
+            return
+        for identities in self._rewirable:
+            try:
+                for identity, tensor in zip(identities, self._dequeue_flat()):
+                    identity._update_input(0, tensor)  # noqa: SLF001
+            except (ValueError, tf.errors.InvalidArgumentError):
+                log.warning("An IPUOutfeedQueue dequeue taken before configure_ipu_system changed "
+                            "the program's replicas keeps its shape and reads nothing; take the "
+                            "dequeue after configure_ipu_system().")
 
     def _is_producer(self) -> bool:
         current = threading.current_thread()

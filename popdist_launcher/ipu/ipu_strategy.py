@@ -9,13 +9,19 @@ replica, each replica reads its own dataset elements (consecutive elements go to
 0, 1, ...; the batch a replica sees is the dataset's batch), gradients are summed over the
 replicas, ``ipu.cross_replica_ops`` reduce over them and outfeeds gain a replica axis.
 ``num_replicas_in_sync`` stays 1, as on an IPU system, where replication happens inside the
-device program (so Keras does not scale losses by the replica count). Replicas are local to
+device program (so Keras does not scale losses by the replica count); for the same reason
+``run`` returns replica 0's results as plain values, as Graphcore's executor reads a replicated
+program's outputs back from replica 0 (the other replicas' values reach the host through
+outfeeds), and ``reduce`` leaves such a value as it is. Keras, TensorFlow and this package call
+``run`` for their own functions and get every replica's results (Keras's ``predict`` returns the
+predictions of every replica). Replicas are local to
 the instance: under poprun-lite each instance trains its own (PopDistStrategy trains across
 instances). Creating one installs the Keras extensions (``model.set_gradient_accumulation_options``
 ...), see ``ipu_runtime.keras_extensions``.
 """
 from __future__ import annotations
 
+import functools
 import logging
 
 import tensorflow as tf
@@ -101,8 +107,32 @@ class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
         return len(self.extended.worker_devices)
 
     def run(self, fn, args=(), kwargs=None, options=None):
+        """Run ``fn`` on every replica. With several replicas: replica 0's results for the
+        program's own functions (as Graphcore's), every replica's (PerReplica) for Keras's,
+        TensorFlow's and this package's (see the module)."""
         jit_functions.host_operation("IPUStrategy.run")
-        return super().run(fn, args=args, kwargs=kwargs, options=options)
+        result = super().run(fn, args=args, kwargs=kwargs, options=options)
+        if self.num_local_replicas == 1 or _framework_function(fn):
+            return result
+        from tensorflow.python.distribute import values as values_lib
+        return tf.nest.map_structure(
+            lambda v: v.values[0] if isinstance(v, values_lib.DistributedValues) else v, result)
+
+    def reduce(self, reduce_op, value, axis=None):
+        """Reduce ``value`` over the replicas: a value ``run`` returned for the program (replica
+        0's, not per replica) stays as it is, reduced along ``axis`` if one is given, as
+        Graphcore's IPUStrategy reduces it."""
+        from tensorflow.python.distribute import values as values_lib
+        if self.num_local_replicas == 1 or any(
+                isinstance(v, values_lib.DistributedValues) for v in tf.nest.flatten(value)):
+            return super().reduce(reduce_op, value, axis=axis)
+        if axis is None:
+            return value
+        if isinstance(reduce_op, str):
+            reduce_op = reduce_op.upper()
+        mean = tf.distribute.ReduceOp(reduce_op) == tf.distribute.ReduceOp.MEAN
+        reduction = tf.reduce_mean if mean else tf.reduce_sum
+        return tf.nest.map_structure(lambda v: reduction(v, axis=axis), value)
 
     def experimental_run_v2(self, fn, args=(), kwargs=None, options=None):
         """The TF 2.0/2.1 name of ``run``, still used by IPU-era code."""
@@ -114,6 +144,19 @@ class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
 
 
 IPUStrategy = IPUStrategyV1
+
+# The packages whose functions get every replica's results from a replicated IPUStrategy's run.
+_FRAMEWORKS = ("keras", "tf_keras", "tensorflow", "popdist_launcher")
+
+
+def _framework_function(fn) -> bool:
+    """Whether ``fn`` (a function, tf.function or partial) is Keras's, TensorFlow's or this
+    package's own."""
+    fn = getattr(fn, "python_function", fn)
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    module = getattr(fn, "__module__", None) or ""
+    return module.split(".")[0] in _FRAMEWORKS
 
 
 def replicas_of(strategy) -> int:

@@ -9,6 +9,8 @@ from typing import Iterator
 
 import tensorflow as tf
 
+from popdist_launcher.ipu._loop_support import REPLICA
+
 log = logging.getLogger(__name__)
 _logged: set = set()
 # XLA's attribute names for the frontend attributes and outside-compilation markers of an op.
@@ -55,6 +57,9 @@ def ipu_shard(index: int) -> Iterator[None]:
     if isinstance(index, bool) or not isinstance(index, (int, list)):
         raise ValueError(f"ipu_shard needs a shard index (int), got {index!r}.")
     _log_inert("ipu_shard", "a replica is one device here, so all shards run on it")
+    program_replica = REPLICA.get()
+    if program_replica is not None:  # a compile() program: a replica spans its shards' IPUs
+        program_replica.program.note_ipus(max(index if isinstance(index, list) else [index]) + 1)
     yield
 
 

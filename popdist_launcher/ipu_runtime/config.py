@@ -313,13 +313,16 @@ def validate(config: IPUConfig) -> int:
 
 def configure_ipu_system(config: IPUConfig, device: str = "cpu",
                          reset_configuration: bool = True,
-                         ipus_per_replica: Optional[int] = None) -> ConfiguredSystem:
+                         ipus_per_replica: Optional[int] = None,
+                         implicit: bool = False) -> ConfiguredSystem:
     """Validate ``config`` and create one TensorFlow device per local replica.
 
     Local replicas = selected IPUs / IPUs per replica (from the launcher, default 1). On CPU they
     are logical CPU devices; with ``device="gpu"`` one GPU each, if there are enough. Must run
     before TensorFlow initialises its devices, as on an IPU system. ``reset_configuration`` is
     accepted for Graphcore's signature: a new configuration always replaces the previous one.
+    ``implicit``: this layer configures the system for a program that has not (see
+    ``ConfiguredSystem.implicit``).
     """
     from popdist_launcher import runtime
 
@@ -335,7 +338,7 @@ def configure_ipu_system(config: IPUConfig, device: str = "cpu",
             f"replica; select a multiple (e.g. auto_select_ipus = replicas x ipus per replica).")
     mrd = config.experimental.multi_replica_distribution
     return configured_system.attach(num_ipus, ipus_per_replica, device, mrd.process_index,
-                                     mrd.process_count, copy.deepcopy(config))
+                                     mrd.process_count, copy.deepcopy(config), implicit)
 
 
 def running_on_ipu_model() -> bool:

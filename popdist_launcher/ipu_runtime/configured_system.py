@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +22,9 @@ class ConfiguredSystem:
     # Set when TensorFlow had started before configure_ipu_system, so only the devices above
     # (fewer than the replicas) exist: why the others are missing.
     missing_devices: Optional[str] = None
+    # True when this layer configured the system because the program used an IPU before it
+    # configured one (from the launcher's environment); the program's own configuration follows.
+    implicit: bool = False
 
     @property
     def num_local_replicas(self) -> int:
@@ -39,13 +42,22 @@ class ConfiguredSystem:
 
 _configured: Optional[ConfiguredSystem] = None
 _configured_config: Any = None  # the ipu.config.IPUConfig applied (a copy)
+# Called with each system configured (the IPU layer rebuilds the TF1 programs it built before).
+_listeners: List[Callable[[ConfiguredSystem], None]] = []
+
+
+def add_listener(listener: Callable[[ConfiguredSystem], None]) -> None:
+    """Call ``listener(system)`` each time a system is configured from now on (once per
+    listener however often it is added)."""
+    if listener not in _listeners:
+        _listeners.append(listener)
 
 
 def attach(num_ipus: int, ipus_per_replica: int, device: str, process_index: int,
-           process_count: int, config: Any) -> ConfiguredSystem:
+           process_count: int, config: Any, implicit: bool = False) -> ConfiguredSystem:
     """Make one TensorFlow device per local replica (``num_ipus // ipus_per_replica``) and keep
     them, with the validated IPUConfig ``config`` (a copy the caller made), as this process's
-    configured system."""
+    configured system; then tell the listeners. ``implicit``: see ``ConfiguredSystem``."""
     global _configured, _configured_config
     replicas = num_ipus // ipus_per_replica
     devices = _make_replica_devices(replicas, device)
@@ -59,9 +71,11 @@ def attach(num_ipus: int, ipus_per_replica: int, device: str, process_index: int
                    f"example before building the dataset).")
         log.info("%s Only /device:IPU:0 .. /device:IPU:%d can be used.", missing, len(devices) - 1)
     _configured = ConfiguredSystem(num_ipus, ipus_per_replica, tuple(devices), process_index,
-                                   process_count, missing)
+                                   process_count, missing, implicit)
     _configured_config = config
     log.debug("configured %d virtual IPU(s) as %s", num_ipus, devices)
+    for listener in list(_listeners):
+        listener(_configured)
     return _configured
 
 

@@ -142,7 +142,7 @@ def _system() -> configured_system.ConfiguredSystem:
         from popdist_launcher.ipu_runtime import config
         ipu_config = config.IPUConfig()
         config.set_ipu_config(ipu_config, configure_device=True)
-        return config.configure_ipu_system(ipu_config)
+        return config.configure_ipu_system(ipu_config, implicit=True)
     return system
 
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import tensorflow as tf
 
 from popdist_launcher.ipu.gradient_accumulation import GradientAccumulationReductionMethod
-from popdist_launcher.ipu._loop_support import as_list, body_arguments
+from popdist_launcher.ipu._loop_support import REPLICA, as_list, body_arguments
 
 log = logging.getLogger(__name__)
 _logged: set = set()
@@ -123,6 +123,9 @@ def check_replication(num_stages: int, device_mapping: Optional[Sequence[int]] =
                          f"stage ({num_stages}), got {device_mapping!r}.")
     shards = max(mapping) + 1
     rounded = 2 ** math.ceil(math.log2(shards))
+    program_replica = REPLICA.get()
+    if program_replica is not None:  # a compile() program: it replicates over `rounded` IPUs
+        program_replica.program.note_ipus(rounded)
     system = configured_system.get_configured_system()
     if system is None:
         return 1

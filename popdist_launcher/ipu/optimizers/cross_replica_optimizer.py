@@ -13,7 +13,10 @@ class CrossReplicaOptimizer(IpuOptimizer):
 
     Under one of this package's strategies (an IPUEstimator always runs under one) the wrapped
     optimizer already sums per-replica gradients of the loss divided by the replica count, which
-    is that average, so the wrapper only delegates. Outside a strategy, in a program started by
+    is that average, so the wrapper only delegates. In a replicated ``ipu_compiler.compile``
+    program (see ``ipu._replicated_compile``) ``apply_gradients`` averages each gradient over
+    the program's replicas (``cross_replica_mean``, as Graphcore's), so every replica applies
+    the same update to its copy of the variables. Outside both, in a program started by
     poprun-lite, it averages with Horovod's allreduce across instances.
     """
 
@@ -31,3 +34,13 @@ class CrossReplicaOptimizer(IpuOptimizer):
             return grads_and_vars
         return [(None if g is None else collectives.allreduce(g, op=collectives.Average), v)
                 for g, v in grads_and_vars]
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        from popdist_launcher.ipu._loop_support import REPLICA
+        from popdist_launcher.ipu.ops import cross_replica_ops
+
+        program_replica = REPLICA.get()
+        if program_replica is not None and program_replica.count > 1:
+            grads_and_vars = [(None if g is None else cross_replica_ops.cross_replica_mean(g), v)
+                              for g, v in grads_and_vars]
+        return super().apply_gradients(grads_and_vars, global_step=global_step, name=name)

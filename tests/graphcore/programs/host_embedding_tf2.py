@@ -47,6 +47,11 @@ dataset = tf.data.Dataset.from_tensor_slices(IDS).shard(count, index)
 elements = iter(strategy.experimental_distribute_dataset(dataset))
 
 
+# every replica's loss and mean, read back as a Graphcore program reads them: through an outfeed
+# (an IPUStrategy's run returns replica 0's results)
+feed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
+
+
 @tf.function
 def step():
     def replica(ids):
@@ -58,15 +63,16 @@ def step():
         optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
         mean = gen_poputil_ops.ipu_replication_normalise(
             ipu.cross_replica_ops.cross_replica_sum(loss))
-        return loss, mean
-    return strategy.run(replica, args=(next(elements),))
+        feed.enqueue({"loss": loss, "mean": mean})
+    strategy.run(replica, args=(next(elements),))
 
 
 out = {"instance": index, "instances": count, "losses": [], "means": []}
 for _ in range(STEPS):
-    losses, means = step()
-    out["losses"].append([float(x) for x in strategy.experimental_local_results(losses)])
-    out["means"].append([float(x) for x in strategy.experimental_local_results(means)])
+    step()
+    fed = feed.dequeue()  # [1 step, local replicas] (no replica axis for one)
+    out["losses"].append(np.reshape(fed["loss"], [-1]).tolist())
+    out["means"].append(np.reshape(fed["mean"], [-1]).tolist())
 out["sgd"] = sgd.get_embedding_tensor().numpy().tolist()
 out["ga"] = accumulated.get_embedding_tensor().numpy().tolist()
 out["w"] = w.numpy().ravel().tolist()

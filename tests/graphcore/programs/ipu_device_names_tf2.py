@@ -69,7 +69,7 @@ out["again"] = again.numpy().tolist()
 out["doubled"] = doubled.numpy().tolist()
 out["variable"] = variable.numpy().tolist()
 
-# IPUStrategy over the instance's 2 IPUs: mirrored variables, per-replica results, slots.
+# IPUStrategy over the instance's 2 IPUs: mirrored variables, replica 0's results, slots.
 strategy = ipu.ipu_strategy.IPUStrategyV1()
 with strategy.scope():
     w = tf.Variable(W)
@@ -81,12 +81,15 @@ with strategy.scope():
         optimizer.apply_gradients([(tape.gradient(loss, w), w)])
         return loss
 
-    per_replica = strategy.run(lambda x: tf.matmul(x, w), args=(X,))
+    # run returns replica 0's result, as Graphcore's IPUStrategy (its executor reads a
+    # replicated program's outputs back from replica 0)
+    product = strategy.run(lambda x: tf.matmul(x, w), args=(X,))
     out["ipu_strategy"] = {
         "variable": w.device, "components": devices(w.values),
-        "results": devices(per_replica.values),
-        "values": [v.numpy().tolist() for v in per_replica.values],
-        "function_results": devices(strategy.run(tf.function(lambda: w * 1.0)).values)}
+        "results": devices(strategy.experimental_local_results(product)),
+        "values": [v.numpy().tolist() for v in strategy.experimental_local_results(product)],
+        "function_results": devices(strategy.experimental_local_results(
+            strategy.run(tf.function(lambda: w * 1.0))))}
     losses = strategy.run(tf.function(replica_step), args=(X, Y))
     out["ipu_strategy"]["optimizer"] = devices(optimizer.variables())
     out["ipu_strategy"]["trained"] = w.numpy().tolist()
