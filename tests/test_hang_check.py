@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import poprun, program, wait_gone
+from side_by_side import poprun_together
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_elastic_horovod import Job, check_weights, loop_reference, rounds  # noqa: E402
@@ -96,12 +97,24 @@ def test_two_ranks_in_different_collectives_are_both_named():
         assert line, err[-4000:]
 
 
-@pytest.mark.parametrize("fault", ["long:0:4:14", "tfbusy:0:4:14", "allown:0:4:14"])
-def test_long_phases_are_not_cut(fault):
+LONG_PHASES = ["long:0:4:14", "tfbusy:0:4:14", "allown:0:4:14"]
+
+
+@pytest.fixture(scope="module")
+def long_phase_results():
+    """The jobs of the test below, run side by side: each waits 14 s, so together they wait
+    once."""
+    return poprun_together({
+        fault: ["-np", "2", "--backend", "local", "--hang-timeout", "6", sys.executable, MEMBER,
+                "eager", "8", fault] for fault in LONG_PHASES})
+
+
+@pytest.mark.parametrize("fault", LONG_PHASES)
+def test_long_phases_are_not_cut(long_phase_results, fault):
     # Rank 0 marks a 14 s phase, or runs TensorFlow for 14 s, while rank 1 waits in its next
     # allreduce; or every rank sleeps 14 s in its own code: past the bound of 6 s by more than
     # the bound itself, and nothing is cut.
-    result = run("eager", fault, "--hang-timeout", "6", steps="8")
+    result = long_phase_results[fault]
     assert result.returncode == 0, result.stderr[-4000:]
     assert "was hung" not in result.stderr
     weights = re.findall(r"done rank \d weight (\S+)", result.stdout)

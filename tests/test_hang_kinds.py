@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import poprun, program
+from side_by_side import poprun_together
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_elastic_horovod import Job, check_weights, loop_reference, rounds  # noqa: E402
@@ -90,13 +91,25 @@ def test_a_rank_left_alone_at_interpreter_exit_is_ended():
     assert len(re.findall(r"done rank \d weight", result.stdout)) == 2
 
 
-@pytest.mark.parametrize("case, rank", [("report", 0), ("download", 0), ("sleep", 1),
-                                        ("save", 0), ("import", 1)])
-def test_one_rank_working_or_sleeping_past_the_short_bounds_is_not_cut(case, rank):
+NOT_CUT = [("report", 0), ("download", 0), ("sleep", 1), ("save", 0), ("import", 1)]
+
+
+@pytest.fixture(scope="module")
+def not_cut_results():
+    """The jobs of the test below, run side by side: each waits 14 s, so together they wait
+    once."""
+    return poprun_together({
+        (case, rank): ["-np", "2", "--backend", "local", "--hang-timeout", "6", sys.executable,
+                       CASES, case, str(rank), "14"] for case, rank in NOT_CUT})
+
+
+@pytest.mark.parametrize("case, rank", NOT_CUT)
+def test_one_rank_working_or_sleeping_past_the_short_bounds_is_not_cut(not_cut_results, case,
+                                                                       rank):
     # 14 s of NumPy, of a slow download before the first collective, of sleep, of pickle
     # writes or of an import that waits while the peer waits; --hang-timeout 6 (the short
     # bounds: passed by more than their own length), busy bound 600 s.
-    result = run(case, rank, "14", options=("--hang-timeout", "6"))
+    result = not_cut_results[case, rank]
     assert result.returncode == 0, result.stderr[-4000:]
     assert "was hung" not in result.stderr
     weights = [float(w) for w in re.findall(r"done rank \d weight (\S+)", result.stdout)]
