@@ -167,14 +167,24 @@ def test_all_ranks_failure(tmp_path):
 
 
 def test_reset_limit(tmp_path):
+    # The two jobs run side by side (each its own discovery script and log; the launcher's own
+    # ports): 8 workers at once, so rank 0 waits up to 15 s for a host change's notice.
     schedule = [[0, ["localhost:2"]], [1, TWO_HOSTS], [None, ["127.0.0.1:2"]]]
-    job = Scenario(tmp_path / "1", elastic(2, 2, 4, "--reset-limit", "1"), hosts=schedule)
-    text = job.finish()
-    assert job.proc.returncode != 0, text[-5000:]
-    assert "number of resets during elastic job exceeded limit: 1" in text
-    assert len(job.records()) == 2
+    notice = ["--notice-wait", "15"]
+    job = Scenario(tmp_path / "1", elastic(2, 2, 4, "--reset-limit", "1"), hosts=schedule,
+                   worker_args=notice)
+    second = Scenario(tmp_path / "2", elastic(2, 2, 4, "--reset-limit", "2"), hosts=schedule,
+                      worker_args=notice)
+    try:
+        text = job.finish()
+        assert job.proc.returncode != 0, text[-5000:]
+        assert "number of resets during elastic job exceeded limit: 1" in text
+        assert len(job.records()) == 2
+    except BaseException:
+        second.proc.kill()
+        raise
 
-    job = Scenario(tmp_path / "2", elastic(2, 2, 4, "--reset-limit", "2"), hosts=schedule)
+    job = second
     text = job.finish()
     assert job.proc.returncode == 0, text[-5000:]
     check_epochs_once(job.records(), 3)
