@@ -41,7 +41,7 @@ def run(case, rank, *args, options=("--hang-timeout", "8", "--hang-busy-timeout"
                   str(rank), *args, timeout=240)
 
 
-@pytest.mark.parametrize("case, rank, kind, evidence", [
+TF_HANGS = [
     ("generator", 1, "blocked", r"no CPU and no I/O for \d+ s in a TensorFlow step, not "
                                 r"computing \(a graph collective\); a TensorFlow thread in gen at "
                                 r"hang_cases\.py:\d+"),
@@ -51,9 +51,21 @@ def run(case, rank, *args, options=("--hang-timeout", "8", "--hang-busy-timeout"
     ("pyfunc", 0, "busy", r"it ran its own code \(CPU, I/O or a moving stack\) for \d+ s in a "
                           r"TensorFlow step, not computing \(a graph collective\); a TensorFlow "
                           r"thread in spin at hang_cases\.py:\d+"),
-])
-def test_a_hang_inside_tensorflow_is_cut_with_its_evidence(case, rank, kind, evidence):
-    result = run(case, rank)
+]
+
+
+@pytest.fixture(scope="module")
+def tf_hang_results():
+    """The jobs of the test below, run side by side: each waits out its bound (8 or 15 s)."""
+    return poprun_together({
+        case: ["-np", "2", "--backend", "local", "--hang-timeout", "8", "--hang-busy-timeout",
+               "15", sys.executable, CASES, case, str(rank)] for case, rank, *_ in TF_HANGS})
+
+
+@pytest.mark.parametrize("case, rank, kind, evidence", TF_HANGS)
+def test_a_hang_inside_tensorflow_is_cut_with_its_evidence(tf_hang_results, case, rank, kind,
+                                                           evidence):
+    result = tf_hang_results[case]
     err = result.stderr
     assert result.returncode == 1, err[-4000:]
     found = HUNG.search(err)
