@@ -110,17 +110,35 @@ def test_a_killed_worker_started_again_in_place_gets_the_state(tmp_path, program
     job.check_result(size=2)
 
 
+GROWING = ["keras-state-adam", "horovod-example"]
+
+
+@pytest.fixture(scope="module")
+def growing_jobs(tmp_path_factory):
+    """The jobs of the test below, started together: one host until two epochs are logged,
+    then two (localhost and 127.0.0.1)."""
+    jobs = {}
+    for program in GROWING:
+        tmp = tmp_path_factory.mktemp(program)
+        script = tmp / "discover.sh"
+        log = tmp / "out" / "epochs.jsonl"
+        script.write_text(f"#!/bin/sh\nif [ \"$(cat {log} 2>/dev/null | wc -l)\" -lt 2 ]; then\n"
+                          "  echo localhost:1\nelse\n  printf 'localhost:1\\n127.0.0.1:1\\n'\n"
+                          "fi\n")
+        script.chmod(0o755)
+        jobs[program] = Job(tmp, program, ["-np", "1", "--min-np", "1", "--max-np", "2",
+                                           "--host-discovery-script", str(script)])
+    yield jobs
+    for job in jobs.values():
+        if job.proc.poll() is None:
+            job.proc.kill()
+            job.proc.wait()
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("program", ["keras-state-adam", "horovod-example"])
-def test_a_host_added_mid_job_gets_the_state(tmp_path, program):
-    # One host until two epochs are logged, then two (localhost and 127.0.0.1).
-    script = tmp_path / "discover.sh"
-    log = tmp_path / "out" / "epochs.jsonl"
-    script.write_text(f"#!/bin/sh\nif [ \"$(cat {log} 2>/dev/null | wc -l)\" -lt 2 ]; then\n"
-                      "  echo localhost:1\nelse\n  printf 'localhost:1\\n127.0.0.1:1\\n'\nfi\n")
-    script.chmod(0o755)
-    job = Job(tmp_path, program, ["-np", "1", "--min-np", "1", "--max-np", "2",
-                                  "--host-discovery-script", str(script)])
+@pytest.mark.parametrize("program", GROWING)
+def test_a_host_added_mid_job_gets_the_state(growing_jobs, program):
+    job = growing_jobs[program]
     text = job.finish()
     assert "127.0.0.1 added by the discovery script" in text, text[-5000:]
     sizes = [r["size"] for r in job.epochs_logged()]
