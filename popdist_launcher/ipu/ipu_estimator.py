@@ -198,7 +198,7 @@ class IPUEstimator(EstimatorInput, ReplicatedModelFn, tf.estimator.Estimator):
         same time: under several instances, tf.estimator.train_and_evaluate's evaluation (which
         it runs from a checkpoint listener, on the chief only) runs once after training, on
         every instance. One instance keeps tf.estimator's behaviour; the workers of a cluster
-        that no launcher started only train.
+        that the launch does not describe only train.
         """
         listeners = list(saving_listeners or [])
         if self._num_instances == 1:
@@ -208,7 +208,7 @@ class IPUEstimator(EstimatorInput, ReplicatedModelFn, tf.estimator.Estimator):
         evaluation_type = estimator_training._NewCheckpointListenerForEvaluate  # noqa: SLF001
         evaluations = [x for x in listeners if isinstance(x, evaluation_type)]
         if self._launched_instances == 1:
-            # Workers of the program's own cluster (its resolver or TF_CONFIG, no launch): as
+            # Workers of a cluster the launch does not describe (the program's resolver): as
             # TensorFlow's distribute coordinator runs train_and_evaluate there (and so under
             # Graphcore's strategy), workers only train; an evaluator task evaluates.
             return [x for x in listeners if not isinstance(x, evaluation_type)], []
