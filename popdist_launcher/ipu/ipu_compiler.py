@@ -12,9 +12,10 @@ def compile(computation: Callable, inputs: Optional[Sequence] = None):  # noqa: 
     """Call ``computation(*inputs)``. Returns a list of its output tensors (a single output as a
     one-element list), with any operations it returned after the tensors run first; an op (a
     NoOp in graph mode, None in eager mode) when it returned nothing or only operations."""
-    from popdist_launcher.ipu._loop_support import PROGRAM
+    from popdist_launcher.ipu._loop_support import PROGRAM, GraphUpdates
 
     inputs = [] if inputs is None else list(inputs)
+    updates = GraphUpdates()  # a TF1 graph's update ops made in it run with its outputs
     token = PROGRAM.set(object())
     try:
         result = computation(*inputs)
@@ -31,6 +32,7 @@ def compile(computation: Callable, inputs: Optional[Sequence] = None):  # noqa: 
     if not all(isinstance(o, tf.Operation) for o in operations):
         raise ValueError("computation must return zero or more tensors followed by zero or more "
                          "operations.")
+    operations += updates.made()
     if not tensors:
         return None if tf.executing_eagerly() else tf.group(*operations)
     if operations:
