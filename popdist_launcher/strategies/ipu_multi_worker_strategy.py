@@ -25,7 +25,7 @@ from popdist_launcher.ipu_runtime.tf_internal import (TFConfigClusterResolver,
                                                       input_util, nest, values_lib,
                                                       variable_scope)
 from popdist_launcher.ipu_runtime.variables import as_ipu_variable
-from popdist_launcher.strategies import _graph_placement, _host_input
+from popdist_launcher.strategies import _coordination, _graph_placement, _host_input
 from popdist_launcher.strategies._common import (call_for_the_only_replica,
                                                  check_replication_mode, resolve_reduce_op)
 
@@ -42,8 +42,9 @@ class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceE
         # worker (its IPUs may hold a pipeline's stages), or the launch's replicas per instance.
         devices = ipu_devices.local_replica_devices()
         self._replica_devices = devices[:max(1, runtime.num_local_replicas())]
-        super().__init__(container_strategy, cluster_resolver=cluster_resolver,
-                         communication_options=tf.distribute.experimental.CommunicationOptions())
+        with _coordination.launcher_heartbeat():
+            super().__init__(container_strategy, cluster_resolver=cluster_resolver,
+                             communication_options=tf.distribute.experimental.CommunicationOptions())
 
     def _initialize_local_devices(self, cluster_resolver, worker_device):
         kinds = {"GPU" if "GPU" in d.upper() else "CPU" for d in self._replica_devices}
