@@ -343,9 +343,12 @@ def test_the_host_of_rank_0_killed_the_other_host_goes_on_from_the_last_commit(t
 @pytest.mark.slow
 def test_one_host_signals_and_timeout_stop_every_worker(tmp_path):
     """SIGTERM to poprun-lite reaches every worker (exit 143); --timeout collects every
-    worker's Python stacks, then stops the job (exit 124); nothing is left either way."""
+    worker's Python stacks, then stops the job (exit 124); nothing is left either way. The two
+    jobs run side by side; at the timeout both workers are in elastic_loop.py (importing
+    TensorFlow or training)."""
     args = ["-np", "2", "--min-np", "1", "--backend", "local", "--elastic-mode", "horovod"]
     slow = {"ELASTIC_STEP_SLEEP": "1"}
+    timed = Job(tmp_path / "timeout", args + ["--timeout", "15", "elastic_loop.py"], env=slow)
     job = Job(tmp_path / "sigterm", args + ["elastic_loop.py"], env=slow)
     job.wait_for_step(2)
     job.proc.send_signal(signal.SIGTERM)
@@ -355,7 +358,7 @@ def test_one_host_signals_and_timeout_stop_every_worker(tmp_path):
     assert "===== elastic job: 1 round(s) =====" in text and "job interrupted (SIGTERM)." in text
     assert wait_gone(job.worker_pids(), timeout=10) == []
 
-    job = Job(tmp_path / "timeout", args + ["--timeout", "25", "elastic_loop.py"], env=slow)
+    job = timed
     text = job.finish()
     assert job.proc.returncode == 124, text[-5000:]
     stacks = text[text.index("Python stacks of every instance"):]

@@ -52,13 +52,6 @@ class Job:
         log = self.out / "epochs.jsonl"
         return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
-    def wait_for_epochs(self, count: int, timeout: float = 240) -> None:
-        deadline = time.monotonic() + timeout
-        while len(self.epochs_logged()) < count:
-            assert self.proc.poll() is None, self.text()[-5000:]
-            assert time.monotonic() < deadline, f"no epoch {count}:\n{self.text()[-5000:]}"
-            time.sleep(0.1)
-
     def workers(self) -> List[tuple]:
         """(pid, first rank, host) of every worker started so far."""
         found = []
@@ -95,14 +88,46 @@ class Job:
                 np.testing.assert_array_equal(np.array(theirs), np.array(mine))
 
 
+def end_all(jobs) -> None:
+    for job in jobs:
+        if job.proc.poll() is None:
+            job.proc.kill()
+            job.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def killed_worker_jobs(tmp_path_factory):
+    """The jobs of the test below, side by side: the fixture watches them all and kills each
+    one's worker of rank 1 once two of its epochs are logged. Yields each program's job and
+    the workers of rank 1 it found then."""
+    jobs = {program: Job(tmp_path_factory.mktemp(program), program,
+                         ["-np", "2", "--min-np", "1", "--backend", "local"])
+            for program in sorted(PROGRAMS)}
+    victims = {}
+    deadline = time.monotonic() + 240
+    try:
+        while len(victims) < len(jobs):
+            for program, job in jobs.items():
+                if program in victims:
+                    continue
+                if len(job.epochs_logged()) >= 2:
+                    victims[program] = [pid for pid, rank, _ in job.workers() if rank == 1]
+                    if len(victims[program]) == 1:
+                        os.kill(victims[program][0], signal.SIGKILL)
+                    continue
+                assert job.proc.poll() is None, job.text()[-5000:]
+                assert time.monotonic() < deadline, f"no epoch 2:\n{job.text()[-5000:]}"
+            time.sleep(0.1)
+        yield {program: (job, victims[program]) for program, job in jobs.items()}
+    finally:
+        end_all(jobs.values())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("program", sorted(PROGRAMS))
-def test_a_killed_worker_started_again_in_place_gets_the_state(tmp_path, program):
-    job = Job(tmp_path, program, ["-np", "2", "--min-np", "1", "--backend", "local"])
-    job.wait_for_epochs(2)
-    victims = [pid for pid, rank, _ in job.workers() if rank == 1]
+def test_a_killed_worker_started_again_in_place_gets_the_state(killed_worker_jobs, program):
+    job, victims = killed_worker_jobs[program]
     assert len(victims) == 1, job.workers()
-    os.kill(victims[0], signal.SIGKILL)
     text = job.finish()
     assert "(rank 1 of 2) on localhost was killed by SIGKILL" in text, text[-5000:]
     assert "round 2: 2 instance(s) on localhost:2" in text, text[-5000:]
@@ -110,17 +135,32 @@ def test_a_killed_worker_started_again_in_place_gets_the_state(tmp_path, program
     job.check_result(size=2)
 
 
+GROWING = ["keras-state-adam", "horovod-example"]
+
+
+@pytest.fixture(scope="module")
+def growing_jobs(tmp_path_factory):
+    """The jobs of the test below, started together: one host until two epochs are logged,
+    then two (localhost and 127.0.0.1)."""
+    jobs = {}
+    for program in GROWING:
+        tmp = tmp_path_factory.mktemp(program)
+        script = tmp / "discover.sh"
+        log = tmp / "out" / "epochs.jsonl"
+        script.write_text(f"#!/bin/sh\nif [ \"$(cat {log} 2>/dev/null | wc -l)\" -lt 2 ]; then\n"
+                          "  echo localhost:1\nelse\n  printf 'localhost:1\\n127.0.0.1:1\\n'\n"
+                          "fi\n")
+        script.chmod(0o755)
+        jobs[program] = Job(tmp, program, ["-np", "1", "--min-np", "1", "--max-np", "2",
+                                           "--host-discovery-script", str(script)])
+    yield jobs
+    end_all(jobs.values())
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("program", ["keras-state-adam", "horovod-example"])
-def test_a_host_added_mid_job_gets_the_state(tmp_path, program):
-    # One host until two epochs are logged, then two (localhost and 127.0.0.1).
-    script = tmp_path / "discover.sh"
-    log = tmp_path / "out" / "epochs.jsonl"
-    script.write_text(f"#!/bin/sh\nif [ \"$(cat {log} 2>/dev/null | wc -l)\" -lt 2 ]; then\n"
-                      "  echo localhost:1\nelse\n  printf 'localhost:1\\n127.0.0.1:1\\n'\nfi\n")
-    script.chmod(0o755)
-    job = Job(tmp_path, program, ["-np", "1", "--min-np", "1", "--max-np", "2",
-                                  "--host-discovery-script", str(script)])
+@pytest.mark.parametrize("program", GROWING)
+def test_a_host_added_mid_job_gets_the_state(growing_jobs, program):
+    job = growing_jobs[program]
     text = job.finish()
     assert "127.0.0.1 added by the discovery script" in text, text[-5000:]
     sizes = [r["size"] for r in job.epochs_logged()]

@@ -75,14 +75,24 @@ def test_a_failed_host_is_left_out_and_training_resumes_on_fewer_instances(hosts
     clean, resumed = tmp_path / "clean", tmp_path / "resumed"
     for d in (clean, resumed):
         (d / "ckpt").mkdir(parents=True)
-    # The reference: the same 8 steps in one plain process (the global batch is 8 either way).
-    subprocess.run([sys.executable, "tests/workers/restart_training.py", str(clean),
-                    str(clean / "ckpt"), "8"], check=True, timeout=300, capture_output=True)
+    # The reference: the same 8 steps in one plain process (the global batch is 8 either way),
+    # run beside the job.
+    reference = subprocess.Popen([sys.executable, "tests/workers/restart_training.py",
+                                  str(clean), str(clean / "ckpt"), "8"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        logs = tmp_path / "logs"
+        result = poprun("-np", "4", "--min-np", "2", "-H", "hostA:2,hostB:2",
+                        *ssh_options(hosts), "--output-dir", str(logs),
+                        "tests/workers/restart_training.py", str(resumed), str(resumed / "ckpt"),
+                        "8", "3", "2,3", timeout=600)
+        _, reference_err = reference.communicate(timeout=300)
+    finally:
+        if reference.poll() is None:
+            reference.kill()
+            reference.wait()
+    assert reference.returncode == 0, reference_err[-4000:]
     expected = json.loads((clean / "final-0.json").read_text())["w"]
-    logs = tmp_path / "logs"
-    result = poprun("-np", "4", "--min-np", "2", "-H", "hostA:2,hostB:2", *ssh_options(hosts),
-                    "--output-dir", str(logs), "tests/workers/restart_training.py", str(resumed),
-                    str(resumed / "ckpt"), "8", "3", "2,3", timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     finals = [json.loads((resumed / f"final-{i}.json").read_text()) for i in range(2)]
     assert not (resumed / "final-2.json").exists()

@@ -133,17 +133,40 @@ def test_hosts_added_and_removed(tmp_path):
     assert "blacklisted" not in text
 
 
+def started_together(tmp_path_factory, **jobs) -> dict:
+    """Scenario jobs started side by side for a module fixture: name -> the Scenario's
+    keyword arguments (``options`` first); each test finishes its own."""
+    return {name: Scenario(tmp_path_factory.mktemp(name), options, **kwargs)
+            for name, (options, kwargs) in jobs.items()}
+
+
+def end_all(jobs: dict) -> None:
+    for job in jobs.values():
+        if job.proc.poll() is None:
+            job.proc.kill()
+            job.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def single_rank_failures(tmp_path_factory):
+    """The two jobs of the test below, side by side."""
+    failures = {"1,0": [0]}
+    jobs = started_together(
+        tmp_path_factory,
+        **{"discovery-exception": (elastic(), dict(hosts=[[None, TWO_HOSTS]],
+                                                   failures=failures)),
+           "fixed-hosts-kill": (elastic(2, 2, None, "-H", ",".join(TWO_HOSTS)),
+                                dict(failures=failures, worker_args=["--fail-by", "kill"]))})
+    yield jobs
+    end_all(jobs)
+
+
 @pytest.mark.parametrize("how", ["discovery-exception", "fixed-hosts-kill"])
-def test_single_rank_failure_and_fault_tolerance_without_scaling(tmp_path, how):
+def test_single_rank_failure_and_fault_tolerance_without_scaling(single_rank_failures, how):
     """Horovod's test_single_rank_failure (discovery script) and
     test_fault_tolerance_without_scaling (-H), each run there with both exit modes: here one
     mode each."""
-    failures = {"1,0": [0]}
-    if how == "discovery-exception":
-        job = Scenario(tmp_path, elastic(), hosts=[[None, TWO_HOSTS]], failures=failures)
-    else:
-        job = Scenario(tmp_path, elastic(2, 2, None, "-H", ",".join(TWO_HOSTS)),
-                       failures=failures, worker_args=["--fail-by", "kill"])
+    job = single_rank_failures[how]
     text = job.finish()
     assert job.proc.returncode == 0, text[-5000:]
     records = job.records()
@@ -167,14 +190,24 @@ def test_all_ranks_failure(tmp_path):
 
 
 def test_reset_limit(tmp_path):
+    # The two jobs run side by side (each its own discovery script and log; the launcher's own
+    # ports): 8 workers at once, so rank 0 waits up to 15 s for a host change's notice.
     schedule = [[0, ["localhost:2"]], [1, TWO_HOSTS], [None, ["127.0.0.1:2"]]]
-    job = Scenario(tmp_path / "1", elastic(2, 2, 4, "--reset-limit", "1"), hosts=schedule)
-    text = job.finish()
-    assert job.proc.returncode != 0, text[-5000:]
-    assert "number of resets during elastic job exceeded limit: 1" in text
-    assert len(job.records()) == 2
+    notice = ["--notice-wait", "15"]
+    job = Scenario(tmp_path / "1", elastic(2, 2, 4, "--reset-limit", "1"), hosts=schedule,
+                   worker_args=notice)
+    second = Scenario(tmp_path / "2", elastic(2, 2, 4, "--reset-limit", "2"), hosts=schedule,
+                      worker_args=notice)
+    try:
+        text = job.finish()
+        assert job.proc.returncode != 0, text[-5000:]
+        assert "number of resets during elastic job exceeded limit: 1" in text
+        assert len(job.records()) == 2
+    except BaseException:
+        second.proc.kill()
+        raise
 
-    job = Scenario(tmp_path / "2", elastic(2, 2, 4, "--reset-limit", "2"), hosts=schedule)
+    job = second
     text = job.finish()
     assert job.proc.returncode == 0, text[-5000:]
     check_epochs_once(job.records(), 3)
@@ -261,9 +294,22 @@ def test_a_host_whose_workers_all_fail_at_start_is_blacklisted_with_its_cooldown
     assert job.started_on("127.0.0.1") == 2 * len(back)
 
 
+@pytest.fixture(scope="module")
+def dying_new_hosts(tmp_path_factory):
+    """The two jobs of the test below, side by side (rank 0 waits up to 15 s for the notice
+    of the host change)."""
+    jobs = started_together(tmp_path_factory, **{
+        how.strip("-"): (elastic(2, 2, 4, "--blacklist-cooldown-range", "600", "900"),
+                         dict(hosts=[[0, ["localhost:2"]], [None, TWO_HOSTS]],
+                              worker_args=[how, "127.0.0.1", "--notice-wait", "15"]))
+        for how in ("--fail-before-init", "--fail-at-import")})
+    yield jobs
+    end_all(jobs)
+
+
 @pytest.mark.parametrize("how", ["--fail-before-init", "--fail-at-import"])
 def test_a_new_host_whose_workers_die_before_hvd_init_is_blacklisted_and_survivors_go_on(
-        tmp_path, how):
+        dying_new_hosts, how):
     """127.0.0.1 is added after the first epoch and its workers end before hvd.init() (after
     importing Horovod, or at once with an ImportError while localhost's workers are in their
     reset): localhost's workers were held in their rank_and_size request until the new workers
@@ -271,9 +317,7 @@ def test_a_new_host_whose_workers_die_before_hvd_init_is_blacklisted_and_survivo
     would abort them at HOROVOD_GLOO_TIMEOUT_SECONDS with the committed state); 127.0.0.1 is
     blacklisted and the round forms again without it. The same two workers train every epoch
     once, from the state they committed."""
-    job = Scenario(tmp_path, elastic(2, 2, 4, "--blacklist-cooldown-range", "600", "900"),
-                   hosts=[[0, ["localhost:2"]], [None, TWO_HOSTS]],
-                   worker_args=[how, "127.0.0.1"])
+    job = dying_new_hosts[how.strip("-")]
     text = job.finish()
     assert job.proc.returncode == 0, text[-5000:]
     records = job.records()

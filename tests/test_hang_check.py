@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import poprun, program, wait_gone
+from side_by_side import poprun_together
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_elastic_horovod import Job, check_weights, loop_reference, rounds  # noqa: E402
@@ -32,16 +33,28 @@ def run(mode, fault, *options, steps="16", timeout=240, backend="local"):
                   steps, fault, timeout=timeout)
 
 
-@pytest.mark.parametrize("mode, fault, kind, evidence, peers", [
+FIXED_HANGS = [
     ("function", "busy:1:4", "busy", "it ran its own code (CPU, I/O or a moving stack) for ",
      "instance 0 in a TensorFlow step"),
     ("eager", "lock:1:4", "blocked", "no CPU and no I/O for ",
      "instance 0 in collective allreduce"),
     ("function", "read:0:4", "blocked", "no CPU and no I/O for ",
      "instance 1 in a TensorFlow step"),
-])
-def test_a_fixed_job_names_and_cuts_the_hung_worker(mode, fault, kind, evidence, peers):
-    result = run(mode, fault, "--hang-timeout", "8", *BUSY)
+]
+
+
+@pytest.fixture(scope="module")
+def fixed_hang_results():
+    """The jobs of the test below, run side by side: each waits out its bound (8 or 12 s)."""
+    return poprun_together({
+        fault: ["-np", "2", "--backend", "local", "--hang-timeout", "8", *BUSY, sys.executable,
+                MEMBER, mode, "16", fault] for mode, fault, *_ in FIXED_HANGS})
+
+
+@pytest.mark.parametrize("mode, fault, kind, evidence, peers", FIXED_HANGS)
+def test_a_fixed_job_names_and_cuts_the_hung_worker(fixed_hang_results, mode, fault, kind,
+                                                    evidence, peers):
+    result = fixed_hang_results[fault]
     err = result.stderr
     assert result.returncode == 1, err[-4000:]
     hung = int(fault.split(":")[1])
@@ -96,12 +109,24 @@ def test_two_ranks_in_different_collectives_are_both_named():
         assert line, err[-4000:]
 
 
-@pytest.mark.parametrize("fault", ["long:0:4:14", "tfbusy:0:4:14", "allown:0:4:14"])
-def test_long_phases_are_not_cut(fault):
+LONG_PHASES = ["long:0:4:14", "tfbusy:0:4:14", "allown:0:4:14"]
+
+
+@pytest.fixture(scope="module")
+def long_phase_results():
+    """The jobs of the test below, run side by side: each waits 14 s, so together they wait
+    once."""
+    return poprun_together({
+        fault: ["-np", "2", "--backend", "local", "--hang-timeout", "6", sys.executable, MEMBER,
+                "eager", "8", fault] for fault in LONG_PHASES})
+
+
+@pytest.mark.parametrize("fault", LONG_PHASES)
+def test_long_phases_are_not_cut(long_phase_results, fault):
     # Rank 0 marks a 14 s phase, or runs TensorFlow for 14 s, while rank 1 waits in its next
     # allreduce; or every rank sleeps 14 s in its own code: past the bound of 6 s by more than
     # the bound itself, and nothing is cut.
-    result = run("eager", fault, "--hang-timeout", "6", steps="8")
+    result = long_phase_results[fault]
     assert result.returncode == 0, result.stderr[-4000:]
     assert "was hung" not in result.stderr
     weights = re.findall(r"done rank \d weight (\S+)", result.stdout)
@@ -120,11 +145,28 @@ def test_restart_mode_ends_the_attempt_and_the_job_re_forms():
     assert len(re.findall(r"done rank \d weight", result.stdout)) == 2
 
 
-@pytest.mark.parametrize("kind", ["busy", "lock", "read"])
-def test_horovod_mode_the_hung_worker_is_killed_and_the_job_goes_on(tmp_path, kind):
-    job = Job(tmp_path, ["-np", "2", "--min-np", "1", "--backend", "local", "--elastic-mode",
-                         "horovod", "--hang-timeout", "8", *BUSY, "-x", "ELASTIC_HANG",
-                         "elastic_loop.py"], env={"ELASTIC_HANG": f"{kind}:15"})
+HOROVOD_HANGS = ["busy", "lock", "read"]
+
+
+@pytest.fixture(scope="module")
+def horovod_hang_jobs(tmp_path_factory):
+    """The jobs of the test below, started together (each waits out its bound, then the
+    survivor's reset); each test finishes its own."""
+    jobs = {kind: Job(tmp_path_factory.mktemp(f"horovod-{kind}"),
+                      ["-np", "2", "--min-np", "1", "--backend", "local", "--elastic-mode",
+                       "horovod", "--hang-timeout", "8", *BUSY, "-x", "ELASTIC_HANG",
+                       "elastic_loop.py"], env={"ELASTIC_HANG": f"{kind}:15"})
+            for kind in HOROVOD_HANGS}
+    yield jobs
+    for job in jobs.values():
+        if job.proc.poll() is None:
+            job.proc.kill()
+            job.proc.wait()
+
+
+@pytest.mark.parametrize("kind", HOROVOD_HANGS)
+def test_horovod_mode_the_hung_worker_is_killed_and_the_job_goes_on(horovod_hang_jobs, kind):
+    job = horovod_hang_jobs[kind]
     text = job.finish()
     assert job.proc.returncode == 0, text[-5000:]
     check_weights(job, loop_reference)

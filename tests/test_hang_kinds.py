@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import poprun, program
+from side_by_side import poprun_together
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_elastic_horovod import Job, check_weights, loop_reference, rounds  # noqa: E402
@@ -40,7 +41,7 @@ def run(case, rank, *args, options=("--hang-timeout", "8", "--hang-busy-timeout"
                   str(rank), *args, timeout=240)
 
 
-@pytest.mark.parametrize("case, rank, kind, evidence", [
+TF_HANGS = [
     ("generator", 1, "blocked", r"no CPU and no I/O for \d+ s in a TensorFlow step, not "
                                 r"computing \(a graph collective\); a TensorFlow thread in gen at "
                                 r"hang_cases\.py:\d+"),
@@ -50,9 +51,21 @@ def run(case, rank, *args, options=("--hang-timeout", "8", "--hang-busy-timeout"
     ("pyfunc", 0, "busy", r"it ran its own code \(CPU, I/O or a moving stack\) for \d+ s in a "
                           r"TensorFlow step, not computing \(a graph collective\); a TensorFlow "
                           r"thread in spin at hang_cases\.py:\d+"),
-])
-def test_a_hang_inside_tensorflow_is_cut_with_its_evidence(case, rank, kind, evidence):
-    result = run(case, rank)
+]
+
+
+@pytest.fixture(scope="module")
+def tf_hang_results():
+    """The jobs of the test below, run side by side: each waits out its bound (8 or 15 s)."""
+    return poprun_together({
+        case: ["-np", "2", "--backend", "local", "--hang-timeout", "8", "--hang-busy-timeout",
+               "15", sys.executable, CASES, case, str(rank)] for case, rank, *_ in TF_HANGS})
+
+
+@pytest.mark.parametrize("case, rank, kind, evidence", TF_HANGS)
+def test_a_hang_inside_tensorflow_is_cut_with_its_evidence(tf_hang_results, case, rank, kind,
+                                                           evidence):
+    result = tf_hang_results[case]
     err = result.stderr
     assert result.returncode == 1, err[-4000:]
     found = HUNG.search(err)
@@ -90,13 +103,25 @@ def test_a_rank_left_alone_at_interpreter_exit_is_ended():
     assert len(re.findall(r"done rank \d weight", result.stdout)) == 2
 
 
-@pytest.mark.parametrize("case, rank", [("report", 0), ("download", 0), ("sleep", 1),
-                                        ("save", 0), ("import", 1)])
-def test_one_rank_working_or_sleeping_past_the_short_bounds_is_not_cut(case, rank):
+NOT_CUT = [("report", 0), ("download", 0), ("sleep", 1), ("save", 0), ("import", 1)]
+
+
+@pytest.fixture(scope="module")
+def not_cut_results():
+    """The jobs of the test below, run side by side: each waits 14 s, so together they wait
+    once."""
+    return poprun_together({
+        (case, rank): ["-np", "2", "--backend", "local", "--hang-timeout", "6", sys.executable,
+                       CASES, case, str(rank), "14"] for case, rank in NOT_CUT})
+
+
+@pytest.mark.parametrize("case, rank", NOT_CUT)
+def test_one_rank_working_or_sleeping_past_the_short_bounds_is_not_cut(not_cut_results, case,
+                                                                       rank):
     # 14 s of NumPy, of a slow download before the first collective, of sleep, of pickle
     # writes or of an import that waits while the peer waits; --hang-timeout 6 (the short
     # bounds: passed by more than their own length), busy bound 600 s.
-    result = run(case, rank, "14", options=("--hang-timeout", "6"))
+    result = not_cut_results[case, rank]
     assert result.returncode == 0, result.stderr[-4000:]
     assert "was hung" not in result.stderr
     weights = [float(w) for w in re.findall(r"done rank \d weight (\S+)", result.stdout)]

@@ -41,12 +41,30 @@ def test_in_place_options_keep_the_buffer_size():
     assert unchanged == (dataset, PER_REPLICA)
 
 
+@pytest.fixture(scope="module")
+def one_replica(tmp_path_factory):
+    """A function from a strategy to its -np 1 job's result and folder: one job reads through
+    PopDistStrategy and IPUHorovodStrategy one after the other, IPUMultiWorkerStrategy has a job
+    of its own (it makes the process a worker of TensorFlow's cluster). Each job starts when one
+    of its strategies is first asked for."""
+    launches = {}
+
+    def job(strategy):
+        read = ("multi-worker",) if strategy == "multi-worker" else ("popdist", "horovod")
+        if read not in launches:
+            out = tmp_path_factory.mktemp("one-replica")
+            launches[read] = out, poprun("-np", "1", "tests/workers/host_input.py", ",".join(read),
+                                         str(out), timeout=300)
+        return launches[read]
+    return job
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["popdist", "horovod", "multi-worker"])
-def test_one_cpu_replica_reads_the_datasets_elements_in_place(tmp_path, strategy):
-    result = poprun("-np", "1", "tests/workers/host_input.py", strategy, str(tmp_path), timeout=300)
+def test_one_cpu_replica_reads_the_datasets_elements_in_place(one_replica, strategy):
+    out, result = one_replica(strategy)
     assert result.returncode == 0, result.stderr[-4000:]
-    got = json.loads((tmp_path / "input.json").read_text())
+    got = json.loads((out / f"input-{strategy}.json").read_text())
     plain = got["plain"]
     assert plain == [[[0, 1, 2, 3]], [[4, 5, 6, 7]], [[8, 9]]]
     for way in ("distribute_dataset", "from_function"):
@@ -61,7 +79,7 @@ def test_two_local_replicas_keep_tensorflows_device_feeding(tmp_path):
     result = poprun("-np", "1", "--num-replicas", "2", "tests/workers/host_input.py", "popdist",
                     str(tmp_path), timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
-    got = json.loads((tmp_path / "input.json").read_text())
+    got = json.loads((tmp_path / "input-popdist.json").read_text())
     for way in ("distribute_dataset", "from_function"):
         assert got[way]["iterators"] == ["OwnedMultiDeviceIterator"]
         # each step's two local replicas take consecutive elements (Graphcore's infeed order)

@@ -95,7 +95,9 @@ def test_launcher_sigkill_leaves_no_process(pid_dir):
 
 
 def test_sigusr1_is_forwarded_and_job_goes_on(pid_dir):
-    job = poprun_background("-np", "2", program("behave.py"), str(pid_dir), "usr1", "sleep:3")
+    # each instance carries on until its signal was recorded, then ends by itself
+    job = poprun_background("-np", "2", program("behave.py"), str(pid_dir), "usr1",
+                            "waitfor:usr1-0@0", "waitfor:usr1-1@1")
     wait_for_files([pid_dir / f"ready-{i}" for i in range(2)])
     job.send_signal(signal.SIGUSR1)
     out, err = job.communicate(timeout=30)

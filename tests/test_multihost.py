@@ -1,15 +1,19 @@
 """Beyond one machine: two test hosts as network namespaces with their own sshd (tests/netns_hosts),
 real training over ssh and over mpirun, faults across hosts, and restarts."""
+import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
+import tempfile
 import time
+import types
 
 import numpy as np
 import pytest
 
-from conftest import poprun, poprun_background, program, read_pids, \
+from conftest import LAUNCHER, job_environ, poprun, poprun_background, program, read_pids, \
     wait_for_files, wait_gone
 from netns_hosts import TestHosts, require_test_hosts
 
@@ -105,16 +109,37 @@ def test_a_host_that_does_not_answer_is_named_within_the_start_timeout(hosts):
     assert "Traceback" not in result.stderr
 
 
+@contextlib.contextmanager
+def beside(*args: str, timeout: float = 300):
+    """``poprun-lite ARGS`` in the background while the block runs (the uninterrupted run a
+    restarted one is compared with, its output in a file); waited for on the way out, killed if
+    it still runs then. Yields an object whose ``returncode`` and ``stderr`` are set once it
+    ended."""
+    env = {**job_environ(), "POPRUN_TIMEOUT": f"{timeout - 10:g}"}
+    ended = types.SimpleNamespace(returncode=None, stderr="")
+    with tempfile.TemporaryFile() as err:
+        job = subprocess.Popen([*LAUNCHER, *args], stdout=subprocess.DEVNULL, stderr=err, env=env)
+        try:
+            yield ended
+            ended.returncode = job.wait(timeout=timeout)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+            err.seek(0)
+            ended.stderr = err.read().decode(errors="replace")
+
+
 def test_restart_resumes_from_the_checkpoint_with_the_same_final_weights(tmp_path):
     steps = "8"
     clean, resumed = tmp_path / "clean", tmp_path / "resumed"
     for d in (clean, resumed):
         (d / "ckpt").mkdir(parents=True)
-    result = poprun("-np", "2", "tests/workers/restart_training.py", str(clean),
-                    str(clean / "ckpt"), steps, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    result = poprun("-np", "2", "--max-restarts", "1", "tests/workers/restart_training.py",
-                    str(resumed), str(resumed / "ckpt"), steps, "3", timeout=300)
+    with beside("-np", "2", "tests/workers/restart_training.py", str(clean),
+                str(clean / "ckpt"), steps) as uninterrupted:
+        result = poprun("-np", "2", "--max-restarts", "1", "tests/workers/restart_training.py",
+                        str(resumed), str(resumed / "ckpt"), steps, "3", timeout=300)
+    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
     assert result.returncode == 0, result.stderr[-3000:]
     assert "restarting the job on every host (restart 1 of 1" in result.stderr
     finals = [json.loads((resumed / f"final-{i}.json").read_text()) for i in range(2)]
@@ -138,11 +163,11 @@ def test_restart_across_hosts_resumes_with_the_same_final_weights(hosts, tmp_pat
         (d / "ckpt").mkdir(parents=True)
     two_hosts = ("-np", "2", "-H", "hostA:1,hostB:1", "--ssh-config", hosts.ssh_config,
                  "--host-subnet", hosts.subnet)
-    result = poprun(*two_hosts, "tests/workers/restart_training.py", str(clean),
-                    str(clean / "ckpt"), "6", timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    result = poprun(*two_hosts, "--max-restarts", "1", "tests/workers/restart_training.py",
-                    str(resumed), str(resumed / "ckpt"), "6", "2", timeout=300)
+    with beside(*two_hosts, "tests/workers/restart_training.py", str(clean),
+                str(clean / "ckpt"), "6") as uninterrupted:
+        result = poprun(*two_hosts, "--max-restarts", "1", "tests/workers/restart_training.py",
+                        str(resumed), str(resumed / "ckpt"), "6", "2", timeout=300)
+    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
     assert result.returncode == 0, result.stderr[-3000:]
     assert "instance 1 was killed by SIGKILL (host hostB)" in result.stderr
     assert "restarting the job on every host (restart 1 of 1" in result.stderr

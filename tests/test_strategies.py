@@ -23,14 +23,35 @@ def run_worker(script, *args, np_=2, replicas=None, timeout=600, opts=(), env=No
     return result
 
 
+@pytest.fixture(scope="module")
+def semantics(tmp_path_factory):
+    """A function from a case to its instances' records. The job of its replica count checks
+    PopDistStrategy and IPUHorovodStrategy one after the other, each with a strategy and
+    variables of its own; IPUMultiWorkerStrategy has a job of its own (it makes the process a
+    worker of TensorFlow's cluster). Each job starts when one of its cases is first asked for."""
+    launches = {}
+
+    def results(strategy, replicas):
+        checked = ("multi-worker",) if strategy == "multi-worker" else ("popdist", "horovod")
+        if (checked, replicas) not in launches:
+            out = tmp_path_factory.mktemp(f"semantics-{replicas}")
+            opts = ["-np", "2"] + (["--num-replicas", str(replicas)] if replicas else [])
+            launches[checked, replicas] = out, poprun(
+                *opts, "tests/workers/strategy_semantics.py", ",".join(checked), str(out),
+                timeout=600)
+        out, result = launches[checked, replicas]
+        assert result.returncode == 0, f"the launch of {checked} with replicas {replicas} " \
+            f"failed:\n{result.stderr[-4000:]}"
+        return [json.loads((out / f"semantics-{strategy}-{i}.json").read_text()) for i in range(2)]
+    return results
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("replicas", [None, 4])
-def test_semantics(tmp_path, strategy, replicas):
-    run_worker("strategy_semantics.py", strategy, str(tmp_path), replicas=replicas)
+def test_semantics(semantics, strategy, replicas):
     R = replicas or 2
     ids = list(range(R))
-    for i in range(2):
-        got = json.loads((tmp_path / f"semantics-{i}.json").read_text())
+    for i, got in enumerate(semantics(strategy, replicas)):
         assert got["num_replicas_in_sync"] == R
         assert got["should_checkpoint"] == (i == 0)
         assert got["initial"] == 1.0  # instance 0's initial value, everywhere
@@ -57,51 +78,78 @@ def reference(tmp_path_factory):
     return json.loads((out / "reference-0.json").read_text())["history"]
 
 
-@pytest.mark.parametrize("mode, strategy, replicas", [
-    ("tf2", "popdist", 4),
-    ("tf2", "horovod", None),
-    ("tf2", "horovod", 4),
-    ("tf2", "multi-worker", 4),
-    ("tf1", "popdist", 4),
-    ("tf1", "horovod", None),
-    ("keras", "popdist", None),
-    ("keras", "popdist", 4),
-])
-def test_equivalence_with_one_process(tmp_path, reference, mode, strategy, replicas):
+# The launches of the equivalence cases: np, --num-replicas and the (mode, strategy) cases that
+# one job trains in this order, each with a strategy and a model of its own. Keras 2 (the program
+# asks for it with TF_USE_LEGACY_KERAS=1 on TensorFlow 2.16+), and Keras 3 (a program that is not
+# written for Keras 2). IPUMultiWorkerStrategy shares its process with no other strategy (it makes
+# the process a worker of TensorFlow's cluster); on each stack PopDistStrategy and
+# IPUHorovodStrategy each come first in a fresh process.
+KERAS_2_LAUNCHES = [
+    (2, 4, [("tf2", "multi-worker")]),
+    (2, 4, [("tf2", "horovod"), ("tf2", "popdist"), ("tf1", "popdist"), ("keras", "popdist")]),
+    (2, None, [("keras", "popdist"), ("tf1", "horovod"), ("tf2", "horovod")]),
+]
+KERAS_3_LAUNCHES = [
+    (2, None, [("keras", "multi-worker"), ("keras-loop", "multi-worker")]),
+    (2, None, [("keras", "popdist"), ("keras-loop", "popdist"), ("keras-loop", "horovod"),
+               ("keras", "horovod")]),
+    (2, 4, [("keras", "horovod"), ("keras", "popdist")]),
+    (4, None, [("keras", "multi-worker")]),
+    (4, None, [("keras-loop", "popdist"), ("keras", "popdist"), ("keras-loop", "horovod")]),
+]
+LAUNCHES = {"2": KERAS_2_LAUNCHES, "3": KERAS_3_LAUNCHES}
+
+
+def cases(launches):
+    """(mode, strategy, np, replicas) of every case of ``launches``."""
+    return [(mode, strategy, np_, replicas) for np_, replicas, trained in launches
+            for mode, strategy in trained]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A function from a case to its instances' records. The case's launch starts when one of
+    its cases is first asked for, and only once; its job writes one file per case and instance."""
+    launches = {}
+
+    def results(mode, strategy, np_, replicas, keras):
+        (launch,) = [i for i, (n, r, trained) in enumerate(LAUNCHES[keras])
+                     if (n, r) == (np_, replicas) and (mode, strategy) in trained]
+        names = [f"{m}@{s}" for m, s in LAUNCHES[keras][launch][2]]
+        if (keras, launch) not in launches:
+            out = tmp_path_factory.mktemp(f"keras{keras}-launch{launch}")
+            opts = ["-np", str(np_)] + (["--num-replicas", str(replicas)] if replicas else [])
+            if keras == "2":
+                opts, env = [*LEGACY, *opts], None
+            else:
+                env = {k: v for k, v in job_environ().items() if k != LEGACY_KERAS}
+            launches[keras, launch] = out, poprun(
+                *opts, "tests/workers/train_equivalence.py", ",".join(names), "none", str(out),
+                timeout=600, env=env)
+        out, result = launches[keras, launch]
+        assert result.returncode == 0, f"the launch of {names} (np {np_}, replicas {replicas}) " \
+            f"failed:\n{result.stderr[-4000:]}"
+        return [json.loads((out / f"{mode}@{strategy}-{i}.json").read_text()) for i in range(np_)]
+    return results
+
+
+@pytest.mark.parametrize("mode, strategy, np_, replicas", cases(KERAS_2_LAUNCHES))
+def test_equivalence_with_one_process(trained, reference, mode, strategy, np_, replicas):
     """Keras 2 (the program asks for it with TF_USE_LEGACY_KERAS=1 on TensorFlow 2.16+)."""
-    assert_equivalent(tmp_path, reference, mode, strategy, replicas=replicas, opts=LEGACY,
-                      keras="2")
+    assert_equivalent(trained(mode, strategy, np_, replicas, "2"), reference, "2")
 
 
 @pytest.mark.skipif(not KERAS_3_STACK, reason="TensorFlow 2.15 has no Keras 3")
-@pytest.mark.parametrize("mode, strategy, np_, replicas", [
-    ("keras", "popdist", 2, None),
-    ("keras", "popdist", 2, 4),
-    ("keras", "popdist", 4, None),
-    ("keras", "horovod", 2, None),
-    ("keras", "horovod", 2, 4),
-    ("keras", "multi-worker", 2, None),
-    ("keras", "multi-worker", 4, None),
-    ("keras-loop", "popdist", 2, None),
-    ("keras-loop", "popdist", 4, None),
-    ("keras-loop", "horovod", 2, None),
-    ("keras-loop", "horovod", 4, None),
-    ("keras-loop", "multi-worker", 2, None),
-])
-def test_keras_3_equivalence_with_one_process(tmp_path, reference, mode, strategy, np_, replicas):
+@pytest.mark.parametrize("mode, strategy, np_, replicas", cases(KERAS_3_LAUNCHES))
+def test_keras_3_equivalence_with_one_process(trained, reference, mode, strategy, np_, replicas):
     """Keras 3 fit and custom loops (Keras layers and optimizer made under strategy.scope()) on
     a program that is not written for Keras 2: the weights of one process on the same batch."""
-    assert_equivalent(tmp_path, reference, mode, strategy, np_=np_, replicas=replicas, keras="3")
+    assert_equivalent(trained(mode, strategy, np_, replicas, "3"), reference, "3")
 
 
-def assert_equivalent(tmp_path, reference, mode, strategy, np_=2, replicas=None, opts=(),
-                      keras=None):
-    env = {k: v for k, v in job_environ().items() if k != LEGACY_KERAS} if keras == "3" else None
-    run_worker("train_equivalence.py", mode, strategy, str(tmp_path), np_=np_, replicas=replicas,
-               opts=opts, env=env)
-    results = [json.loads((tmp_path / f"{mode}-{i}.json").read_text()) for i in range(np_)]
-    if KERAS_3_STACK and keras is not None:
-        assert [r["keras"] for r in results] == [keras] * np_
+def assert_equivalent(results, reference, keras):
+    if KERAS_3_STACK:
+        assert [r["keras"] for r in results] == [keras] * len(results)
     histories = [r["history"] for r in results]
     assert len(histories[0]) == len(reference) == 4
     for step, (first, *others, ref) in enumerate(zip(*histories, reference)):

@@ -225,11 +225,15 @@ def test_timeout_puts_every_instances_stacks_in_the_report_and_the_logs(backend,
         assert "in hang_here" in saved and "in side_thread" in saved
 
 
-def test_sigquit_prints_every_stack_and_the_job_goes_on(backend, pid_dir):
-    job = poprun_background("-np", "2", *backend, program("behave.py"), str(pid_dir), "usr1",
-                            "sleep:6")
+def test_sigquit_prints_every_stack_and_the_job_goes_on(backend, pid_dir, tmp_path):
+    # The instances go on until the stacks are saved, then end by themselves.
+    logs = tmp_path / "logs"
+    job = poprun_background("-np", "2", *backend, "--output-dir", str(logs),
+                            program("behave.py"), str(pid_dir), "usr1", "waitfor:go", "exit:0")
     wait_for_files([pid_dir / f"ready-{i}" for i in range(2)])
     job.send_signal(signal.SIGQUIT)
+    wait_for_files([logs / "attempt-0" / f"instance-{i}.stacks.log" for i in range(2)])
+    (pid_dir / "go").write_text("go")
     out, err = job.communicate(timeout=60)
     assert job.returncode == 0, err
     assert err.count("in <module>") == 2 and "Python stacks of every instance" in err

@@ -12,7 +12,8 @@ a module this TensorFlow has:
 ``install`` (a table hook, once TensorFlow has imported) adds the removed attributes:
 ``tf.compat.v1.NewCheckpointReader``; ``array_ops.stack`` and ``unstack`` (moved to
 ``array_ops_stack``, which Graphcore's tests and applications import them from
-``array_ops``); ``input_lib.DistributedDatasetInterface`` (moved to
+``array_ops``); ``distribute_lib.get_loss_reduction`` (moved to ``distribute_utils``);
+``input_lib.DistributedDatasetInterface`` (moved to
 ``tensorflow.python.types.distribute``; TensorFlow's own old Keras copy, ``tensorflow.python.
 keras``, still reads it there when it picks a data adapter).
 """
@@ -21,7 +22,7 @@ keras``, still reads it there when it picks a data adapter).
 def install(tf_module=None) -> None:
     """Add the removed attributes (once)."""
     import tensorflow as tf
-    from tensorflow.python.distribute import input_lib
+    from tensorflow.python.distribute import distribute_lib, distribute_utils, input_lib
     from tensorflow.python.ops import array_ops, array_ops_stack
     from tensorflow.python.training import py_checkpoint_reader
     from tensorflow.python.types import distribute as distribute_types
@@ -30,5 +31,7 @@ def install(tf_module=None) -> None:
     for name in ("stack", "unstack"):
         if not hasattr(array_ops, name):
             setattr(array_ops, name, getattr(array_ops_stack, name))
+    if not hasattr(distribute_lib, "get_loss_reduction"):
+        distribute_lib.get_loss_reduction = distribute_utils.get_loss_reduction
     if not hasattr(input_lib, "DistributedDatasetInterface"):
         input_lib.DistributedDatasetInterface = distribute_types.DistributedDatasetInterface

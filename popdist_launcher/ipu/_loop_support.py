@@ -64,3 +64,27 @@ def local_replica() -> Tuple[int, int]:
     if replicas == 1:
         return 0, 1
     return device // span, replicas
+
+
+class GraphUpdates:
+    """The update ops (``tf.compat.v1.GraphKeys.UPDATE_OPS``: batch-norm moving statistics) a
+    compiled computation adds to a TF1 graph, in its own control-flow context. On an IPU the
+    computation is one program that runs them; here its outputs wait for them."""
+
+    def __init__(self) -> None:
+        from tensorflow.python.framework import func_graph
+        graph = tf.compat.v1.get_default_graph()
+        self._graph = None
+        if not tf.executing_eagerly() and not isinstance(graph, func_graph.FuncGraph):
+            self._graph = graph
+            self._context = graph._get_control_flow_context()  # noqa: SLF001
+            self._before = len(graph.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS))
+
+    def made(self) -> list:
+        """The operations of the update ops added since construction (none outside TF1 graphs)."""
+        if self._graph is None:
+            return []
+        added = self._graph.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)[self._before:]
+        ops = [u if isinstance(u, tf.Operation) else u.op for u in added]
+        return [op for op in ops
+                if op._get_control_flow_context() is self._context]  # noqa: SLF001

@@ -28,7 +28,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from popdist_launcher.ipu._loop_support import PROGRAM, REPLICA, ProgramReplica
+from popdist_launcher.ipu._loop_support import PROGRAM, REPLICA, GraphUpdates, ProgramReplica
 from popdist_launcher.ipu._replica_exchange import Exchange
 from popdist_launcher.ipu._replica_variables import ReplicaVariables
 from popdist_launcher.ipu_runtime import configured_system
@@ -184,7 +184,9 @@ class Program:
                 with tf.control_dependencies([prologue] if prologue is not None else []), \
                         tf.name_scope(f"replica_{index}") if index else contextlib.nullcontext(), \
                         variables.scope():
+                    updates = GraphUpdates()  # the update ops it makes run with its outputs
                     tensors, operations = split_outputs(self._computation(*self._inputs))
+                    operations += updates.made()
             finally:
                 PROGRAM.reset(tokens[1])
                 REPLICA.reset(tokens[0])

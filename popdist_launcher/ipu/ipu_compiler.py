@@ -24,18 +24,20 @@ def compile(computation: Callable, inputs: Optional[Sequence] = None):  # noqa: 
     Running any output runs every replica; inputs (placeholders, variables) reach every replica
     as they are; each replica reads its own infeed elements, enqueues into its own outfeed queue
     and trains its own copy of the variables (see ``ipu._replicated_compile``)."""
-    from popdist_launcher.ipu._loop_support import PROGRAM
+    from popdist_launcher.ipu._loop_support import PROGRAM, GraphUpdates
 
     inputs = [] if inputs is None else list(inputs)
     if _replicated_compile.replicates_here():
         replicas, provisional = _replicated_compile.program_replicas()
         return _replicated_compile.Program(computation, inputs).build(replicas, provisional)
+    updates = GraphUpdates()  # a TF1 graph's update ops made in it run with its outputs
     token = PROGRAM.set(object())
     try:
         result = computation(*inputs)
     finally:
         PROGRAM.reset(token)
     tensors, operations = _replicated_compile.split_outputs(result)
+    operations += updates.made()
     if not tensors:
         return None if tf.executing_eagerly() else tf.group(*operations)
     if operations:

@@ -68,8 +68,13 @@ class IPUEstimator(EstimatorInput, ReplicatedModelFn, tf.estimator.Estimator):
         self._configure_replicas(ctx)
         self._train_strategy = config.train_distribute or self._default_strategy()
         self._eval_strategy = config.eval_distribute or self._train_strategy
-        self._num_instances = ctx.num_instances
-        self._instance_index = ctx.instance_index
+        self._num_instances, self._instance_index = ctx.num_instances, ctx.instance_index
+        self._launched_instances = ctx.num_instances
+        if uses_tf_collectives(self._train_strategy):
+            # its cluster (TF_CONFIG or the program's resolver) says which worker this is
+            extended = self._train_strategy.extended
+            self._num_instances, self._instance_index = (extended._num_workers,  # noqa: SLF001
+                                                         extended._id_in_cluster)  # noqa: SLF001
         self._is_chief = config.is_chief
         self._num_local = len(self._train_strategy.extended.worker_devices)
         wanted = self._ipu_run_config.num_replicas
@@ -134,7 +139,8 @@ class IPUEstimator(EstimatorInput, ReplicatedModelFn, tf.estimator.Estimator):
             session_config = self._train_strategy.update_config_proto(
                 config.session_config or tf.compat.v1.ConfigProto())
             changes["session_config"] = session_config
-            master = self._train_strategy.session_target(session_config) or None
+            # A master the program gave (its own server of this worker) is kept.
+            master = config.master or self._train_strategy.session_target(session_config) or None
         internal = config.replace(**changes)
         internal._is_chief = True  # noqa: SLF001 - a local session per instance, see above
         if master:
@@ -191,7 +197,8 @@ class IPUEstimator(EstimatorInput, ReplicatedModelFn, tf.estimator.Estimator):
         Evaluation runs collectives, so every instance must evaluate the same checkpoint at the
         same time: under several instances, tf.estimator.train_and_evaluate's evaluation (which
         it runs from a checkpoint listener, on the chief only) runs once after training, on
-        every instance. One instance keeps tf.estimator's behaviour.
+        every instance. One instance keeps tf.estimator's behaviour; the workers of a cluster
+        that the launch does not describe only train.
         """
         listeners = list(saving_listeners or [])
         if self._num_instances == 1:
@@ -200,6 +207,11 @@ class IPUEstimator(EstimatorInput, ReplicatedModelFn, tf.estimator.Estimator):
 
         evaluation_type = estimator_training._NewCheckpointListenerForEvaluate  # noqa: SLF001
         evaluations = [x for x in listeners if isinstance(x, evaluation_type)]
+        if self._launched_instances == 1:
+            # Workers of a cluster the launch does not describe (the program's resolver): as
+            # TensorFlow's distribute coordinator runs train_and_evaluate there (and so under
+            # Graphcore's strategy), workers only train; an evaluator task evaluates.
+            return [x for x in listeners if not isinstance(x, evaluation_type)], []
         if evaluations:
             log.info("train_and_evaluate under %d instances: evaluating once, after training, "
                      "on every instance", self._num_instances)

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, Optional
 import tensorflow as tf
 
 from popdist_launcher.ipu.gradient_accumulation import GradientAccumulationReductionMethod
+from popdist_launcher.ipu._estimator_model_fn import uses_tf_collectives
 from popdist_launcher.ipu._estimator_spec import call_with_accepted
 from popdist_launcher.ipu.ipu_estimator import IPUEstimator
 from popdist_launcher.ipu.ipu_run_config import RunConfig
@@ -264,9 +265,14 @@ class IPUPipelineEstimator(IPUEstimator):
         return self._pipeline_predict_spec(strategy, spec, outputs)
 
     def _pipeline_train_spec(self, strategy, spec, outputs, global_step, start_step):
-        # Each replica's loss summed over each update's micro-batches: the mean micro-batch loss.
+        # Each replica's loss summed over each update's micro-batches: the mean micro-batch loss,
+        # the mean over the replicas. Under IPUMultiWorkerStrategy the workers' losses summed,
+        # as tf.estimator reports a distributed loss that no optimizer scaled in its own graph
+        # (Graphcore's pipeline scales it inside the pipeline's functions).
+        reduce_op = (tf.distribute.ReduceOp.SUM if uses_tf_collectives(strategy)
+                     else tf.distribute.ReduceOp.MEAN)
         loss = strategy.reduce(
-            tf.distribute.ReduceOp.MEAN,
+            reduce_op,
             strategy.run(lambda t: tf.reduce_mean(tf.cast(t, tf.float32)), args=(outputs,)),
             axis=None) / spec.gradient_accumulation_count
         with tf.control_dependencies([loss]):

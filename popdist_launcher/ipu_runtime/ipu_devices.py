@@ -86,6 +86,15 @@ def ordinal_of(device) -> Optional[int]:
     return None
 
 
+def ipu_name(device: str) -> Optional[str]:
+    """The full name (job, replica and task kept) of the IPU that ``device`` (one of this
+    instance's replica devices) stands for, or None for any other device."""
+    ordinal = ordinal_of(device)
+    if ordinal is None:
+        return None
+    return _ipu_name(local_device(device), ordinal)
+
+
 def replica_scope():
     """A device scope naming the IPU that the current device (a strategy's replica device)
     stands for, so that what is placed in it reads as that IPU; a null scope on any other

@@ -7,6 +7,7 @@ Checked against TensorFlow 2.15.
 from tensorflow.python.distribute import collective_all_reduce_strategy  # noqa: F401
 from tensorflow.python.distribute import cross_device_ops as cross_device_ops_lib  # noqa: F401
 from tensorflow.python.distribute import distribute_lib  # noqa: F401
+from tensorflow.python.distribute import device_util  # noqa: F401
 from tensorflow.python.distribute import distribute_utils  # noqa: F401
 from tensorflow.python.distribute.v1 import input_lib as input_lib_v1  # noqa: F401
 from tensorflow.python.distribute import input_util  # noqa: F401

@@ -17,14 +17,15 @@ import logging
 
 import tensorflow as tf
 
-from popdist_launcher import tf_config
+from popdist_launcher import runtime, tf_config
 from popdist_launcher.ipu_runtime import ipu_devices, jit_functions
 from popdist_launcher.ipu_runtime.datasets import is_sharded
 from popdist_launcher.ipu_runtime.tf_internal import (TFConfigClusterResolver,
-                                                      collective_all_reduce_strategy, input_util,
-                                                      nest, values_lib)
+                                                      collective_all_reduce_strategy, device_util,
+                                                      input_util, nest, values_lib,
+                                                      variable_scope)
 from popdist_launcher.ipu_runtime.variables import as_ipu_variable
-from popdist_launcher.strategies import _host_input
+from popdist_launcher.strategies import _coordination, _graph_placement, _host_input
 from popdist_launcher.strategies._common import (call_for_the_only_replica,
                                                  check_replication_mode, resolve_reduce_op)
 
@@ -37,10 +38,13 @@ _SERVERS: Dict[str, tf.distribute.Server] = {}
 class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceExtended):
     def __init__(self, container_strategy, cluster_resolver, variables_on_host: bool) -> None:
         self._variables_on_host = variables_on_host
-        # Before TensorFlow starts its gRPC server.
-        self._replica_devices = ipu_devices.local_replica_devices()
-        super().__init__(container_strategy, cluster_resolver=cluster_resolver,
-                         communication_options=tf.distribute.experimental.CommunicationOptions())
+        # Before TensorFlow starts its gRPC server. As Graphcore's strategy, one replica per
+        # worker (its IPUs may hold a pipeline's stages), or the launch's replicas per instance.
+        devices = ipu_devices.local_replica_devices()
+        self._replica_devices = devices[:max(1, runtime.num_local_replicas())]
+        with _coordination.launcher_heartbeat():
+            super().__init__(container_strategy, cluster_resolver=cluster_resolver,
+                             communication_options=tf.distribute.experimental.CommunicationOptions())
 
     def _initialize_local_devices(self, cluster_resolver, worker_device):
         kinds = {"GPU" if "GPU" in d.upper() else "CPU" for d in self._replica_devices}
@@ -55,6 +59,7 @@ class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceE
                 ipu_devices.on_replica_ipu(fn, mirrored=True), args, kwargs)
             return ipu_devices.name_replica_outputs(result) \
                 if ipu_devices.is_tf_function(fn) else result
+        _graph_placement.answer_values_of_one_replica((args, kwargs))
         return call_for_the_only_replica(self, ipu_devices.on_replica_ipu(fn), args, kwargs)
 
     # ---- input: TensorFlow's, except that one CPU replica reads its dataset in place ---------
@@ -94,8 +99,28 @@ class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceE
             # and step-counter hooks) evaluates initial_value, so a broadcast in it would run a
             # collective on the chief alone, and the chief would wait for it forever.
             return kwargs["initial_value"]
-        return super()._get_variable_creator_initial_value(replica_id, device, primary_var,
-                                                           **kwargs)
+        if replica_id != 0:
+            return super()._get_variable_creator_initial_value(replica_id, device, primary_var,
+                                                               **kwargs)
+        # As Graphcore's strategy: the first replica's initial value is made (and broadcast from
+        # the chief) on the host, wherever the variable lies; in a TF1 graph its ops are
+        # colocated in the group ``loc:@cpu``.
+        initial_value_fn = super()._get_variable_creator_initial_value(
+            0, self._host_device(), None, **kwargs)
+        return _graph_placement.on_host_group(initial_value_fn)
+
+    def _reduce_to(self, reduce_op, value, destinations, options):
+        value = _graph_placement.through_host(value, self._host_device())
+        return super()._reduce_to(reduce_op, value, destinations, options)
+
+    def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
+        host = self._host_device()
+        pairs = [(_graph_placement.through_host(v, host), d) for v, d in value_destination_pairs]
+        return super()._batch_reduce_to(reduce_op, pairs, options)
+
+    def _host_device(self) -> str:
+        """This worker's host CPU, in full (``/job:worker/replica:0/task:1/device:CPU:0``)."""
+        return device_util.canonicalize(f"{self._worker_device}/device:CPU:0")
 
     def _session_target(self, config_proto) -> str:
         """The master of a TF1 Session that runs this strategy's collectives: this worker's
@@ -114,12 +139,20 @@ class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceE
         return f"grpc://{address}"
 
     def _create_variable(self, next_creator, **kwargs):
-        if not self._variables_on_host:  # on a replica device: it reads as that device's IPU
+        # Sync-on-read variables (metrics, moving statistics) stay on the IPU even with
+        # variables_on_host, as in Graphcore's strategy: only a read reduces them on the host.
+        on_read = kwargs.get("synchronization") == variable_scope.VariableSynchronization.ON_READ
+        if not self._variables_on_host or on_read:
+            # on a replica device: it reads as that device's IPU
             return as_ipu_variable(super()._create_variable(
-                ipu_devices.on_replica_ipu(next_creator), **kwargs))
-        host = f"{self._worker_device}/device:CPU:0"
+                ipu_devices.on_replica_ipu(_graph_placement.in_ipu_container(next_creator)),
+                **kwargs))
+        host = self._host_device()
 
         def on_host(**kw):
+            # In a TF1 graph a host variable is read through a snapshot on the replica's IPU
+            # (Graphcore's caching device): ``value()`` reads as the IPU, the variable as the host.
+            _graph_placement.cache_on_replica_ipu(kw)
             with tf.device(host):
                 return next_creator(**kw)
 

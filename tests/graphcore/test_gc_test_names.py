@@ -1,7 +1,8 @@
 """Names Graphcore's own distributed tests (graphcore/tensorflow ``tensorflow/python/ipu/tests``,
 ``ipu/distributed``, ``ipu/horovod``) use, with their meaning here: the estimator at TensorFlow
 2.15's internal path, ``array_ops.stack`` / ``unstack`` and
-``input_lib.DistributedDatasetInterface`` where TensorFlow moved them, ``OptimizerFunctionOutput``
+``input_lib.DistributedDatasetInterface`` and ``distribute_lib.get_loss_reduction`` where
+TensorFlow moved them, ``OptimizerFunctionOutput``
 with any optimizer whichever Keras the program has, and ``ipu.horovod``'s build facts as the SDK's
 MPI-only Horovod gave them."""
 import subprocess
@@ -43,6 +44,19 @@ def test_distributed_dataset_interface_is_at_input_lib_again():
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     dataset = strategy.experimental_distribute_dataset(tf.data.Dataset.range(4).batch(2))
     assert isinstance(dataset, input_lib.DistributedDatasetInterface)
+
+
+def test_get_loss_reduction_is_a_distribute_lib_name_again():
+    # ipu_multi_worker_strategy_test.py: distribute_lib.get_loss_reduction() in an estimator's
+    # model_fn (TensorFlow moved it to distribute_utils): SUM by default, MEAN where the
+    # estimator scales the loss by the replicas.
+    import tensorflow as tf
+    from tensorflow.python.distribute import distribute_lib
+    assert distribute_lib.get_loss_reduction() == tf.distribute.ReduceOp.SUM
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with tf.Graph().as_default(), strategy.scope(), \
+            strategy._scale_loss_for_estimator_enabled():  # noqa: SLF001
+        assert distribute_lib.get_loss_reduction() == tf.distribute.ReduceOp.MEAN
 
 
 OPTIMIZERS = """

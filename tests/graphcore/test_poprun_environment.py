@@ -1,15 +1,17 @@
 """PopRun's environment for IPU programs (popdist_launcher.compat.poprun_environment): an IPU
 program under poprun-lite sees none of the HOROVOD_* variables the launcher set (PopRun's
-instances had none), only those the user exported, on the local (Gloo), mpi and ssh (two
-network-namespace hosts) backends alike, and Horovod through ``ipu.horovod`` still works; a
+instances had none), only those the user exported, on the local (Gloo), mpi, ssh (two
+network-namespace hosts) and srun (inside a one-node Slurm allocation, conftest's ``slurm``)
+backends alike, and Horovod through ``ipu.horovod`` still works; a
 program that never names Graphcore's modules keeps horovodrun's variables."""
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import poprun
+from conftest import LAUNCHER, poprun
 from netns_hosts import TestHosts, require_test_hosts
 
 PROGRAM = str(Path(__file__).parent / "programs" / "poprun_environment.py")
@@ -24,15 +26,24 @@ def netns_hosts(tmp_path_factory):
         yield hosts
 
 
-@pytest.mark.parametrize("backend", ["local", "mpi", "ssh"])
+@pytest.mark.parametrize("backend", ["local", "mpi", "ssh", "srun"])
 def test_an_ipu_program_sees_poprun_s_environment_and_horovod_works(request, tmp_path, backend):
-    where = ["--backend", backend]
-    if backend == "ssh":
-        hosts = request.getfixturevalue("netns_hosts")
-        where += ["-H", "hostA:1,hostB:1", "--ssh-config", hosts.ssh_config, "--host-subnet",
-                  hosts.subnet, "--start-timeout", "60"]
-    result = poprun("-np", "2", *where, "-x", "HOROVOD_CYCLE_TIME=1", PROGRAM, str(tmp_path),
-                    timeout=300)
+    job = ["-np", "2", "-x", "HOROVOD_CYCLE_TIME=1", PROGRAM, str(tmp_path)]
+    if backend == "srun":  # poprun-lite inside an allocation picks srun by itself
+        result = subprocess.run(["salloc", "-N1", "-n2", "--quiet", *LAUNCHER,
+                                 "--start-timeout", "60", *job], capture_output=True, text=True,
+                                timeout=300, env=request.getfixturevalue("slurm"))
+        assert "backend srun" in subprocess.run(
+            ["salloc", "-N1", "-n2", "--quiet", *LAUNCHER, "--print-topology", *job],
+            capture_output=True, text=True, timeout=300,
+            env=request.getfixturevalue("slurm")).stdout
+    else:
+        where = ["--backend", backend]
+        if backend == "ssh":
+            hosts = request.getfixturevalue("netns_hosts")
+            where += ["-H", "hostA:1,hostB:1", "--ssh-config", hosts.ssh_config,
+                      "--host-subnet", hosts.subnet, "--start-timeout", "60"]
+        result = poprun(*where, *job, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     for rank in range(2):
         got = json.loads((tmp_path / f"environment-{rank}.json").read_text())

@@ -1,10 +1,14 @@
 """Trains a small model on a fixed global batch; writes OUT_DIR/<mode>-<i>.json with the weights
-after every step. usage: train_equivalence.py MODE STRATEGY OUT_DIR [STEPS]
+after every step. usage: train_equivalence.py MODES STRATEGY OUT_DIR [STEPS]
 
-MODE: tf2 (strategy.run in tf.function), tf1 (graph + experimental_run_v2 + Session),
-keras (Model.fit), keras-loop (a custom loop with Keras layers and a Keras optimizer made under
-strategy.scope()), reference (one process, no strategy, the whole global batch).
-Keras is whichever the program gets (Keras 3 on TensorFlow 2.16+ unless TF_USE_LEGACY_KERAS=1).
+MODES: one mode or several joined by commas, run one after the other in this process, each with
+a strategy and a model of its own (multi-worker with no other strategy: it makes the process a
+worker of TensorFlow's cluster); a mode written MODE@STRATEGY uses that strategy in place of
+STRATEGY and writes OUT_DIR/<mode>@<strategy>-<i>.json. The modes: tf2 (strategy.run in
+tf.function), tf1 (graph + experimental_run_v2 + Session), keras (Model.fit), keras-loop (a
+custom loop with Keras layers and a Keras optimizer made under strategy.scope()), reference (one
+process, no strategy, the whole global batch). Keras is whichever the program gets (Keras 3 on
+TensorFlow 2.16+ unless TF_USE_LEGACY_KERAS=1).
 """
 import json
 import os
@@ -16,7 +20,7 @@ import tensorflow as tf  # noqa: E402
 
 import popdist_launcher  # noqa: E402
 
-mode, strategy_name, out_dir = sys.argv[1], sys.argv[2], sys.argv[3]
+modes, default_strategy, out_dir = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
 steps = int(sys.argv[4]) if len(sys.argv) > 4 else 4
 GLOBAL_BATCH, FEATURES, LR = 16, 6, 0.1
 rng = np.random.default_rng(42)
@@ -26,14 +30,14 @@ w_init = rng.normal(size=(FEATURES, 1)).astype("float32") * 0.1
 ctx = popdist_launcher.init()
 
 
-def make_strategy():
+def make_strategy(strategy_name):
     from popdist_launcher import strategies
     names = {"popdist": "PopDistStrategy", "horovod": "IPUHorovodStrategy",
              "multi-worker": "IPUMultiWorkerStrategy"}
     return getattr(strategies, names[strategy_name])()
 
 
-def dataset():
+def dataset(mode, strategy_name):
     """The global batches; under PopDistStrategy / IPUHorovodStrategy each instance takes its
     shard and each replica its own batches (Graphcore's semantics: the program shards and
     batches per replica), IPUMultiWorkerStrategy auto-shards and splits global batches."""
@@ -49,18 +53,22 @@ def loss_fn(w, b, x, y):
     return tf.nn.compute_average_loss(per_example, global_batch_size=GLOBAL_BATCH)
 
 
-history = []
-if mode == "reference":
+def train_reference(strategy_name):
+    history = []
     w, b = tf.Variable(w_init), tf.Variable([0.0])
     opt = tf.keras.optimizers.SGD(LR)
-    for x, y in dataset():
+    for x, y in dataset("reference", strategy_name):
         with tf.GradientTape() as tape:
             loss = (tf.reduce_sum(tf.reduce_sum((tf.matmul(x, w) + b - y) ** 2, axis=1))
                     / GLOBAL_BATCH)
         opt.apply_gradients(zip(tape.gradient(loss, [w, b]), [w, b]))
         history.append(w.numpy().ravel().tolist() + b.numpy().tolist())
-elif mode == "tf2":
-    strategy = make_strategy()
+    return history
+
+
+def train_tf2(strategy_name):
+    history = []
+    strategy = make_strategy(strategy_name)
     with strategy.scope():
         w = tf.Variable(w_init + ctx.instance_index)  # differs per instance: broadcast fixes it
         b = tf.Variable([0.0])
@@ -74,11 +82,15 @@ elif mode == "tf2":
             opt.apply_gradients(zip(tape.gradient(loss, [w, b]), [w, b]))
         strategy.run(replica_fn, args=(x, y))
 
-    for x, y in strategy.experimental_distribute_dataset(dataset()):
+    for x, y in strategy.experimental_distribute_dataset(dataset("tf2", strategy_name)):
         step(x, y)
         history.append(w.numpy().ravel().tolist() + b.numpy().tolist())
-elif mode == "tf1":
-    strategy = make_strategy()
+    return history
+
+
+def train_tf1(strategy_name):
+    history = []
+    strategy = make_strategy(strategy_name)
     graph = tf.Graph()
     with graph.as_default():
         local = ctx.num_local_replicas
@@ -109,8 +121,12 @@ elif mode == "tf1":
                 sess.run(train_op, {x_ph: x_all[batch], y_ph: y_all[batch]})
                 wv, bv = sess.run([w, b])
                 history.append(wv.ravel().tolist() + bv.tolist())
-elif mode == "keras":
-    strategy = make_strategy()
+    return history
+
+
+def train_keras(strategy_name):
+    history = []
+    strategy = make_strategy(strategy_name)
     with strategy.scope():
         dense = tf.keras.layers.Dense(
             1, kernel_initializer=tf.constant_initializer(w_init + ctx.instance_index))
@@ -123,9 +139,13 @@ elif mode == "keras":
             kernel, bias = dense.get_weights()
             history.append(kernel.ravel().tolist() + bias.tolist())
 
-    model.fit(dataset(), epochs=1, callbacks=[Record()], verbose=0)
-elif mode == "keras-loop":
-    strategy = make_strategy()
+    model.fit(dataset("keras", strategy_name), epochs=1, callbacks=[Record()], verbose=0)
+    return history
+
+
+def train_keras_loop(strategy_name):
+    history = []
+    strategy = make_strategy(strategy_name)
     with strategy.scope():
         dense = tf.keras.layers.Dense(
             1, kernel_initializer=tf.constant_initializer(w_init + ctx.instance_index))
@@ -142,14 +162,22 @@ elif mode == "keras-loop":
             opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
         strategy.run(replica_fn, args=(x, y))
 
-    for x, y in strategy.experimental_distribute_dataset(dataset()):
+    for x, y in strategy.experimental_distribute_dataset(dataset("keras-loop", strategy_name)):
         step(x, y)
         kernel, bias = dense.get_weights()
         history.append(kernel.ravel().tolist() + bias.tolist())
-else:
-    raise SystemExit(f"unknown mode {mode!r}")
+    return history
 
+
+TRAIN = {"reference": train_reference, "tf2": train_tf2, "tf1": train_tf1, "keras": train_keras,
+         "keras-loop": train_keras_loop}
+unknown = [mode for mode in modes if mode.partition("@")[0] not in TRAIN]
+if unknown:
+    raise SystemExit(f"unknown mode(s) {unknown}")
 keras_version = sys.modules[tf.keras.Model.__module__.split(".")[0]].__version__
-with open(os.path.join(out_dir, f"{mode}-{ctx.instance_index}.json"), "w") as f:
-    json.dump({"history": history, "hostname": __import__("socket").gethostname(),
-               "keras": keras_version.split(".")[0]}, f)
+for mode in modes:
+    name, _, strategy_name = mode.partition("@")
+    history = TRAIN[name](strategy_name or default_strategy)
+    with open(os.path.join(out_dir, f"{mode}-{ctx.instance_index}.json"), "w") as f:
+        json.dump({"history": history, "hostname": __import__("socket").gethostname(),
+                   "keras": keras_version.split(".")[0]}, f)

@@ -186,16 +186,28 @@ def pipeline(computational_stages: Sequence[Callable],
     inputs = [] if inputs is None else as_list(inputs)
 
     def accumulators(owner: Any, key: str, like: Sequence) -> List[tf.Variable]:
-        """Zero-initialised accumulators, one per tensor of ``like``, kept with ``owner`` (the
-        optimizer or outfeed, which outlive the retraces of a tf.function)."""
+        """Accumulators, one per tensor of ``like``, kept with ``owner`` (the optimizer or
+        outfeed, which outlive the retraces of a tf.function). As on an IPU, where they live
+        inside the compiled program, they are no global variables (``global_variables()`` and
+        checkpoints hold the model's alone) and need no initializer: the first micro-batch of
+        each accumulation assigns them (``accumulate``)."""
         shapes = tuple((tuple(t.shape), t.dtype) for t in like)
         kept = _ACCUMULATORS.setdefault(owner, {})
         if kept.get(key, (None,))[0] != shapes:
             with tf.init_scope():
-                kept[key] = (shapes, [tf.Variable(lambda t=t: tf.zeros(t.shape, t.dtype),
-                                                  trainable=False, name=f"pipeline_{key}_{i}")
-                                      for i, t in enumerate(like)])
+                kept[key] = (shapes, [tf.compat.v1.Variable(
+                    lambda t=t: tf.zeros(t.shape, t.dtype), trainable=False, collections=[],
+                    use_resource=True, name=f"pipeline_{key}_{i}") for i, t in enumerate(like)])
         return kept[key][1]
+
+    def accumulate(acc: tf.Variable, index, value, later_value: Callable) -> tf.Operation:
+        """``acc`` set to ``value`` at the first micro-batch of an accumulation (``index`` 0),
+        else to ``later_value()`` (which may read ``acc``)."""
+        def assign(new):
+            with tf.control_dependencies([acc.assign(new(), read_value=False)]):
+                return tf.constant(0)
+        return tf.cond(tf.equal(index, 0), lambda: assign(lambda: value),
+                       lambda: assign(later_value)).op
 
     def micro_batch(step):
         """Forward one micro-batch through every stage, accumulate, and update every n."""
@@ -220,10 +232,11 @@ def pipeline(computational_stages: Sequence[Callable],
             k = tf.cast(index, tf.float32)
             for acc, (g, _) in zip(grad_accs, pairs):
                 if method == GradientAccumulationReductionMethod.RUNNING_MEAN:
-                    ops.append(acc.assign(acc * tf.cast(k / (k + 1), acc.dtype)
-                                          + g / tf.cast(k + 1, acc.dtype)))
+                    later = (lambda acc=acc, g=g: acc * tf.cast(k / (k + 1), acc.dtype)
+                             + g / tf.cast(k + 1, acc.dtype))
                 else:
-                    ops.append(acc.assign_add(g))
+                    later = lambda acc=acc, g=g: acc + g  # noqa: E731
+                ops.append(accumulate(acc, index, g, later))
             if outfeed_loss:
                 to_outfeed = spec.loss
             elif outfeed_mask is not None:
@@ -235,7 +248,9 @@ def pipeline(computational_stages: Sequence[Callable],
         out_accs = (accumulators(outfeed_queue, "outfeed", flat_out)
                     if accumulate_outfeed and flat_out else [])
         if out_accs:
-            ops += [a.assign_add(tf.cast(t, a.dtype)) for a, t in zip(out_accs, flat_out)]
+            ops += [accumulate(a, index, tf.cast(t, a.dtype),
+                               lambda a=a, t=t: a + tf.cast(t, a.dtype))
+                    for a, t in zip(out_accs, flat_out)]
         elif flat_out:
             ops.append(outfeed_queue.enqueue(to_outfeed))
 
@@ -251,10 +266,8 @@ def pipeline(computational_stages: Sequence[Callable],
                                                    *spec.apply_gradients_args,
                                                    **spec.apply_gradients_kwargs)
                 done += [x for x in [applied] if isinstance(x, tf.Operation) or tf.is_tensor(x)]
-            with tf.control_dependencies(done):
-                resets = [a.assign(tf.zeros_like(a)) for a in grad_accs + out_accs]
             # Outputs carry every effect (TF1 prunes the rest).
-            with tf.control_dependencies(resets):
+            with tf.control_dependencies(done):
                 return tf.constant(1)
 
         with tf.control_dependencies(ops):
