@@ -55,6 +55,10 @@ def test_replica_group_size_reduces_over_consecutive_groups(got):
                                            "sum_all": [6, 6, 6, 6]}
 
 
+def test_an_infeed_initializer_taken_before_compile_starts_every_replicas_iterator(got):
+    assert got["initializer_taken_first"] == [[0, 1], [2, 3], [4, 5]]
+
+
 # ---- configured after the graph (replicated_graph_test): the program is rebuilt --------------
 def test_a_graph_built_before_configure_runs_as_the_replicas_configured(got):
     assert got["sum_of_two_replicas"] == [[4, 4, 4, 4]]  # 2 replicas of x + x, x = 1

@@ -126,6 +126,22 @@ def cross_replica_groups():
         return {k: v[0] for k, v in listed(sess.run(dequeued)).items()}
 
 
+@case
+def initializer_taken_first():
+    configure(2)
+    infeed = ipu.ipu_infeed_queue.IPUInfeedQueue(tf.data.Dataset.range(6))
+    start = infeed.initializer  # taken before the program (and its replicas' iterators) exist
+    outfeed = ipu.ipu_outfeed_queue.IPUOutfeedQueue()
+    with ipu.scopes.ipu_scope("/device:IPU:0"):
+        res = ipu.ipu_compiler.compile(
+            lambda: ipu.loops.repeat(3, outfeed.enqueue, infeed_queue=infeed))
+    dequeued = outfeed.dequeue()
+    with tf.compat.v1.Session() as sess:
+        sess.run(start)
+        sess.run(res)
+        return listed(sess.run(dequeued))
+
+
 # ---- configured after the graph is built: replicated_graph_test ------------------------------
 @case
 def sum_of_two_replicas():
