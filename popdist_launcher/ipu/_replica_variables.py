@@ -20,6 +20,9 @@ from typing import Iterator, List, Optional
 
 import tensorflow as tf
 
+from popdist_launcher.ipu_runtime.tf_internal import (gen_resource_variable_ops as resource_ops,
+                                                      resource_variable_ops)
+
 log = logging.getLogger(__name__)
 # The replica r > 0 being built, whose copies variable handles give (None: no such build).
 _REDIRECT: contextvars.ContextVar = contextvars.ContextVar("ipu_replica_copies", default=None)
@@ -98,8 +101,6 @@ class ReplicaVariables:
         return copy
 
     def _copy(self, variable, handle):
-        from tensorflow.python.ops import gen_resource_variable_ops as resource_ops
-
         graph = handle.graph
         dtype = variable.dtype.base_dtype
         name = graph.unique_name(f"{handle.op.name}/replica_{self._replica}")
@@ -116,8 +117,6 @@ class ReplicaVariables:
 def install_handle_redirect() -> None:
     """Resource variables' ``handle`` gives the copy of the replica being built (once per
     process; outside a replicated build it is the variable's own handle)."""
-    from tensorflow.python.ops import resource_variable_ops
-
     cls = resource_variable_ops.BaseResourceVariable
     stock = cls.handle
     if getattr(stock.fget, "_replica_copies", False):

@@ -32,6 +32,7 @@ from popdist_launcher.ipu._loop_support import PROGRAM, REPLICA, GraphUpdates, P
 from popdist_launcher.ipu._replica_exchange import Exchange
 from popdist_launcher.ipu._replica_variables import ReplicaVariables
 from popdist_launcher.ipu_runtime import configured_system
+from popdist_launcher.ipu_runtime.tf_internal import session, variable_scope
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +86,6 @@ class Program:
     rebuilt for another when the program configures another IPU system after building it."""
 
     def __init__(self, computation: Callable, inputs: Sequence) -> None:
-        from tensorflow.python.ops import variable_scope
-
         self._computation = computation
         self._inputs = list(inputs)
         self._graph = tf.compat.v1.get_default_graph()
@@ -134,8 +133,6 @@ class Program:
     def rebuild(self, replicas: int) -> None:
         """Build the program again for ``replicas`` replicas and rewire the outputs compile
         returned to the new copy (the former copy stays in the graph, unused)."""
-        from tensorflow.python.ops import variable_scope
-
         store = variable_scope.get_variable_scope_store()
         counts = dict(store.variable_scopes_count)
         graph = self._graph
@@ -165,8 +162,6 @@ class Program:
 
     def _build(self, replicas: int, provisional: bool) -> Tuple[list, list]:
         """(replica 0's output tensors, flat; the ops every output waits for: all replicas)."""
-        from tensorflow.python.ops import variable_scope
-
         store = variable_scope.get_variable_scope_store()
         self.exchange = Exchange(replicas)
         prologue = None
@@ -245,8 +240,6 @@ def _after_configure(system) -> None:
 
 def _check_before_sessions() -> None:
     """A new TF1 Session first rebuilds its graph's stale programs (once per process)."""
-    from tensorflow.python.client import session
-
     stock = session.BaseSession.__init__
     if getattr(stock, "_ipu_programs", False):
         return

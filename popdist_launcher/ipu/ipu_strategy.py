@@ -27,7 +27,8 @@ import logging
 import tensorflow as tf
 
 from popdist_launcher.ipu_runtime import configured_system, ipu_devices, jit_functions
-from popdist_launcher.ipu_runtime.tf_internal import distribute_lib, one_device_strategy
+from popdist_launcher.ipu_runtime.tf_internal import (distribute_lib, one_device_strategy,
+                                                      values_lib)
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,6 @@ class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
         result = super().run(fn, args=args, kwargs=kwargs, options=options)
         if self.num_local_replicas == 1 or _framework_function(fn):
             return result
-        from tensorflow.python.distribute import values as values_lib
         return tf.nest.map_structure(
             lambda v: v.values[0] if isinstance(v, values_lib.DistributedValues) else v, result)
 
@@ -122,7 +122,6 @@ class IPUStrategyV1(tf.distribute.OneDeviceStrategy):
         """Reduce ``value`` over the replicas: a value ``run`` returned for the program (replica
         0's, not per replica) stays as it is, reduced along ``axis`` if one is given, as
         Graphcore's IPUStrategy reduces it."""
-        from tensorflow.python.distribute import values as values_lib
         if self.num_local_replicas == 1 or any(
                 isinstance(v, values_lib.DistributedValues) for v in tf.nest.flatten(value)):
             return super().reduce(reduce_op, value, axis=axis)
