@@ -14,8 +14,10 @@ from conftest import poprun_background, program, wait_for_files
 pytestmark = pytest.mark.slow
 
 
-def test_a_worker_stopped_for_15_s_does_not_end_the_job(tmp_path):
-    job = poprun_background("-np", "2", program("multi_worker_stall.py"), str(tmp_path))
+@pytest.mark.parametrize("backend", ["local", "mpi"])
+def test_a_worker_stopped_for_15_s_does_not_end_the_job(tmp_path, backend):
+    job = poprun_background("--backend", backend, "-np", "2", program("multi_worker_stall.py"),
+                            str(tmp_path))
     try:
         wait_for_files([tmp_path / "pid-0", tmp_path / "pid-1"], timeout=240)
         worker = int((tmp_path / "pid-1").read_text())
