@@ -9,6 +9,9 @@ from typing import List, Optional, Tuple
 
 from popdist_launcher.wire import protocol as p
 
+# The longest path a Linux Unix socket takes (sun_path's 108 bytes less the closing NUL).
+UNIX_PATH_MAX = 107
+
 
 class Conn:
     """One wrapper's connection; ``index`` is known once it proved it belongs to the job."""
@@ -38,9 +41,13 @@ class Hub:
 
     # ---- listening ----------------------------------------------------------------------------
     def listen_unix(self, tag: str) -> str:
-        """A Unix socket in a private folder named after the launcher's pid and ``tag``."""
+        """A Unix socket in a private folder named after the launcher's pid and ``tag``: under
+        $TMPDIR, or under /tmp where $TMPDIR is too deep for a socket's path."""
+        name = f"poprun-lite-{os.getpid()}-{tag}"
         base = os.environ.get("TMPDIR") or "/tmp"
-        folder = os.path.join(base, f"poprun-lite-{os.getpid()}-{tag}")
+        if len(os.fsencode(os.path.join(base, name, "launcher.sock"))) > UNIX_PATH_MAX:
+            base = "/tmp"
+        folder = os.path.join(base, name)
         os.mkdir(folder, 0o700)
         self.unix_dir = folder
         path = os.path.join(folder, "launcher.sock")

@@ -1,5 +1,6 @@
 """Engines the launcher starts (mpirun, srun, ssh clients): a watchdog that kills their process
-groups even when the launcher is killed with SIGKILL; a signal to a process group; exit codes.
+groups (and removes their scratch folders) even when the launcher is killed with SIGKILL; a
+signal to a process group; exit codes.
 (Wrappers need no watchdog: each kills what it started when its connection to the launcher
 closes. How an exit reads in a sentence is ``output/report.py``'s ``describe_exit``.)
 """
@@ -8,16 +9,20 @@ from __future__ import annotations
 import os
 import subprocess
 
-# A tiny process that outlives nothing: it reads process-group ids from a pipe and, when the pipe
-# closes without "done" (the launcher died, however it died), kills every group still listed.
-# POSIX sh, because it must start in a millisecond and cost no memory.
+# A tiny process that outlives nothing: it reads process-group ids (and "rm FOLDER" lines) from a
+# pipe and, when the pipe closes without "done" (the launcher died, however it died), kills every
+# group still listed, then removes the folders. POSIX sh, because it must start in a millisecond
+# and cost no memory.
 _WATCHDOG = r"""
 trap '' INT HUP TERM QUIT USR1 USR2 PIPE
 groups=
 gone=
-while read -r line; do
+folders=
+while IFS= read -r line; do
   case "$line" in
     done) exit 0 ;;
+    "rm "*) folders="$folders
+${line#rm }" ;;
     -*) gone="$gone ${line#-} " ;;
     *) groups="$groups $line" ;;
   esac
@@ -25,6 +30,9 @@ done
 for g in $groups; do
   case "$gone" in *" $g "*) continue ;; esac
   kill -KILL "-$g" 2>/dev/null
+done
+printf '%s\n' "$folders" | while IFS= read -r f; do
+  [ -n "$f" ] && rm -rf -- "$f"
 done
 exit 0
 """
@@ -55,6 +63,11 @@ class Watchdog:
 
     def forget(self, pgid: int) -> None:
         self._send(f"-{pgid}")
+
+    def remove_if_killed(self, folder: str) -> None:
+        """Remove ``folder`` (an engine's scratch) should the launcher die; the launcher removes
+        it itself otherwise."""
+        self._send(f"rm {folder}")
 
     def close(self) -> None:
         self._send("done")

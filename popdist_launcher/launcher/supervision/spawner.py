@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -70,13 +71,22 @@ class Spawner:
         """An engine, in its own process group, watched by the watchdog (OSError when it cannot
         be started)."""
         console.debug("starting %s: %s", launch.label, " ".join(launch.argv))
-        popen = subprocess.Popen(
-            list(launch.argv), env=launch.env, stdin=subprocess.PIPE if launch.stdin else
-            subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            process_group=0, close_fds=True)
+        if launch.scratch is not None:
+            os.mkdir(launch.scratch, 0o700)
+        try:
+            popen = subprocess.Popen(
+                list(launch.argv), env=launch.env, stdin=subprocess.PIPE if launch.stdin else
+                subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                process_group=0, close_fds=True)
+        except OSError:
+            if launch.scratch is not None:
+                shutil.rmtree(launch.scratch, ignore_errors=True)
+            raise
         if self._watchdog is None:
             self._watchdog = processes.Watchdog()
         self._watchdog.watch(popen.pid)
+        if launch.scratch is not None:
+            self._watchdog.remove_if_killed(launch.scratch)
         started = Started(launch, popen.pid, popen)
         self._track(started)
         if launch.stdin:
@@ -173,6 +183,8 @@ class Spawner:
             if started.popen is not None:
                 for pipe in (started.popen.stdout, started.popen.stderr):
                     pipe.close()
+            if started.launch.scratch is not None:
+                shutil.rmtree(started.launch.scratch, ignore_errors=True)
 
     def close(self) -> None:
         """Last: the rendezvous socket or helper, and the watchdog."""

@@ -63,6 +63,9 @@ class Launch(NamedTuple):
     argv: Optional[Tuple[str, ...]] = None
     env: Optional[Dict[str, str]] = None  # the engine's whole environment (None: the launcher's)
     stdin: bytes = b""  # written to the engine's stdin, which is then closed (ssh: the secret)
+    # A private folder for the engine's own files on this host (mpirun's session directories):
+    # made before the engine starts, removed with everything in it when the attempt ends.
+    scratch: Optional[str] = None
 
 
 class EngineError(ValueError):

@@ -9,6 +9,7 @@ own (a failed program, a signal, the grace period are the launcher's business).
 from __future__ import annotations
 
 import os
+import secrets
 import shlex
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -33,7 +34,8 @@ class MpiBackend(Backend):
     controller = "mpi"
     takes_mpi_agent = True
     # Open MPI's launcher fails its own start-up now and then for no reason of the job's (a PMIx
-    # listener that could not start; seen on loaded machines).
+    # listener that could not start). The cause seen in CI, a killed mpirun's session directory
+    # under a reused pid, cannot happen under session_base(); the retry stays for any other.
     start_transients = ("PMIx server's listener thread failed to start",)
 
     def __init__(self, slots: Sequence[hostlib.HostSlots], counts: Sequence[int],
@@ -72,12 +74,15 @@ class MpiBackend(Backend):
                    shlex.split(options.mpi_local_args), options.oversubscribe,
                    options.subnet or options.iface, instance_args(options))
 
-    def command(self, plan: LaunchPlan, wiring: Wiring) -> List[str]:
+    def command(self, plan: LaunchPlan, wiring: Wiring,
+                scratch: Optional[str] = None) -> List[str]:
+        """mpirun's command line; ``scratch``: this host's folder for its session directory."""
         used = hostlib.used_hosts(self.slots, self.counts)
         hosts = hostlib.host_text([(h.name, n) for h, n in used], ",")
         contexts = self._contexts(plan.num_instances)
         oversubscribe = self.oversubscribe or any(n > (os.cpu_count() or 1) for n in self.counts)
-        argv = mpirun_options(self.mpirun, oversubscribe, self.global_args + self.local_args)
+        argv = mpirun_options(self.mpirun, oversubscribe, self.global_args + self.local_args,
+                              scratch)
         local = all(hostlib.is_local(h.name) for h, _ in used)
         if not local:
             # Our ssh options, or the agent the environment gives MPI (a Kubernetes MPIJob's
@@ -116,8 +121,20 @@ class MpiBackend(Backend):
     def launches(self, plan: LaunchPlan, wiring: Wiring, secret: str) -> List[Launch]:
         env = dict(os.environ)
         env[SECRET_ENV] = secret
+        scratch = session_base()
         return [Launch(self.name, tuple(range(plan.num_instances)),
-                       tuple(self.command(plan, wiring)), env)]
+                       tuple(self.command(plan, wiring, scratch)), env, scratch=scratch)]
+
+
+def session_base() -> str:
+    """A folder of its own for one mpirun's session directory on this host.
+
+    Open MPI names the session directory after mpirun's pid (``$TMPDIR/ompi.<pid>``) and leaves
+    it behind when mpirun is killed; a later mpirun that gets the same pid finds the old PMIx
+    rendezvous files there and fails with "The PMIx server's listener thread failed to start"
+    (exit 213). Under a base that no other mpirun used, that cannot happen."""
+    base = os.environ.get("TMPDIR") or "/tmp"
+    return os.path.join(base, f"poprun-lite-mpi-{os.getpid()}-{secrets.token_hex(4)}")
 
 
 def instance_args(options: HostOptions) -> Dict[int, List[str]]:
@@ -129,10 +146,14 @@ def instance_args(options: HostOptions) -> Dict[int, List[str]]:
     return per_instance
 
 
-def mpirun_options(mpirun: str, oversubscribe: bool, user_args: Sequence[str]) -> List[str]:
+def mpirun_options(mpirun: str, oversubscribe: bool, user_args: Sequence[str],
+                   scratch: Optional[str] = None) -> List[str]:
     """mpirun and the options of every job: slots in order, no binding (the wrappers bind),
-    ranks that yield when they wait unless the user's arguments (``user_args``) say otherwise."""
+    ranks that yield when they wait unless the user's arguments (``user_args``) say otherwise,
+    the session directory under ``scratch`` unless they name a base of their own."""
     argv = [mpirun, "--map-by", "slot", "--bind-to", "none"]
+    if scratch is not None and not any("tmpdir_base" in arg for arg in user_args):
+        argv += ["--prtemca", "prte_local_tmpdir_base", scratch]
     if os.geteuid() == 0:
         argv.append("--allow-run-as-root")
     if oversubscribe:
