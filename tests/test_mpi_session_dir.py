@@ -10,7 +10,6 @@ These tests run the real mpirun and the real launcher.
 """
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
