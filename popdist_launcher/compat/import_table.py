@@ -135,8 +135,13 @@ ALIASES = (
     Alias("tensorflow.python.keras", f"{KERAS_2}.src", when=("keras-2", "ipu-program")),
     Alias("tensorflow.python.keras", f"{KERAS_2}.src", shadows=False, when=("keras-2",)),
     Alias("keras", f"{KERAS_2}.src", shadows=False, when=("keras-2",)),
-    # TensorFlow 2.16+'s own tensorflow.python.layers.normalization (TF1's batch normalization
-    # layers) loads tf_keras.legacy_tf_layers, which tf-keras keeps under src/.
+    # TensorFlow's own tensorflow.python.layers.normalization (TF1's batch normalization layers)
+    # loads tf_keras.legacy_tf_layers, which tf-keras keeps under src/; on TensorFlow 2.15,
+    # where Keras 2 is the keras package and tf-keras is not installed, in an IPU program both
+    # names are Keras 2's (Graphcore's TF1 programs import that module).
+    Alias("tf_keras.legacy_tf_layers", f"{KERAS_2}.src.legacy_tf_layers", shadows=False,
+          when=("keras-2", "ipu-program")),
+    Alias("tf_keras", KERAS_2, children=False, shadows=False, when=("keras-2", "ipu-program")),
     Alias("tf_keras.legacy_tf_layers", "tf_keras.src.legacy_tf_layers", shadows=False),
 
     # TensorFlow 1.15 / 2.6 modules TensorFlow 2.15 removed (docs/tf-removed-apis.md).

@@ -141,3 +141,13 @@ def test_a_factor_the_configured_replicas_cannot_make_fails_when_the_program_run
 def test_ipu_strategy_run_returns_replica_zeros_value(got):
     assert got["strategy"] == {"sum": 1.0, "mean": 0.5, "index": 0, "type": "EagerTensor",
                                "reduced": 1.0}
+
+
+def test_tf1_batch_normalization_module_normalizes_and_updates_its_moving_mean(got):
+    # Graphcore's TF1 tests import tensorflow.python.layers.normalization; TensorFlow loads it
+    # from tf-keras, which a TensorFlow 2.15 environment does not have (Keras 2 is keras there)
+    data = np.arange(8, dtype=np.float64).reshape(4, 2)
+    case = got["tf1_batch_normalization"]
+    expected = (data - data.mean(axis=0)) / np.sqrt(data.var(axis=0) + 1e-3)
+    np.testing.assert_allclose(case["normalized"], expected, rtol=1e-5)
+    np.testing.assert_allclose(case["moving_mean"], 0.5 * data.mean(axis=0), rtol=1e-6)

@@ -210,6 +210,25 @@ def no_collective():
         return listed(sess.run(dequeued))
 
 
+# ---- TF1's batch normalization module, as Graphcore's TF1 tests import it -------------------
+@case
+def tf1_batch_normalization():
+    from tensorflow.python.layers import normalization  # tf_keras's legacy layers
+    x = tf.compat.v1.placeholder(np.float32, [4, 2])
+
+    def graph(inputs):
+        return [normalization.batch_normalization(inputs, momentum=0.5, training=True)]
+    with ipu.scopes.ipu_scope("/device:IPU:0"):
+        res = ipu.ipu_compiler.compile(graph, [x])
+    configure(1)
+    moving_mean = [v for v in tf.compat.v1.global_variables() if "moving_mean" in v.name][0]
+    data = np.arange(8, dtype=np.float32).reshape(4, 2)
+    with tf.compat.v1.Session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        normalized = sess.run(res, {x: data})[0]
+        return {"normalized": listed(normalized), "moving_mean": listed(sess.run(moving_mean))}
+
+
 # ---- Graphcore's generated ops: replication_all_to_all_test ---------------------------------
 IDX = [1, 2, 3, 4, 1, 2, 3, 4, 0, 5, 6, 7, 1, 1, 1, 7]
 
