@@ -82,7 +82,8 @@ def reference(tmp_path_factory):
 # one job trains in this order, each with a strategy and a model of its own. Keras 2 (the program
 # asks for it with TF_USE_LEGACY_KERAS=1 on TensorFlow 2.16+), and Keras 3 (a program that is not
 # written for Keras 2). IPUMultiWorkerStrategy shares its process with no other strategy (it makes
-# the process a worker of TensorFlow's cluster); on each stack PopDistStrategy and
+# the process a worker of TensorFlow's cluster), but two of them in one process is a case of its
+# own (the second reuses the collective ops the first enabled); on each stack PopDistStrategy and
 # IPUHorovodStrategy each come first in a fresh process.
 KERAS_2_LAUNCHES = [
     (2, 4, [("tf2", "multi-worker")]),

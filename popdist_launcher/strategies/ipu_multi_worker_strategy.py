@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Dict
 
+import itertools
 import logging
 
 import tensorflow as tf
@@ -33,6 +34,26 @@ log = logging.getLogger(__name__)
 
 # This process's gRPC servers started for graph-mode sessions, by address (one per process).
 _SERVERS: Dict[str, tf.distribute.Server] = {}
+# Collective group keys of the second and later eager strategies of a process (TensorFlow's
+# start at 1; a strategy uses a handful).
+_LATER_KEY_BASES = itertools.count(10000, 10000)
+
+
+def _collective_ops_enabled_for(cluster_resolver) -> bool:
+    """Whether this process's eager context already runs collective ops for the worker
+    ``cluster_resolver`` names (same cluster, task and protocol), as an earlier multi-worker
+    strategy of the program enabled them."""
+    from tensorflow.python.eager import context
+    enabled = getattr(context.context(), "_collective_ops_server_def", None)
+    if enabled is None or cluster_resolver is None:
+        return False
+    try:
+        cluster = cluster_resolver.cluster_spec().as_cluster_def()
+    except (ValueError, AttributeError):
+        return False
+    return (enabled.cluster == cluster and enabled.job_name == cluster_resolver.task_type
+            and enabled.task_index == cluster_resolver.task_id
+            and enabled.protocol == (cluster_resolver.rpc_layer or "grpc"))
 
 
 class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceExtended):
@@ -42,6 +63,14 @@ class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceE
         # worker (its IPUs may hold a pipeline's stages), or the launch's replicas per instance.
         devices = ipu_devices.local_replica_devices()
         self._replica_devices = devices[:max(1, runtime.num_local_replicas())]
+        if _collective_ops_enabled_for(cluster_resolver):
+            # A strategy before this one enabled this worker's collective ops. TensorFlow would
+            # enable them again, replacing the collective executors while a peer may still read
+            # what this worker sent it (the peer fails: "Delete called on non-empty
+            # BufRendezvous"). They serve this strategy as they are, with collective keys of
+            # its own (every worker makes its strategies in the same order).
+            self._std_server_started = True
+            container_strategy._collective_key_base = next(_LATER_KEY_BASES)  # noqa: SLF001
         with _coordination.launcher_heartbeat():
             super().__init__(container_strategy, cluster_resolver=cluster_resolver,
                              communication_options=tf.distribute.experimental.CommunicationOptions())
