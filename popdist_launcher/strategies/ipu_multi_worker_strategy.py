@@ -39,21 +39,22 @@ _SERVERS: Dict[str, tf.distribute.Server] = {}
 _LATER_KEY_BASES = itertools.count(10000, 10000)
 
 
-def _collective_ops_enabled_for(cluster_resolver) -> bool:
-    """Whether this process's eager context already runs collective ops for the worker
-    ``cluster_resolver`` names (same cluster, task and protocol), as an earlier multi-worker
-    strategy of the program enabled them."""
+def _collective_ops_enabled_for(cluster_resolver):
+    """The ServerDef with which this process's eager context already runs collective ops for
+    the worker ``cluster_resolver`` names (same cluster, task and protocol), as an earlier
+    multi-worker strategy of the program enabled them; else None."""
     from tensorflow.python.eager import context
     enabled = getattr(context.context(), "_collective_ops_server_def", None)
     if enabled is None or cluster_resolver is None:
-        return False
+        return None
     try:
         cluster = cluster_resolver.cluster_spec().as_cluster_def()
     except (ValueError, AttributeError):
-        return False
-    return (enabled.cluster == cluster and enabled.job_name == cluster_resolver.task_type
+        return None
+    same = (enabled.cluster == cluster and enabled.job_name == cluster_resolver.task_type
             and enabled.task_index == cluster_resolver.task_id
             and enabled.protocol == (cluster_resolver.rpc_layer or "grpc"))
+    return enabled if same else None
 
 
 class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceExtended):
@@ -63,14 +64,19 @@ class IPUMultiWorkerExtended(collective_all_reduce_strategy.CollectiveAllReduceE
         # worker (its IPUs may hold a pipeline's stages), or the launch's replicas per instance.
         devices = ipu_devices.local_replica_devices()
         self._replica_devices = devices[:max(1, runtime.num_local_replicas())]
-        if _collective_ops_enabled_for(cluster_resolver):
+        enabled = _collective_ops_enabled_for(cluster_resolver)
+        if enabled is not None:
             # A strategy before this one enabled this worker's collective ops. TensorFlow would
             # enable them again, replacing the collective executors while a peer may still read
             # what this worker sent it (the peer fails: "Delete called on non-empty
             # BufRendezvous"). They serve this strategy as they are, with collective keys of
-            # its own (every worker makes its strategies in the same order).
+            # its own (every worker makes its strategies in the same order), and as TensorFlow
+            # does when it enables them, the coordination service's heartbeat, where it runs,
+            # stands for the strategy's own health checks.
             self._std_server_started = True
             container_strategy._collective_key_base = next(_LATER_KEY_BASES)  # noqa: SLF001
+            if enabled.default_session_config.experimental.coordination_config.service_type:
+                self._enable_check_health = False
         with _coordination.launcher_heartbeat():
             super().__init__(container_strategy, cluster_resolver=cluster_resolver,
                              communication_options=tf.distribute.experimental.CommunicationOptions())
