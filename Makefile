@@ -21,6 +21,7 @@ TF215_TESTS ?= tests/test_strategies.py tests/test_host_input.py tests/test_esti
 	tests/test_estimator_steps.py tests/graphcore/test_gc_conformance.py \
 	tests/graphcore/test_gc_test_names.py tests/graphcore/test_host_collectives.py \
 	tests/graphcore/test_pipeline_estimator.py tests/graphcore/test_one_process_replication.py \
+	tests/graphcore/test_multi_worker_tf1.py \
 	tests/test_launcher.py tests/test_elastic_horovod.py::test_one_host_a_killed_instance_is_started_again
 
 .PHONY: setup demo test test-tf215 bench clean
