@@ -17,6 +17,7 @@ from tensorflow.python.distribute import one_device_strategy  # noqa: F401
 from tensorflow.python.distribute import reduce_util  # noqa: F401
 from tensorflow.python.distribute import values as values_lib  # noqa: F401
 from tensorflow.python.distribute.cluster_resolver import TFConfigClusterResolver  # noqa: F401
+from tensorflow.python.eager import context as eager_context  # noqa: F401 (collective ops)
 from tensorflow.python.eager.polymorphic_function import polymorphic_function  # noqa: F401
 from tensorflow.python.ops import control_flow_util  # noqa: F401
 from tensorflow.python.ops import gen_resource_variable_ops  # noqa: F401

@@ -23,8 +23,8 @@ from popdist_launcher.ipu_runtime import ipu_devices, jit_functions
 from popdist_launcher.ipu_runtime.datasets import is_sharded
 from popdist_launcher.ipu_runtime.tf_internal import (TFConfigClusterResolver,
                                                       collective_all_reduce_strategy, device_util,
-                                                      input_util, nest, values_lib,
-                                                      variable_scope)
+                                                      eager_context, input_util, nest,
+                                                      values_lib, variable_scope)
 from popdist_launcher.ipu_runtime.variables import as_ipu_variable
 from popdist_launcher.strategies import _coordination, _graph_placement, _host_input
 from popdist_launcher.strategies._common import (call_for_the_only_replica,
@@ -43,15 +43,11 @@ def _collective_ops_enabled_for(cluster_resolver):
     """The ServerDef with which this process's eager context already runs collective ops for
     the worker ``cluster_resolver`` names (same cluster, task and protocol), as an earlier
     multi-worker strategy of the program enabled them; else None."""
-    from tensorflow.python.eager import context
-    enabled = getattr(context.context(), "_collective_ops_server_def", None)
-    if enabled is None or cluster_resolver is None:
+    enabled = getattr(eager_context.context(), "_collective_ops_server_def", None)
+    if enabled is None:
         return None
-    try:
-        cluster = cluster_resolver.cluster_spec().as_cluster_def()
-    except (ValueError, AttributeError):
-        return None
-    same = (enabled.cluster == cluster and enabled.job_name == cluster_resolver.task_type
+    same = (enabled.cluster == cluster_resolver.cluster_spec().as_cluster_def()
+            and enabled.job_name == cluster_resolver.task_type
             and enabled.task_index == cluster_resolver.task_id
             and enabled.protocol == (cluster_resolver.rpc_layer or "grpc"))
     return enabled if same else None
