@@ -172,3 +172,58 @@ def pytest_collection_modifyitems(items):
         first = LONG_FILES.index(path.name) if path.name in LONG_FILES else len(LONG_FILES)
         return first, -len(files[path])
     items[:] = [item for path in sorted(files, key=rank) for item in files[path]]
+
+
+# The suite's CPU by test file (docs/contributing.md, "The suite's time"): with
+# SUITE_CPU_LOG=FOLDER, each test's CPU seconds go to FOLDER/<worker pid>.jsonl and the run ends
+# with the files that used the most. A test's CPU is the test process's own plus that of the
+# processes it started and waited for (the launcher, and through it every instance it reaped);
+# a module fixture's job counts for the test that first asked for it. Processes that sshd or
+# slurmd started are not the test's children and are not counted.
+CPU_LOG = os.environ.get("SUITE_CPU_LOG")
+
+
+def _cpu_seconds() -> float:
+    import resource
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                          resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def pytest_configure(config):
+    if CPU_LOG and not hasattr(config, "workerinput"):  # the controller: a fresh log
+        folder = Path(CPU_LOG)
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("*.jsonl"):
+            old.unlink()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not CPU_LOG:
+        yield
+        return
+    cpu, wall = _cpu_seconds(), time.monotonic()
+    yield
+    import json
+    record = {"test": item.nodeid, "cpu_s": round(_cpu_seconds() - cpu, 2),
+              "wall_s": round(time.monotonic() - wall, 2)}
+    with open(Path(CPU_LOG) / f"{os.getpid()}.jsonl", "a") as log:
+        log.write(json.dumps(record) + "\n")
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if not CPU_LOG or hasattr(config, "workerinput"):
+        return
+    import json
+    files = {}
+    for log in Path(CPU_LOG).glob("*.jsonl"):
+        for line in log.read_text().splitlines():
+            record = json.loads(line)
+            cpu, wall, tests = files.get(record["test"].split("::")[0], (0.0, 0.0, 0))
+            files[record["test"].split("::")[0]] = (cpu + record["cpu_s"],
+                                                    wall + record["wall_s"], tests + 1)
+    total = sum(cpu for cpu, _, _ in files.values())
+    terminalreporter.write_sep("=", f"CPU by test file ({total:.0f} CPU s in all; {CPU_LOG})")
+    for name, (cpu, wall, tests) in sorted(files.items(), key=lambda f: -f[1][0])[:25]:
+        terminalreporter.write_line(f"{cpu:8.1f} CPU s {wall:8.1f} s  {tests:4d} tests  {name}")

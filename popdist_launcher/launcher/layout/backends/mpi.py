@@ -9,7 +9,6 @@ own (a failed program, a signal, the grace period are the launcher's business).
 from __future__ import annotations
 
 import os
-import secrets
 import shlex
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -134,7 +133,7 @@ def session_base() -> str:
     rendezvous files there and fails with "The PMIx server's listener thread failed to start"
     (exit 213). Under a base that no other mpirun used, that cannot happen."""
     base = os.environ.get("TMPDIR") or "/tmp"
-    return os.path.join(base, f"poprun-lite-mpi-{os.getpid()}-{secrets.token_hex(4)}")
+    return os.path.join(base, f"poprun-lite-mpi-{os.getpid()}-{os.urandom(4).hex()}")
 
 
 def instance_args(options: HostOptions) -> Dict[int, List[str]]:
