@@ -281,6 +281,22 @@ def test_launcher_sigkill_leaves_nothing_of_the_job(backend, pid_dir):
     everything_gone(backend, pids + wrappers + engines)
 
 
+def test_a_tmpdir_too_deep_for_a_unix_socket_runs_the_job_and_leaves_nothing_there(
+        backend, pid_dir, tmp_path):
+    # The launcher's socket (and, under mpirun, Open MPI's session folder) would lie under
+    # $TMPDIR; past a socket path's 107 bytes the socket goes to /tmp instead of failing the job
+    # with a traceback, and what the job kept under $TMPDIR is removed when it ends (the
+    # host-wide port locks, poprun-lite-ports-<uid>, are shared by every launch and stay).
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    result = backend._replace(env={**backend.env, "TMPDIR": str(deep)}).run(
+        "-np", str(NP), program("behave.py"), str(pid_dir), "stdout:1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert len(read_pids(pid_dir, "pid")) == NP
+    assert [p.name for p in deep.iterdir() if not p.name.startswith("poprun-lite-ports-")] == []
+
+
 # ---- hangs ---------------------------------------------------------------------------------
 
 def test_timeout_ends_a_hung_job_with_every_instances_stacks(backend, pid_dir, tmp_path):

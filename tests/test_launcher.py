@@ -63,18 +63,6 @@ def test_exit_code_of_first_failure_is_the_jobs(tmp_path, pid_dir):
     assert wait_gone(read_pids(pid_dir, "pid")) == []
 
 
-@pytest.mark.parametrize("backend", ["local", "mpi"])
-def test_a_tmpdir_too_deep_for_a_unix_socket_still_runs_the_job(tmp_path, pid_dir, backend):
-    # The launcher's socket would lie under $TMPDIR; past a socket path's 107 bytes it goes to
-    # /tmp instead of failing the job with a traceback.
-    deep = tmp_path / ("d" * 60) / ("e" * 60)
-    deep.mkdir(parents=True)
-    result = poprun("-np", "2", "--backend", backend, program("behave.py"), str(pid_dir),
-                    "stdout:1", env={**os.environ, "TMPDIR": str(deep)})
-    assert result.returncode == 0, result.stderr
-    assert result.stderr == ""
-    assert len(read_pids(pid_dir, "pid")) == 2
-
 
 def test_instance_killed_by_sigkill_ends_job_with_summary(pid_dir):
     start = time.monotonic()
