@@ -1,5 +1,7 @@
 """Shared helpers: run the real launcher as a user would, and watch the processes it started."""
+import json
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -174,7 +176,7 @@ def pytest_collection_modifyitems(items):
     items[:] = [item for path in sorted(files, key=rank) for item in files[path]]
 
 
-# The suite's CPU by test file (docs/contributing.md, "The suite's time"): with
+# The suite's CPU by test file (docs/contributing.md, "Where the suite's CPU goes"): with
 # SUITE_CPU_LOG=FOLDER, each test's CPU seconds go to FOLDER/<worker pid>.jsonl and the run ends
 # with the files that used the most. A test's CPU is the test process's own plus that of the
 # processes it started and waited for (the launcher, and through it every instance it reaped);
@@ -184,7 +186,6 @@ CPU_LOG = os.environ.get("SUITE_CPU_LOG")
 
 
 def _cpu_seconds() -> float:
-    import resource
     own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
                                                           resource.RUSAGE_CHILDREN))
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
@@ -205,7 +206,6 @@ def pytest_runtest_protocol(item, nextitem):
         return
     cpu, wall = _cpu_seconds(), time.monotonic()
     yield
-    import json
     record = {"test": item.nodeid, "cpu_s": round(_cpu_seconds() - cpu, 2),
               "wall_s": round(time.monotonic() - wall, 2)}
     with open(Path(CPU_LOG) / f"{os.getpid()}.jsonl", "a") as log:
@@ -215,7 +215,6 @@ def pytest_runtest_protocol(item, nextitem):
 def pytest_terminal_summary(terminalreporter, config):
     if not CPU_LOG or hasattr(config, "workerinput"):
         return
-    import json
     files = {}
     for log in Path(CPU_LOG).glob("*.jsonl"):
         for line in log.read_text().splitlines():

@@ -292,7 +292,7 @@ def test_a_tmpdir_too_deep_for_a_unix_socket_runs_the_job_and_leaves_nothing_the
     result = backend._replace(env={**backend.env, "TMPDIR": str(deep)}).run(
         "-np", str(NP), program("behave.py"), str(pid_dir), "stdout:1")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr == ""
     assert len(read_pids(pid_dir, "pid")) == NP
     assert [p.name for p in deep.iterdir() if not p.name.startswith("poprun-lite-ports-")] == []
 
