@@ -219,9 +219,9 @@ def pytest_terminal_summary(terminalreporter, config):
     for log in Path(CPU_LOG).glob("*.jsonl"):
         for line in log.read_text().splitlines():
             record = json.loads(line)
-            cpu, wall, tests = files.get(record["test"].split("::")[0], (0.0, 0.0, 0))
-            files[record["test"].split("::")[0]] = (cpu + record["cpu_s"],
-                                                    wall + record["wall_s"], tests + 1)
+            name = record["test"].split("::")[0]
+            cpu, wall, tests = files.get(name, (0.0, 0.0, 0))
+            files[name] = (cpu + record["cpu_s"], wall + record["wall_s"], tests + 1)
     total = sum(cpu for cpu, _, _ in files.values())
     terminalreporter.write_sep("=", f"CPU by test file ({total:.0f} CPU s in all; {CPU_LOG})")
     for name, (cpu, wall, tests) in sorted(files.items(), key=lambda f: -f[1][0])[:25]:
