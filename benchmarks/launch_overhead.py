@@ -3,7 +3,9 @@
 What it measures
 ----------------
 Each launcher starts N (default 4) instances of ``python -c pass`` (this interpreter) on the
-local machine, loopback only:
+local machine, loopback only; with ``--program tensorflow`` each instance imports TensorFlow and
+runs one Keras layer instead (the start-up of a real program: what the launcher gives its
+instances shows there, e.g. the site hook's frozen import-time objects):
 
 * ``bare``        N x ``subprocess.Popen`` then wait: the floor, no launcher at all;
 * ``poprun-lite`` ``poprun-lite -np N python -c pass`` (``--backend B`` when given: its default is
@@ -24,6 +26,8 @@ For every run it records
 * launcher peak RSS: the largest ``VmHWM`` (the kernel's own resident-set high-water mark) read
   from ``/proc/<launcher>/status`` while the launcher runs. ``bare`` has no launcher process
   (the benchmark's own Python does not count), so this is null for it;
+* CPU seconds: user + system time of every process the run started, once all were reaped
+  (``RUSAGE_CHILDREN`` before and after; a launcher's instances are reaped by it);
 * tree peak RSS: the largest sum of the current RSS of every live descendant of this benchmark
   process (launcher, its helpers/daemons and the N instances) seen at one sampling instant. RSS
   counts shared pages (libpython, shared libraries) once per process, so this over-states real
@@ -67,6 +71,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
+import resource
+
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -78,8 +84,12 @@ MIB = 1024 * 1024
 TARGET_VS_MPIRUN = 3.2          # median wall time at most 3.2x mpirun's (one start path, issue 25)
 TARGET_VS_HOROVODRUN = 0.05     # median wall time under 5% of horovodrun's
 TARGET_LAUNCHER_BYTES = 40 * 1000 * 1000  # launcher peak RSS under 40 MB (the stricter 10^6 MB)
-DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                           "launch_overhead.json")
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+# What each instance runs (``--program``).
+PROGRAMS = {
+    "pass": "pass",
+    "tensorflow": "import tensorflow as tf; tf.keras.layers.Dense(1)(tf.ones((1, 1)))",
+}
 
 
 @dataclass
@@ -95,6 +105,7 @@ class Launcher:
 @dataclass
 class RunResult:
     wall_s: float
+    cpu_s: float
     launcher_peak_bytes: Optional[int]
     tree_peak_bytes: int
     samples: int
@@ -241,6 +252,7 @@ def run_once(launcher: Launcher, program: List[str], np_: int, timeout_s: float,
             return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                     stderr=stderr, start_new_session=True)
 
+        cpu_before = _children_cpu_s()
         started = time.perf_counter()
         try:
             if launcher.argv is None:
@@ -269,12 +281,18 @@ def run_once(launcher: Launcher, program: List[str], np_: int, timeout_s: float,
             raise LaunchFailed(f"exit code {bad[0]}: {telling_line(stderr, empty='(no stderr)')}")
     return RunResult(
         wall_s=wall,
+        cpu_s=_children_cpu_s() - cpu_before,
         launcher_peak_bytes=sampler.launcher_hwm if launcher.argv is not None else None,
         tree_peak_bytes=sampler.tree_peak,
         samples=sampler.samples,
         sample_cost_s=sampler.sample_cost_s,
         strays=strays,
     )
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def make_launchers(np_: int, program: List[str], repeats: int, horovod_repeats: int,
@@ -334,11 +352,14 @@ def summarize(launcher: Launcher) -> Dict[str, Any]:
     if not runs:
         return summary
     walls = [run.wall_s for run in runs]
+    cpus = [run.cpu_s for run in runs]
     trees = [run.tree_peak_bytes for run in runs]
     samples = sum(run.samples for run in runs)
     summary.update({
         "wall_s": {"median": round(statistics.median(walls), 4), "min": round(min(walls), 4),
                    "max": round(max(walls), 4), "all": [round(w, 4) for w in walls]},
+        "cpu_s": {"median": round(statistics.median(cpus), 3), "min": round(min(cpus), 3),
+                  "all": [round(c, 3) for c in cpus]},
         "launcher_peak_rss_mib": None,
         "tree_peak_rss_mib": {"median": _mib(statistics.median(trees)), "max": _mib(max(trees))},
         "sampling": {
@@ -360,17 +381,18 @@ def summarize(launcher: Launcher) -> Dict[str, Any]:
     return summary
 
 
-def ratio(stats: Dict[str, Dict[str, Any]], top: str, bottom: str) -> Optional[Dict[str, float]]:
-    if "wall_s" not in stats.get(top, {}) or "wall_s" not in stats.get(bottom, {}):
+def ratio(stats: Dict[str, Dict[str, Any]], top: str, bottom: str,
+          key: str = "wall_s") -> Optional[Dict[str, float]]:
+    if key not in stats.get(top, {}) or key not in stats.get(bottom, {}):
         return None
-    a, b = stats[top]["wall_s"], stats[bottom]["wall_s"]
+    a, b = stats[top][key], stats[bottom][key]
     return {"median": round(a["median"] / b["median"], 3), "min": round(a["min"] / b["min"], 3)}
 
 
 def targets(stats: Dict[str, Dict[str, Any]],
             ratios: Dict[str, Optional[Dict[str, float]]]) -> Dict[str, Any]:
-    vs_mpi = ratios["poprun-lite/mpirun"]
-    vs_hvd = ratios["poprun-lite/horovodrun"]
+    vs_mpi = ratios["poprun-lite/mpirun wall time"]
+    vs_hvd = ratios["poprun-lite/horovodrun wall time"]
     peak = stats.get("poprun-lite", {}).get("launcher_peak_rss_mib")
     peak_bytes = peak["max"] * MIB if peak else None
     return {
@@ -407,25 +429,25 @@ def print_table(stats: Dict[str, Dict[str, Any]], ratios: Dict[str, Any],
     def cell(value: Optional[Dict[str, float]], key: str, fmt: str) -> str:
         return format(value[key], fmt) if value else "-"
 
-    print(f"\n{'launcher':<12} {'runs':>4} {'median s':>9} {'min s':>7} "
+    print(f"\n{'launcher':<12} {'runs':>4} {'median s':>9} {'min s':>7} {'CPU s':>7} "
           f"{'launcher MiB':>12} {'tree MiB':>9}  error")
     for name, summary in stats.items():
         wall = summary.get("wall_s")
         print(f"{name:<12} {summary['runs']:>4} {cell(wall, 'median', '.3f'):>9} "
-              f"{cell(wall, 'min', '.3f'):>7} "
+              f"{cell(wall, 'min', '.3f'):>7} {cell(summary.get('cpu_s'), 'median', '.2f'):>7} "
               f"{cell(summary.get('launcher_peak_rss_mib'), 'max', '.1f'):>12} "
               f"{cell(summary.get('tree_peak_rss_mib'), 'max', '.1f'):>9}  "
               f"{summary['error'] or ''}")
     print("(MiB columns: max over runs; bare has no launcher process)\n")
     for name, value in ratios.items():
         text = f"{value['median']:.3f} (min/min {value['min']:.3f})" if value else "n/a"
-        print(f"{name + ' wall time:':<32} {text}")
+        print(f"{name + ':':<32} {text}")
     for name, goal in goals.items():
         verdict = {True: "PASS", False: "FAIL", None: "n/a"}[goal["pass"]]
         print(f"target {name:<40} {verdict}")
 
 
-def plot(stats: Dict[str, Dict[str, Any]], np_: int, path: str) -> None:
+def plot(stats: Dict[str, Dict[str, Any]], np_: int, what: str, path: str) -> None:
     from matplotlib.ticker import FormatStrFormatter
 
     names = list(stats)
@@ -438,7 +460,7 @@ def plot(stats: Dict[str, Dict[str, Any]], np_: int, path: str) -> None:
     ax_time.plot(xs, mins, "k_", markersize=18, label="min")
     ax_time.set_yscale("log")
     ax_time.set_ylabel("wall time (s, log scale)")
-    ax_time.set_title(f"Wall time to run {np_} x `python -c pass`")
+    ax_time.set_title(f"Wall time to run {np_} x {what}")
     for x, value in zip(xs, medians):
         if value:
             ax_time.annotate(f"{value:.3f} s", (x, value), ha="center", va="bottom", fontsize=9)
@@ -498,11 +520,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         choices=["bare", "poprun-lite", "mpirun", "horovodrun"],
                         help="leave this launcher out, warm-up included (repeatable; e.g. "
                              "--skip horovodrun for quick runs)")
-    parser.add_argument("--out", default=DEFAULT_OUT,
-                        help="JSON output; the chart goes next to it with a .png suffix")
+    parser.add_argument("--program", choices=sorted(PROGRAMS), default="pass",
+                        help="what each instance runs: `python -c pass`, or an import of "
+                             "TensorFlow and one Keras layer (the targets are for `pass`)")
+    parser.add_argument("--out", default=None,
+                        help="JSON output (default: results/launch_overhead.json, "
+                             "launch_overhead_tensorflow.json for --program tensorflow); the "
+                             "chart goes next to it with a .png suffix")
     args = parser.parse_args(argv)
+    out = args.out or os.path.join(RESULTS, "launch_overhead.json" if args.program == "pass"
+                                   else f"launch_overhead_{args.program}.json")
 
-    program = [sys.executable, "-c", "pass"]
+    program = [sys.executable, "-c", PROGRAMS[args.program]]
     launchers = [launcher for launcher in make_launchers(
         args.np, program, args.repeats, args.horovodrun_repeats, args.backend, args.baseline)
         if launcher.name not in args.skip]
@@ -513,27 +542,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     run_all(launchers, program, args.np, args.timeout, args.interval_ms / 1000)
 
     stats = {launcher.name: summarize(launcher) for launcher in launchers}
-    ratios = {pair: ratio(stats, *pair.split("/"))
-              for pair in ("poprun-lite/mpirun", "poprun-lite/horovodrun", "poprun-lite/bare",
-                           "baseline/mpirun", "poprun-lite/baseline")}
-    ratios = {pair: value for pair, value in ratios.items()
-              if "baseline" not in pair or args.baseline}
-    goals = targets(stats, ratios)
+    pairs = [pair for pair in ("poprun-lite/mpirun", "poprun-lite/horovodrun", "poprun-lite/bare",
+                               "baseline/mpirun", "poprun-lite/baseline")
+             if "baseline" not in pair or args.baseline]
+    ratios = {f"{pair} {name}": ratio(stats, *pair.split("/"), key=key)
+              for pair in pairs for name, key in (("wall time", "wall_s"), ("CPU", "cpu_s"))}
+    goals = targets(stats, ratios) if args.program == "pass" else {}
     report = {
         "benchmark": "launch_overhead",
-        "what": f"wall time and peak RSS of starting {args.np} x `python -c pass` per launcher",
+        "what": f"wall time, CPU seconds and peak RSS of starting {args.np} x "
+                f"`python -c {PROGRAMS[args.program]!r}` per launcher",
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(load_before),
-        "settings": {"np": args.np, "program": program, "backend": args.backend or "default",
-                     "skipped": args.skip,
+        "settings": {"np": args.np, "program": program, "program_name": args.program,
+                     "backend": args.backend or "default", "skipped": args.skip,
                      "repeats": args.repeats,
                      "horovodrun_repeats": args.horovodrun_repeats, "warmup_runs": 1,
                      "timeout_s": args.timeout, "sample_interval_ms": args.interval_ms},
         "launchers": stats,
-        "ratios_wall_time": ratios,
+        "ratios": ratios,
         "targets": goals,
     }
-    return finish(report, args.out, lambda png: plot(stats, args.np, png),
+    return finish(report, out, lambda png: plot(stats, args.np, f"`{args.program}`", png),
                   lambda: print_table(stats, ratios, goals), final_newline=True)
 
 

@@ -27,7 +27,7 @@ OTHER_TOOLS_OPTIONS = {
     "--gloo": "horovodrun", "-I": "python", "-F": "ssh", "--check": "gen_cli_reference.py",
     "--host-call": "the tests' estimator program", "--model-type": "Graphcore's Keras example",
     "--repeats": "benchmarks", "--baseline": "benchmarks", "--np": "benchmarks",
-    "--onednn": "benchmarks", "--path": "benchmarks",
+    "--onednn": "benchmarks", "--path": "benchmarks", "--program": "benchmarks",
     "-learning_rate": "arithmetic: minus the learning rate",
     "--use-synthetic-data": "Graphcore's applications", "--dist": "pytest-xdist",
     "--no-loadscope-reorder": "pytest-xdist",

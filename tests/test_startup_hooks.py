@@ -87,6 +87,7 @@ def test_switches_from_the_environment():
     assert "horovod-elastic" not in switches_from({"HOROVOD_ELASTIC": "1"})  # not poprun-lite's
     assert "horovod-elastic" in switches_from({"HOROVOD_ELASTIC": "1", "POPRUN_JOB_ID": "j"})
     assert "progress-reports" in switches_from({"POPRUN_STACK_FD": "3:1:10"})
+    assert "instance" in switches_from({"POPRUN_STACK_FD": "3:1:10"})
 
 
 def test_graphcore_names():
@@ -113,6 +114,54 @@ def test_a_switch_turned_on_arms_its_hooks_and_runs_those_of_imported_modules(tm
         print(hook_fns.CALLS, hooked_mod.VALUE, later_mod.VALUE)
     """, tmp_path)
     assert out == "['hooked_mod', 'later_mod'] 42 2"
+
+
+# -- the garbage collector around the heavy frameworks' imports (table.FROZEN_AFTER_IMPORT)
+
+_FREEZE_PROBE = """
+    import gc, sys
+    from popdist_launcher.compat import import_table as table
+    from popdist_launcher.compat import startup
+    table.FROZEN_AFTER_IMPORT += ("heavy_mod",)
+    {setup}
+    before = gc.get_freeze_count()
+    try:
+        import heavy_mod
+    except RuntimeError:
+        pass
+    print(heavy_mod_during(), gc.isenabled(), gc.get_freeze_count() - before)
+"""
+
+
+def _freeze_probe(tmp_path, setup: str, fail: bool = False) -> str:
+    (tmp_path / "heavy_mod.py").write_text(textwrap.dedent(f"""
+        import builtins, gc
+        builtins.heavy_mod_during = (lambda on=gc.isenabled(): on)  # the collector meanwhile
+        OBJECTS = [[n] for n in range(1000)]
+        if {fail}:
+            raise RuntimeError("this import fails")
+    """))
+    return _run(textwrap.dedent(_FREEZE_PROBE).replace("{setup}", setup), tmp_path)
+
+
+def test_in_an_instance_the_collector_is_off_during_the_import_and_its_objects_are_frozen(
+        tmp_path):
+    during, enabled, frozen = _freeze_probe(tmp_path, 'startup.switch_on("instance")').split()
+    assert (during, enabled) == ("False", "True")
+    assert int(frozen) > 1000
+
+
+def test_outside_an_instance_nothing_changes(tmp_path):
+    assert _freeze_probe(tmp_path, "") == "True True 0"
+
+
+def test_a_collector_the_program_turned_off_stays_off_and_nothing_is_frozen(tmp_path):
+    setup = 'startup.switch_on("instance"); gc.disable()'
+    assert _freeze_probe(tmp_path, setup) == "False False 0"
+
+
+def test_an_import_that_fails_turns_the_collector_back_on_and_freezes_nothing(tmp_path):
+    assert _freeze_probe(tmp_path, 'startup.switch_on("instance")', fail=True) == "False True 0"
 
 
 # -- whether the program is an IPU program (popdist_launcher.compat.ipu_program),
@@ -174,3 +223,32 @@ def test_a_program_without_graphcore_names_is_not_an_ipu_program(tmp_path):
                       "# tensorflow.python.ipu\n",
     })
     assert found == "None"  # popdist and the project's own names are not Graphcore's IPU names
+
+
+def test_a_real_job_s_instances_freeze_tensorflows_import_and_train(tmp_path):
+    """Through poprun-lite: TensorFlow's and Keras 2's import-time objects are frozen in each
+    instance, whose collector is on again after; instance 0 turned it off itself first and
+    it stays off. Both then train a step and collect their garbage as before."""
+    from conftest import poprun
+    script = tmp_path / "freeze_probe.py"
+    script.write_text(textwrap.dedent("""
+        import gc, os
+        index = int(os.environ["POPDIST_INSTANCE_INDEX"])
+        if index == 0:
+            gc.disable()
+        import tensorflow as tf
+        model = tf.keras.Sequential([tf.keras.layers.Dense(1)])  # imports Keras
+        model.compile(optimizer="sgd", loss="mse")
+        model.fit(tf.ones((4, 2)), tf.ones((4, 1)), epochs=1, verbose=0)
+        cycle = []
+        cycle.append(cycle)
+        del cycle
+        print("instance", index, gc.isenabled(), gc.get_freeze_count(), gc.collect() > 0)
+    """))
+    result = poprun("-np", "2", str(script), timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = {line.split()[-4]: line.split()[-3:] for line in result.stdout.splitlines()
+             if "instance" in line}
+    assert lines["0"] == ["False", "0", "True"], result.stdout
+    enabled, frozen, collected = lines["1"]
+    assert (enabled, collected) == ("True", "True") and int(frozen) > 100_000, result.stdout

@@ -20,8 +20,8 @@ An entry applies while all of its switches are on (``when``). Switches:
   listings.
 - ``estimator-removed``: TensorFlow 2.16+ without tf.estimator's support modules
   (``estimator.install``).
-- ``tf1``, ``tf-config-auto``, ``horovod-elastic``, ``progress-reports``: from poprun-lite's
-  variables (``ENVIRONMENT_SWITCHES``).
+- ``tf1``, ``tf-config-auto``, ``horovod-elastic``, ``progress-reports``, ``instance``: from
+  poprun-lite's variables (``ENVIRONMENT_SWITCHES``).
 
 ``{keras2}`` in a name is the package that is Keras 2 here: ``keras`` on TensorFlow 2.15,
 ``tf_keras`` on 2.16+ (popdist_launcher.compat.keras2); entries that use it wait for ``keras-2``.
@@ -31,6 +31,12 @@ Standard library only, and nothing imported: the site hook reads this at every i
 from popdist_launcher.compat.keras_moves import MOVED as TF_PYTHON_KERAS_MOVED
 
 KERAS_2 = "{keras2}"
+# In a program poprun-lite started (switch ``instance``), the cyclic garbage collector is off
+# while one of these imports and what the import made is then frozen (``gc.freeze``: never
+# scanned again; it lives as long as the process). Its passes over TensorFlow's half a million
+# import-time objects are a fifth of an instance's CPU before it trains.
+FROZEN_AFTER_IMPORT = ("tensorflow", "tf_keras", "keras", "horovod.tensorflow",
+                       "tensorflow_estimator")
 IPU = "tensorflow.python.ipu"
 IPU_TARGET = "popdist_launcher.ipu"
 
@@ -265,6 +271,7 @@ ENVIRONMENT_SWITCHES = {
     "tf-config-auto": {"POPRUN_TF_CONFIG_AUTO": "1"},  # --tf-config auto
     "horovod-elastic": {"HOROVOD_ELASTIC": "1", "POPRUN_JOB_ID": None},  # Horovod elastic mode
     "progress-reports": {"POPRUN_STACK_FD": None},  # started by poprun-lite's wrapper
+    "instance": {"POPRUN_STACK_FD": None},  # the same: FROZEN_AFTER_IMPORT applies
 }
 # ... and the switch on unless its variable says "0".
 IPU_ALIAS_ENV = "POPDIST_LAUNCHER_IPU_ALIAS"

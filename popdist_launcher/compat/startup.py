@@ -11,6 +11,7 @@ popdist_launcher.compat.keras2.choose): Keras 2 for programs written for it, els
 own; as NumPy or TensorFlow imports, whether it is an IPU program (``decide_ipu_program``).
 POPDIST_LAUNCHER_IPU_ALIAS=0 turns Graphcore's names off.
 """
+import gc
 import os
 import sys
 
@@ -123,11 +124,12 @@ class ImportTableFinder:
         for function in self.before.get(fullname, ()):
             _call(function, fullname)
         spec = self._table_spec(fullname, path, target)
-        if not self.pending.get(fullname):
+        frozen = fullname in table.FROZEN_AFTER_IMPORT and "instance" in self.on
+        if not self.pending.get(fullname) and not frozen:
             return spec
         if spec is None:
             spec = self._real_spec(fullname, path, target)
-        return self._with_hooks(fullname, spec)
+        return self._with_hooks(fullname, spec, frozen)
 
     def _table_spec(self, fullname, path, target):
         """The spec the table gives ``fullname``; the real one where a table entry gives way to
@@ -199,24 +201,38 @@ class ImportTableFinder:
                 return spec
         return None
 
-    def _with_hooks(self, fullname, spec):
+    def _with_hooks(self, fullname, spec, frozen=False):
         """``spec`` whose loader runs the module's pending hooks once its code has run (the
         module is complete in sys.modules by then). The hooks stay pending until then:
-        ``find_spec`` is also called only to ask whether a module exists."""
+        ``find_spec`` is also called only to ask whether a module exists. ``frozen``: the
+        garbage collector, where it is on, is off meanwhile and what the import and its hooks
+        made is frozen after them (table.FROZEN_AFTER_IMPORT); an import that fails freezes
+        nothing."""
         loader = getattr(spec, "loader", None)
         if loader is None or not hasattr(loader, "exec_module"):
             return spec  # a namespace package or an old-style loader: no hook
         real_exec = loader.exec_module
 
         def exec_module(module):
-            real_exec(module)
+            paused = frozen and gc.isenabled()
+            if paused:
+                gc.disable()
             try:
-                del loader.exec_module  # one module per loader: back to the class's method
-            except AttributeError:
-                pass
-            while self.pending.get(fullname):  # and those a hook's switch adds meanwhile
-                for function in self.pending.pop(fullname):
-                    _call(function, module)
+                real_exec(module)
+                try:
+                    del loader.exec_module  # one module per loader: back to the class's method
+                except AttributeError:
+                    pass
+                while self.pending.get(fullname):  # and those a hook's switch adds meanwhile
+                    for function in self.pending.pop(fullname):
+                        _call(function, module)
+            except BaseException:
+                if paused:
+                    gc.enable()
+                raise
+            if paused:
+                gc.freeze()
+                gc.enable()
 
         loader.exec_module = exec_module
         return spec

@@ -25,6 +25,7 @@ Actions for the instance whose index matches (or every instance without @INDEX):
   hang          wait in hang_here() forever, a second thread in side_thread()
   stall         report a collectives stall to the launcher (as the stall watchdog does)
   waitfor:NAME  wait (up to 60 s) until PID_DIR/NAME exists, e.g. another instance's ready-<i>
+  switches      write the site hook's switches that are on to PID_DIR/switches-<i>
 Every instance writes its pid (and its grandchild's) to PID_DIR first.
 """
 import os
@@ -122,6 +123,9 @@ for spec in sys.argv[2:]:
         sys.stdout.flush()
     elif name == "stdin":
         record(f"stdin-{index}", sys.stdin.read())
+    elif name == "switches":
+        from popdist_launcher.compat import startup
+        record(f"switches-{index}", " ".join(sorted(startup.finder().on)))
     elif name == "argsize":
         record(f"argsize-{index}", str(len(sys.argv[-1])))
     elif name == "hang":
