@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import time
+from pathlib import Path
 from typing import List, NamedTuple
 
 import psutil
@@ -271,17 +272,30 @@ def test_children_and_setsid_daemons_do_not_outlive_the_job(backend, pid_dir):
     everything_gone(backend, leftovers)
 
 
-def test_launcher_sigkill_leaves_nothing_of_the_job(backend, pid_dir):
-    job = backend.start("-np", str(NP), program("behave.py"), str(pid_dir), "child", "daemon",
-                        "usr1", "sleep:120")
+def test_launcher_sigkill_leaves_nothing_of_the_job(backend, pid_dir, tmp_path):
+    tmp = tmp_path / "tmp"  # the job's $TMPDIR: the launcher's socket folder, mpirun's session
+    tmp.mkdir()
+    job = backend._replace(env={**backend.env, "TMPDIR": str(tmp)}).start(
+        "-np", str(NP), program("behave.py"), str(pid_dir), "child", "daemon", "usr1", "sleep:120")
     wait_for_files([pid_dir / f"ready-{i}" for i in range(NP)], timeout=60)
     pids = read_pids(pid_dir, "pid") + read_pids(pid_dir, "child") + read_pids(pid_dir, "daemon")
     assert len(pids) == 3 * NP and all(alive(p) for p in pids)
     engines = [p.pid for p in job.launcher.children(recursive=True)]  # mpirun, srun, ssh ...
     wrappers = wrappers_of(read_pids(pid_dir, "pid"))
+    # The launcher's socket folder: under $TMPDIR, or /tmp where $TMPDIR is too deep (local
+    # wrappers are forked: under local the socket closed once they started).
+    sockets = lambda: [*tmp.glob(f"poprun-lite-{job.launcher.pid}-*"),  # noqa: E731
+                       *Path("/tmp").glob(f"poprun-lite-{job.launcher.pid}-*")]
+    assert len(sockets()) == (backend.name != "local")
     job.launcher.kill()
     job.finish()
     everything_gone(backend, pids + wrappers + engines)
+    left = lambda: [p.name for p in tmp.iterdir()  # noqa: E731
+                    if not p.name.startswith("poprun-lite-ports-")]
+    deadline = time.monotonic() + 30
+    while (left() or sockets()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left() == [] and sockets() == []
 
 
 def test_a_tmpdir_too_deep_for_a_unix_socket_runs_the_job_and_leaves_nothing_there(

@@ -35,6 +35,16 @@ class Spawner:
         self._rendezvous_socket = rendezvous_socket
         self._rendezvous_proc: Optional[subprocess.Popen] = None
 
+    def _watched(self) -> processes.Watchdog:
+        if self._watchdog is None:
+            self._watchdog = processes.Watchdog()
+        return self._watchdog
+
+    def remove_if_killed(self, folder: str) -> None:
+        """The watchdog removes ``folder`` (the launcher's socket folder, an engine's scratch)
+        should the launcher die before it does."""
+        self._watched().remove_if_killed(folder)
+
     def fork(self, launch: Launch, spec: dict) -> Tuple[Started, socket.socket]:
         """A wrapper on this host: a fork of the launcher running the wrapper's code with
         ``spec``; gives its process and the launcher's end of its connection."""
@@ -82,11 +92,9 @@ class Spawner:
             if launch.scratch is not None:
                 shutil.rmtree(launch.scratch, ignore_errors=True)
             raise
-        if self._watchdog is None:
-            self._watchdog = processes.Watchdog()
-        self._watchdog.watch(popen.pid)
+        self._watched().watch(popen.pid)
         if launch.scratch is not None:
-            self._watchdog.remove_if_killed(launch.scratch)
+            self.remove_if_killed(launch.scratch)
         started = Started(launch, popen.pid, popen)
         self._track(started)
         if launch.stdin:

@@ -177,8 +177,9 @@ class Supervisor:
         launches = self.world.launches(wiring, self._secret)
         if self.plan.evaluator:
             launches.append(Launch("evaluator", (self.plan.num_instances,)))
-        if not any(launch.argv for launch in launches) and self._hub.unix_dir is not None \
-                and not self.world.accepting:
+        if any(launch.argv for launch in launches) or self.world.accepting:
+            self._spawner.remove_if_killed(self._hub.unix_dir)  # the socket's folder
+        else:
             self._hub.close_listeners(unix_only=True)
         self._stdin.setup()
         for launch in launches:
