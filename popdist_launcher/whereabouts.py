@@ -28,7 +28,6 @@ starts.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import threading
@@ -56,20 +55,44 @@ _phase_ids = iter(range(1, 1 << 62))
 _lock = threading.Lock()
 
 
-@contextlib.contextmanager
-def long_phase(name: str):
+class _LongPhase:
+    """What ``long_phase(name)`` gives: a context manager (re-entrant, nesting) and, as
+    contextlib's were, a decorator that runs each call of a function inside the phase."""
+
+    __slots__ = ("name", "_keys")
+
+    def __init__(self, name: str) -> None:
+        self.name = str(name).replace("\n", " ")[:200] or "long phase"
+        self._keys: "list[int]" = []
+
+    def __enter__(self) -> None:
+        with _lock:
+            key = next(_phase_ids)
+            _phases[key] = self.name
+        self._keys.append(key)
+
+    def __exit__(self, *exc_info) -> bool:
+        key = self._keys.pop()
+        with _lock:
+            _phases.pop(key, None)
+        return False
+
+    def __call__(self, function):
+        import functools  # only for the decorator: the sampler starts in every program
+
+        @functools.wraps(function)
+        def in_phase(*args, **kwargs):
+            with _LongPhase(self.name):
+                return function(*args, **kwargs)
+        return in_phase
+
+
+def long_phase(name: str) -> _LongPhase:
     """Mark a phase of this instance as long on purpose (a Python-side evaluation, a slow
     export): while it runs, poprun-lite's hang check calls no instance of the job hung (its
     peers may wait in their next collective meanwhile). Nests; does nothing outside
-    poprun-lite. ``with popdist_launcher.long_phase("evaluation"): ...``"""
-    with _lock:
-        key = next(_phase_ids)
-        _phases[key] = str(name).replace("\n", " ")[:200] or "long phase"
-    try:
-        yield
-    finally:
-        with _lock:
-            _phases.pop(key, None)
+    poprun-lite. ``with popdist_launcher.long_phase("evaluation"): ...``, or as a decorator."""
+    return _LongPhase(name)
 
 
 def _library_dirs() -> "tuple[str, ...]":

@@ -443,6 +443,24 @@ def test_a_long_phase_is_reported_while_it_runs():
     assert whereabouts.position(sys._current_frames(), main, set()) == "program"
 
 
+def test_a_long_phase_as_a_decorator_and_entered_again():
+    main = threading.main_thread().ident
+
+    @whereabouts.long_phase("evaluation")
+    def evaluate(value):
+        return value, whereabouts.position(sys._current_frames(), main, set())
+
+    assert evaluate.__name__ == "evaluate"
+    assert evaluate(3) == (3, "long evaluation")
+    phase = whereabouts.long_phase("save")
+    with phase:
+        with phase:
+            pass
+        assert whereabouts.position(sys._current_frames(), main, set()) == "long save"
+    assert whereabouts.position(sys._current_frames(), main, set()) == "program"
+    assert whereabouts._phases == {}
+
+
 def _wait_here(ready, event):
     ready.set()
     event.wait()
