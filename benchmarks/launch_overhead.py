@@ -60,6 +60,7 @@ import compileall
 import datetime
 import os
 import platform
+import resource
 import select
 import signal
 import statistics
@@ -70,8 +71,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
-
-import resource
 
 import psutil
 

@@ -218,8 +218,7 @@ def test_sigusr1_is_forwarded_and_sigquit_prints_every_stack_and_the_job_goes_on
                         str(pid_dir), "switches", "usr1", "waitfor:go", "exit:0")
     wait_for_files([pid_dir / f"ready-{i}" for i in range(NP)], timeout=60)
     for i in range(NP):  # the wrapper's variable turned them on (the stacks below need it too)
-        assert {"progress-reports", "instance"} <= set(
-            (pid_dir / f"switches-{i}").read_text().split()), i
+        assert "instance" in (pid_dir / f"switches-{i}").read_text().split(), i
     job.signal(signal.SIGUSR1)
     wait_for_files([pid_dir / f"usr1-{i}" for i in range(NP)])
     job.signal(signal.SIGQUIT)

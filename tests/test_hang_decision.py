@@ -444,9 +444,10 @@ def test_a_long_phase_is_reported_while_it_runs():
 
 
 def test_a_long_phase_as_a_decorator_and_entered_again():
+    import popdist_launcher
     main = threading.main_thread().ident
 
-    @whereabouts.long_phase("evaluation")
+    @popdist_launcher.long_phase("evaluation")  # the public spelling, as a decorator
     def evaluate(value):
         return value, whereabouts.position(sys._current_frames(), main, set())
 

@@ -86,7 +86,6 @@ def test_switches_from_the_environment():
     assert switches_from({"POPDIST_LAUNCHER_IPU_ALIAS": "0", "POPDIST_TF1": "1"}) == {"tf1"}
     assert "horovod-elastic" not in switches_from({"HOROVOD_ELASTIC": "1"})  # not poprun-lite's
     assert "horovod-elastic" in switches_from({"HOROVOD_ELASTIC": "1", "POPRUN_JOB_ID": "j"})
-    assert "progress-reports" in switches_from({"POPRUN_STACK_FD": "3:1:10"})
     assert "instance" in switches_from({"POPRUN_STACK_FD": "3:1:10"})
 
 

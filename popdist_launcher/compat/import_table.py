@@ -20,8 +20,9 @@ An entry applies while all of its switches are on (``when``). Switches:
   listings.
 - ``estimator-removed``: TensorFlow 2.16+ without tf.estimator's support modules
   (``estimator.install``).
-- ``tf1``, ``tf-config-auto``, ``horovod-elastic``, ``progress-reports``, ``instance``: from
-  poprun-lite's variables (``ENVIRONMENT_SWITCHES``).
+- ``tf1``, ``tf-config-auto``, ``horovod-elastic``, ``instance`` (a program poprun-lite's
+  wrapper started: the library's progress reports, ``FROZEN_AFTER_IMPORT``): from poprun-lite's
+  variables (``ENVIRONMENT_SWITCHES``).
 
 ``{keras2}`` in a name is the package that is Keras 2 here: ``keras`` on TensorFlow 2.15,
 ``tf_keras`` on 2.16+ (popdist_launcher.compat.keras2); entries that use it wait for ``keras-2``.
@@ -257,9 +258,9 @@ HOOKS = (
          when=("horovod-elastic",)),
     Hook("tensorflow.python.checkpoint.checkpoint_management",
          "popdist_launcher.compat.progress_hooks:install_checkpoint_manager",
-         when=("progress-reports",)),
+         when=("instance",)),
     *(Hook(callbacks, "popdist_launcher.compat.progress_hooks:install_keras_callbacks",
-           when=("progress-reports",)) for callbacks in ("tf_keras.src.callbacks",
+           when=("instance",)) for callbacks in ("tf_keras.src.callbacks",
                                                          "keras.src.callbacks")),
 )
 
@@ -270,8 +271,7 @@ ENVIRONMENT_SWITCHES = {
     "tf1": {"POPDIST_TF1": "1"},  # poprun-lite --tf1: TensorFlow 1.15's behaviour
     "tf-config-auto": {"POPRUN_TF_CONFIG_AUTO": "1"},  # --tf-config auto
     "horovod-elastic": {"HOROVOD_ELASTIC": "1", "POPRUN_JOB_ID": None},  # Horovod elastic mode
-    "progress-reports": {"POPRUN_STACK_FD": None},  # started by poprun-lite's wrapper
-    "instance": {"POPRUN_STACK_FD": None},  # the same: FROZEN_AFTER_IMPORT applies
+    "instance": {"POPRUN_STACK_FD": None},  # started by poprun-lite's wrapper
 }
 # ... and the switch on unless its variable says "0".
 IPU_ALIAS_ENV = "POPDIST_LAUNCHER_IPU_ALIAS"

@@ -4,7 +4,7 @@ long phase for the hang check while it runs, ``whereabouts.py``), Horovod's
 elastic ``state.commit()`` the commits so far (``horovod_elastic.py``), the IPUEstimator its
 global step (``ipu/ipu_estimator.py``); Keras' ``ModelCheckpoint`` and ``BackupAndRestore`` saves
 are long phases too. Hooks of the import table (``import_table.py``, switch
-``progress-reports``) for programs that poprun-lite's wrapper started."""
+``instance``) for programs that poprun-lite's wrapper started."""
 from __future__ import annotations
 
 import functools

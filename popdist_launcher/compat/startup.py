@@ -284,6 +284,6 @@ def choose_keras(_name=None) -> None:
 
 
 _finder = finder()
-if "progress-reports" in _finder.on:  # started by poprun-lite's wrapper: stacks on request
+if "instance" in _finder.on:  # started by poprun-lite's wrapper: stacks on request
     from popdist_launcher.stack_dump import register_from_environ
     register_from_environ()
