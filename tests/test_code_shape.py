@@ -158,12 +158,6 @@ SPLIT_PLANS: Dict[str, str] = {
     "popdist_launcher/launch.py":
         "the --config and --check-build callbacks and the boolean-value reading (_load_config, "
         "_config_kind, _check_build, _boolean_values) move to launcher/cli/.",
-    "popdist_launcher/launcher/supervision/supervisor.py":
-        "the wrappers' side of the protocol (_read, _hello, _on_frame, send, lose) moves to "
-        "supervision/frames.py, an object the supervisor owns as it owns stacks and stdin.",
-    "popdist_launcher/launcher/supervision/supervisor.py:Supervisor":
-        "the same split as its file: the frame handling leaves the class for "
-        "supervision/frames.py.",
     "popdist_launcher/launcher/output/routing.py":
         "the output folder and its log files (open_output_dir, _writable, _dir_problem, "
         "LogFiles) move to output/log_files.py, leaving the Router.",

@@ -484,6 +484,39 @@ def test_stack_collection_waits_for_the_running_and_keeps_a_stall_reporter():
     sel.close()
 
 
+def test_a_failure_during_a_reports_collection_waits_for_it_and_the_silent_are_named():
+    # A stall's reporter fails (exits) at once; stopping the others must wait until their
+    # stacks are in, and one that never answers is named as running, not as ended.
+    sel = selectors.DefaultSelector()
+    hub = Hub(sel, backlog=2)
+    pairs = [socket.socketpair() for _ in range(2)]
+    insts = [_Inst(i, hub.add(ours, i)) for i, (ours, _) in enumerate(pairs)]
+    console = Console()
+    router = out.Router(2, out.OutputOptions(), console=console.fds)
+    collector = StackCollector(router, hub)
+    stops = []
+    collector.after_report(lambda: stops.append("no collection"))
+    assert stops == ["no collection"]  # nothing to wait for: at once
+    assert not collector.collect(insts, "instance 0 reported a stall", "stall")
+    collector.after_report(lambda: stops.append("stop"))
+    assert stops == ["no collection"]
+    assert not collector.on_stacks(0, "stacks of 0")
+    collector.done()  # the deadline: instance 1 never answered
+    assert stops == ["no collection", "stop"] and collector.unanswered == {1}
+    ends = {i: report.InstanceEnd(i, "localhost", 100 + i, -15, "stopped") for i in range(2)}
+    text = report.stacks_report(router.stacks, ends, collector.unanswered)
+    assert "instance 1 (host localhost): running when asked, but its stacks did not arrive" \
+        in text and "not running" not in text
+    assert collector.collect(insts[:0], "--timeout", "timeout") and collector.unanswered == set()
+    collector.done()
+    router.close_all()
+    console.read()
+    hub.close_all()
+    for _, theirs in pairs:
+        theirs.close()
+    sel.close()
+
+
 def test_tcp_wrapper_connections_have_keepalive_on_both_ends():
     # A host cut from the network sends nothing: keepalive and the user timeout end the
     # connection after protocol.LOST_AFTER_S on the launcher's side and on the wrapper's.

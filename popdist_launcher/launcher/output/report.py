@@ -3,7 +3,7 @@ ended, the last lines it wrote, and every instance's Python stacks when they wer
 from __future__ import annotations
 
 import signal
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from typing import Collection, Dict, List, NamedTuple, Optional, Sequence
 
 from popdist_launcher import tf_config
 from popdist_launcher.launcher.output import console
@@ -64,10 +64,12 @@ def describe(end: InstanceEnd) -> str:
 def failure_report(cause: Cause, ends: Dict[int, InstanceEnd],
                    tails: Dict[int, Dict[str, List[str]]], stacks: Dict[int, str],
                    what: str = "job",
-                   first_errors: Optional[Dict[int, Optional[str]]] = None) -> str:
+                   first_errors: Optional[Dict[int, Optional[str]]] = None,
+                   unanswered: Collection[int] = ()) -> str:
     """The report's text: ``tails`` holds each instance's last stderr and stdout lines and
     ``first_errors`` the exception line of each one's first Python traceback; ``what`` failed:
-    the job, or one attempt of an elastic job."""
+    the job, or one attempt of an elastic job; ``unanswered``: instances asked for their stacks
+    that sent none in time."""
     lines = ["", console.line(f"===== {what} failed: root cause ====="),
              console.line(cause.headline)]
     index = cause.instance
@@ -100,16 +102,23 @@ def failure_report(cause: Cause, ends: Dict[int, InstanceEnd],
         lines.append(console.line(("other instances: " if index is not None else "instances: ")
                                   + "; ".join(others) + "."))
     if stacks:
-        lines.append(stacks_report(stacks, ends))
+        lines.append(stacks_report(stacks, ends, unanswered))
     return "\n".join(lines)
 
 
-def stacks_report(stacks: Dict[int, str], ends: Dict[int, InstanceEnd]) -> str:
+def stacks_report(stacks: Dict[int, str], ends: Dict[int, InstanceEnd],
+                  unanswered: Collection[int] = ()) -> str:
+    """Every instance's stacks, or why there are none: ``unanswered`` were running when asked
+    and sent nothing before the collection's deadline."""
     lines = [console.line("===== Python stacks of every instance (all threads) =====")]
     for index in sorted(ends):
         text = stacks.get(index)
         host = ends[index].host
-        if text is None:
+        if text is None and index in unanswered:
+            lines.append(console.line(f"{ends[index].who} (host {host}): running when asked, "
+                                      f"but its stacks did not arrive in time (its wrapper or "
+                                      f"its host did not answer)."))
+        elif text is None:
             lines.append(console.line(f"{ends[index].who} (host {host}): not running, no stack."))
         elif not text.strip():
             lines.append(console.line(f"{ends[index].who} (host {host}): no Python stack (not a "

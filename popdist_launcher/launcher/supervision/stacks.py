@@ -3,7 +3,7 @@ the job goes on), when --timeout expires and when an instance reports a stalled 
 from __future__ import annotations
 
 import time
-from typing import Callable, Dict, Iterable, NamedTuple, Optional
+from typing import Callable, Dict, Iterable, NamedTuple, Optional, Set
 
 from popdist_launcher.launcher.output import console, report
 from popdist_launcher.launcher.supervision.attempt import Instance, InstanceState
@@ -36,6 +36,7 @@ class StackCollector:
         self.on_timeout = on_timeout
         self.dump: Optional[Dump] = None
         self.in_report = False  # collected because of a timeout or a stall
+        self.unanswered: Set[int] = set()  # asked, running, and silent until the deadline
 
     @property
     def deadline(self) -> Optional[float]:
@@ -54,6 +55,7 @@ class StackCollector:
                 waiting.add(inst.index)
                 self.hub.send(inst.conn, p.DUMP)
         self.router.stacks.clear()
+        self.unanswered = set()
         if kept:
             self.router.stacks[keep] = kept
         self.in_report = then in ("timeout", "stall")
@@ -85,9 +87,28 @@ class StackCollector:
             self.dump.waiting.discard(index)
 
     def finish(self) -> Optional[Dump]:
-        """End the collection (all in, or its time is up); the dump, or None if none ran."""
+        """End the collection (all in, or its time is up); the dump, or None if none ran. The
+        instances still awaited are ``unanswered``: they ran, and sent nothing in time."""
         dump, self.dump = self.dump, None
+        if dump is not None:
+            self.unanswered = set(dump.waiting)
         return dump
+
+    def after_report(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the collection for a failure report (a timeout's or a
+        stall's) ends, at once when none runs: a failure meanwhile stops the job only after
+        every instance had its chance to send its stacks."""
+        dump = self.dump
+        if dump is None or not self.in_report:
+            callback()
+            return
+        before = dump.after
+
+        def both() -> None:
+            if before is not None:
+                before()
+            callback()
+        self.dump = dump._replace(after=both)
 
     def done(self) -> None:
         """End the collection, if one runs: print the stacks or call ``on_timeout``."""
@@ -95,7 +116,7 @@ class StackCollector:
         if dump is None:
             return
         if dump.then == "print":
-            console.write(report.stacks_report(self.router.stacks, self.ends()))
+            console.write(report.stacks_report(self.router.stacks, self.ends(), self.unanswered))
         elif dump.then == "timeout":
             self.on_timeout()
         if dump.after is not None:

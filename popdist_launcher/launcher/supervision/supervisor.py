@@ -11,16 +11,15 @@ SIGTERM and SIGHUP are forwarded as they are and stop the job; SIGUSR1 and SIGUS
 SIGQUIT prints every instance's Python stacks; ``--timeout`` collects the stacks, then stops the
 job; the hang check (``hang/``), fed every frame that tells where an instance is, finds a hung one
 and hands it to its world, which treats it as a dead one. What an instance's end means is its
-world's (``world.py``): in an elastic job's open world
-instances are added while the job runs and their ends are reported instead. The wrappers'
-connections are ``hub.py``'s, the processes it starts ``spawner.py``'s, stdin forwarding
+world's (``world.py``): in an elastic job's open world instances are added while the job runs
+and their ends are reported instead. The wrappers' connections are ``hub.py``'s, what their
+frames mean ``frames.py``'s, the processes it starts ``spawner.py``'s, stdin forwarding
 ``stdin_forward.py``'s and stack collection ``stacks.py``'s; the attempts of a job are
 ``agents/fixed_world.py``'s.
 """
 from __future__ import annotations
 
 import os
-import selectors
 import signal
 import socket
 import time
@@ -29,10 +28,11 @@ from typing import Callable, Dict, List, Optional, Tuple
 from popdist_launcher.launcher.output import console, report
 from popdist_launcher.launcher.layout.backends.base import Backend, Launch, Wiring
 from popdist_launcher.launcher.supervision.attempt_end import write_attempt_end
+from popdist_launcher.launcher.supervision.frames import WrapperFrames
 from popdist_launcher.launcher.supervision.hang.check import HangCheck, SupervisorPort
-from popdist_launcher.launcher.supervision.hub import Conn, Hub
+from popdist_launcher.launcher.supervision.hub import Hub
 from popdist_launcher.launcher.supervision.loop import EventLoop
-from popdist_launcher.launcher.output.routing import STDERR, STDOUT, Router
+from popdist_launcher.launcher.output.routing import Router
 from popdist_launcher.launcher.supervision.spawner import Spawner
 from popdist_launcher.launcher.supervision.stacks import StackCollector
 from popdist_launcher.launcher.supervision.stdin_forward import StdinForwarder
@@ -79,7 +79,8 @@ class Supervisor:
         self.world.bind(self)
         self._wiring: Optional[Wiring] = None
         self._stdin = StdinForwarder(self._events.sel, self._hub, self.world.stdin_target)
-        self._events.handle("conn", self._on_conn)
+        self._frames = WrapperFrames(self, self._hub, self._stacks, self._stdin, self._secret)
+        self._events.handle("conn", self._frames.on_conn)
         self._events.handle("engine-out", lambda key, _: self._spawner.output(key.fd, key.data[1]))
         self._events.handle("exit", lambda key, _: self._on_process_exit(key.data[1]))
         self._events.handle("listen", lambda key, _: self._hub.accept(key.fileobj))
@@ -165,7 +166,8 @@ class Supervisor:
         other = "the other " if failure.cause.instance is not None else ""
         console.say(failure.cause.headline + (
             f" Stopping {other}{running} instance(s)." if running else ""))
-        self._begin_stop(signal.SIGTERM)
+        self._stacks.after_report(lambda: self.state in (JobState.STARTING, JobState.RUNNING)
+                                  and self._begin_stop(signal.SIGTERM))
 
     # ---- starting ----------------------------------------------------------------------------
     def _start_all(self) -> None:
@@ -230,13 +232,6 @@ class Supervisor:
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             self._events.wait(timeout)
 
-    def _on_conn(self, key: selectors.SelectorKey, mask: int) -> None:
-        conn = key.data[1]
-        if mask & selectors.EVENT_WRITE:
-            self._hub.write(conn)
-        if mask & selectors.EVENT_READ and not conn.closed:
-            self._read(conn)
-
     def _on_deadlines(self, now: float) -> None:
         self.router.show_held(now)
         self.world.on_deadlines(now)
@@ -289,105 +284,15 @@ class Supervisor:
                     all(s.returncode is not None for s in self._spawner.started):
                 self._to(self._outcome.state)
 
-    # ---- wrapper connections -----------------------------------------------------------------
-    def _read(self, conn: Conn) -> None:
-        frames = self._hub.receive(conn)
-        if frames is None:  # the connection ended
-            if conn.index is not None:
-                inst = self.instances[conn.index]
-                for stream in (STDOUT, STDERR):
-                    self.router.close(inst.index, stream)
-                if not inst.settled and conn.timed_out:
-                    self.lose(inst, f"was lost: its host stopped answering (no reply to the "
-                                     f"connection's keepalive for {p.LOST_AFTER_S} s)",
-                               host_gone=True)
-                elif not inst.settled:
-                    self.lose(inst, "lost its wrapper (the connection closed without an exit "
-                                     "status)")
-            return
-        for kind, payload in frames:
-            if conn.index is None:
-                if kind != p.HELLO or not self._hello(conn, payload):
-                    self._hub.close(conn)
-                    return
-                continue
-            self._on_frame(self.instances[conn.index], kind, payload)
-
-    def _hello(self, conn: Conn, payload: bytes) -> bool:
-        proven = p.hello_proven(payload, self._secret.encode(), conn.challenge,
-                                len(self.instances))
-        if proven is None:
-            console.warn("refused a connection that did not prove it belongs to this job.")
-            return False
-        index, their_challenge = proven
-        inst = self.instances[index]
-        if inst.state is not InstanceState.PENDING:
-            console.warn(f"instance {index} connected twice; refused the second.")
-            return False
-        conn.index = index
-        inst.conn = conn
-        inst.to(InstanceState.CONNECTED)
-        run = self.state in (JobState.STARTING, JobState.RUNNING) and not inst.stopped
-        spec = self.world.spec(index)
-        proof = p.mac(self._secret.encode(), p.LAUNCHER_PROOF + their_challenge, index).encode()
-        self._hub.send(conn, p.SPEC, proof + p.encode_spec(**spec, run=run))
-        if not run:
-            inst.to(InstanceState.EXITED)  # never started: nothing to wait for
-            self.world.ended(inst, "not-started", "stopped before it started")
-        if index == 0:
-            self._stdin.flush()
-        return True
-
-    def _on_frame(self, inst: Instance, kind: int, payload: bytes) -> None:
-        if kind == p.STDOUT:
-            self.router.feed(inst.index, STDOUT, payload)
-        elif kind == p.STDERR:
-            self.router.feed(inst.index, STDERR, payload)
-            self.hang.output(inst, payload, time.monotonic())
-        elif kind == p.STARTED:
-            inst.pid = int(payload)
-            self.hang.started(inst, time.monotonic())
-            self.world.started(inst)
-            if inst.state is InstanceState.CONNECTED:
-                inst.to(InstanceState.RUNNING)
-            console.debug("instance %d runs as pid %d on %s", inst.index, inst.pid, inst.host)
-            if self.state is JobState.STOPPING and self._outcome.signal is not None:
-                self.signal_instance(inst, self._outcome.signal)
-        elif kind == p.EXIT:
-            self._on_exit(inst, int(payload))
-        elif kind == p.STACKS:
-            if self._stacks.on_stacks(inst.index, payload.decode("utf-8", "replace")):
-                self._stacks.done()
-        elif kind == p.PROGRESS:
-            try:
-                step = int(payload)
-            except ValueError:
-                return
-            inst.progress = step if inst.progress is None else max(inst.progress, step)
-            self.hang.progress(inst, time.monotonic())
-            self.world.progressed(inst, step)
-        elif kind == p.PROBED:
-            self.hang.probed(inst, payload, time.monotonic())
-        elif kind == p.WHERE:
-            self.hang.where(inst, payload, time.monotonic())
-        elif kind == p.STALL:
-            self.hang.on_stall(inst, payload.decode("utf-8", "replace").strip(),
-                               self.state in (JobState.STARTING, JobState.RUNNING),
-                               time.monotonic())
-
-    def _on_exit(self, inst: Instance, returncode: int) -> None:
-        inst.returncode = returncode
-        inst.to(InstanceState.EXITED)
-        console.debug("instance %d %s", inst.index, report.describe_exit(returncode))
-        if inst.index == 0:
-            self._stdin.drop()
-        self._stacks.ended(inst.index)
-        self.hang.ended(inst, time.monotonic(), returncode == 0)
-        self.world.exited(inst)
-
     @property
     def stacks(self) -> StackCollector:
         return self._stacks
+
+    @property
+    def stopping_signal(self) -> Optional[int]:
+        """The signal that stops the job, while it stops (an instance that starts meanwhile
+        gets it too)."""
+        return self._outcome.signal if self.state is JobState.STOPPING else None
 
     def send(self, inst: Instance, kind: int, payload: bytes = b"") -> None:
         """One frame to ``inst``'s wrapper (it has a connection)."""
@@ -496,5 +401,5 @@ class Supervisor:
 
     def _result(self) -> JobResult:
         write_attempt_end(self._outcome, self.instances, self.router, self._ends(),
-                          self._stacks.in_report, self.failure_title, self._running_at_signal)
+                          self._stacks, self.failure_title, self._running_at_signal)
         return self._outcome.result()
