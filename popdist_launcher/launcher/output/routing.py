@@ -445,12 +445,19 @@ class Router:
             logs.write(f"{self.log_name(index)}.stacks.log",
                        f"# {reason}\n{text or '(no Python stack)'}\n".encode())
 
-    def engine_line(self, label: str, text: str, shown: bool = True) -> None:
+    def engine_line(self, label: str, text: str, shown: bool = True,
+                    noise: bool = False) -> None:
         """A line of an engine's own output (mpirun's, srun's): logged as ``<label>.log``, and
         on the console while ``shown`` (before the launcher decided how the job ends: its own
-        lines explain the end then) or with -v; the first line left out says where they are."""
+        lines explain the end then) or with -v; the first line left out says where they are.
+        ``noise``: a line that says nothing about the job (the backend's ``engine_noise``),
+        logged and shown only with -v."""
         if self.logs is not None:
             self.logs.write(f"{label}.log", (text + "\n").encode())
+        if noise:
+            if launcher_console.verbose:
+                self.say(f"[{label}]: {text}")
+            return
         if shown or launcher_console.verbose:
             self.say(f"[{label}]: {text}")
         elif label not in self._engines_quiet:

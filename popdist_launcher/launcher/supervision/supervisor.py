@@ -71,7 +71,8 @@ class Supervisor:
         self._secret = os.urandom(16).hex()
         self._spawner = Spawner(self._events.sel, rendezvous_socket,
                                 lambda label, text: router.engine_line(
-                                    label, text, shown=not self._outcome.decided))
+                                    label, text, shown=not self._outcome.decided,
+                                    noise=any(n in text for n in backend.engine_noise)))
         self._hub = Hub(self._events.sel, plan.num_instances)
         self._stacks = StackCollector(router, self._hub, self._ends, self._timed_out)
         self.hang = HangCheck(SupervisorPort(self), hang_timeout, hang_busy_timeout)

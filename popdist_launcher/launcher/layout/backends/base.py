@@ -110,6 +110,9 @@ class Backend(abc.ABC):
     takes_mpi_agent: bool = False
     # An engine's own start-up failures that have nothing to do with the job: started once more.
     start_transients: Sequence[str] = ()
+    # Lines of the engine's own output that say nothing about the job (a race the engine
+    # reports and recovers from): kept in its log, never on the console.
+    engine_noise: Sequence[str] = ()
 
     @abc.abstractmethod
     def launches(self, plan: LaunchPlan, wiring: Wiring, secret: str) -> List[Launch]:

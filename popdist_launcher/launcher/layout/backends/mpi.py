@@ -36,6 +36,10 @@ class MpiBackend(Backend):
     # listener that could not start). The cause seen in CI, a killed mpirun's session directory
     # under a reused pid, cannot happen under session_base(); the retry stays for any other.
     start_transients = ("PMIx server's listener thread failed to start",)
+    # PRRTE's ssh launcher puts each remote daemon's ssh in its own process group from both
+    # sides of the fork; when the child has already exec'd, the parent's call fails with EACCES
+    # and prints this, though the group is set (seen in CI under load).
+    engine_noise = ("failed in parent with errno=Permission denied(13)",)
 
     def __init__(self, slots: Sequence[hostlib.HostSlots], counts: Sequence[int],
                  ssh: SshOptions = SshOptions(), global_args: Sequence[str] = (),
