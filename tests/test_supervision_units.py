@@ -471,19 +471,37 @@ def test_stdin_waits_for_instance_0_and_ends_once():
     sel.close()
 
 
+class _Collection:
+    """A stack collector over ``n`` connected stand-in instances (socket pairs: ``theirs`` are
+    the wrappers' ends), its hub and router; ``close`` ends them all."""
+
+    def __init__(self, n):
+        self.sel = selectors.DefaultSelector()
+        self.hub = Hub(self.sel, backlog=n)
+        pairs = [socket.socketpair() for _ in range(n)]
+        self.theirs = [theirs for _, theirs in pairs]
+        self.insts = [_Inst(i, self.hub.add(ours, i)) for i, (ours, _) in enumerate(pairs)]
+        self.console = Console()
+        self.router = out.Router(n, out.OutputOptions(), console=self.console.fds)
+        self.collector = StackCollector(self.router, self.hub)
+
+    def close(self):
+        self.router.close_all()
+        self.console.read()
+        self.hub.close_all()
+        for theirs in self.theirs:
+            theirs.close()
+        self.sel.close()
+
+
 def test_stack_collection_waits_for_the_running_and_keeps_a_stall_reporter():
-    sel = selectors.DefaultSelector()
-    hub = Hub(sel, backlog=3)
-    pairs = [socket.socketpair() for _ in range(3)]
-    insts = [_Inst(i, hub.add(ours, i)) for i, (ours, _) in enumerate(pairs)]
-    console = Console()
-    router = out.Router(3, out.OutputOptions(), console=console.fds)
-    router.add_stacks(2, "reporter's own stacks", "stall")
-    collector = StackCollector(router, hub)
-    assert not collector.collect(insts, "instance 2 reported a stall", "stall", keep=2)
+    c = _Collection(3)
+    c.router.add_stacks(2, "reporter's own stacks", "stall")
+    collector = c.collector
+    assert not collector.collect(c.insts, "instance 2 reported a stall", "stall", keep=2)
     assert collector.in_report and collector.deadline is not None
     asked = []
-    for i, (_, theirs) in enumerate(pairs):
+    for i, theirs in enumerate(c.theirs):
         theirs.setblocking(False)
         try:
             if p.FrameReader().feed(theirs.recv(64)) == [(p.DUMP, b"")]:
@@ -496,46 +514,31 @@ def test_stack_collection_waits_for_the_running_and_keeps_a_stall_reporter():
     assert collector.dump.waiting == set()
     dump = collector.finish()
     assert dump.then == "stall" and collector.dump is None and collector.finish() is None
-    assert set(router.stacks) == {0, 2}
-    router.close_all()
-    console.read()
-    hub.close_all()
-    for _, theirs in pairs:
-        theirs.close()
-    sel.close()
+    assert set(c.router.stacks) == {0, 2}
+    c.close()
 
 
 def test_a_failure_during_a_reports_collection_waits_for_it_and_the_silent_are_named():
     # A stall's reporter fails (exits) at once; stopping the others must wait until their
     # stacks are in, and one that never answers is named as running, not as ended.
-    sel = selectors.DefaultSelector()
-    hub = Hub(sel, backlog=2)
-    pairs = [socket.socketpair() for _ in range(2)]
-    insts = [_Inst(i, hub.add(ours, i)) for i, (ours, _) in enumerate(pairs)]
-    console = Console()
-    router = out.Router(2, out.OutputOptions(), console=console.fds)
-    collector = StackCollector(router, hub)
+    c = _Collection(2)
+    collector = c.collector
     stops = []
     collector.after_report(lambda: stops.append("no collection"))
     assert stops == ["no collection"]  # nothing to wait for: at once
-    assert not collector.collect(insts, "instance 0 reported a stall", "stall")
+    assert not collector.collect(c.insts, "instance 0 reported a stall", "stall")
     collector.after_report(lambda: stops.append("stop"))
     assert stops == ["no collection"]
     assert not collector.on_stacks(0, "stacks of 0")
     collector.done()  # the deadline: instance 1 never answered
     assert stops == ["no collection", "stop"] and collector.unanswered == {1}
     ends = {i: report.InstanceEnd(i, "localhost", 100 + i, -15, "stopped") for i in range(2)}
-    text = report.stacks_report(router.stacks, ends, collector.unanswered)
+    text = report.stacks_report(c.router.stacks, ends, collector.unanswered)
     assert "instance 1 (host localhost): running when asked, but its stacks did not arrive" \
         in text and "not running" not in text
-    assert collector.collect(insts[:0], "--timeout", "timeout") and collector.unanswered == set()
+    assert collector.collect([], "--timeout", "timeout") and collector.unanswered == set()
     collector.done()
-    router.close_all()
-    console.read()
-    hub.close_all()
-    for _, theirs in pairs:
-        theirs.close()
-    sel.close()
+    c.close()
 
 
 def test_tcp_wrapper_connections_have_keepalive_on_both_ends():
