@@ -454,13 +454,9 @@ class Router:
         logged and shown only with -v."""
         if self.logs is not None:
             self.logs.write(f"{label}.log", (text + "\n").encode())
-        if noise:
-            if launcher_console.verbose:
-                self.say(f"[{label}]: {text}")
-            return
-        if shown or launcher_console.verbose:
+        if launcher_console.verbose or (shown and not noise):
             self.say(f"[{label}]: {text}")
-        elif label not in self._engines_quiet:
+        elif not noise and label not in self._engines_quiet:
             self._engines_quiet.add(label)
             where = f"; they are in {os.path.join(self.logs.folder, label + '.log')}" \
                 if self.logs is not None else ""
