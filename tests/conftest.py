@@ -122,6 +122,20 @@ def pid_dir(tmp_path):
                 pass
 
 
+@pytest.fixture(scope="module")
+def horovod_cycle_5ms():
+    """Horovod's background thread wakes every HOROVOD_CYCLE_TIME ms (1 by default) to
+    negotiate, also while every rank waits. The files whose jobs mostly wait over Gloo (elastic
+    rounds, restarts, hung ranks) use it: what they test is membership, recovery and hang
+    verdicts, not a collective's latency, and 5 ms (a user's knob, as ``-x`` or in the
+    environment) spares the suite's 2-core machine the idle cycling (docs/contributing.md).
+    Their few jobs on the mpi backend then run at 5 ms too: a cycle time the user's environment
+    sets wins over the launcher's own."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOROVOD_CYCLE_TIME", "5")
+        yield
+
+
 SLURM_LOCAL = Path(__file__).resolve().parent.parent / "scripts" / "slurm-local.sh"
 
 

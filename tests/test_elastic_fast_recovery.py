@@ -13,6 +13,8 @@ import pytest
 from test_elastic_horovod import Job, check_weights, rounds
 from elastic_reference import loop_reference  # noqa: E402  (tests/workers, on the path now)
 
+pytestmark = pytest.mark.usefixtures("horovod_cycle_5ms")  # conftest: idle Horovod cycling
+
 # a line of its own, even when the program was in the middle of one on stderr
 CUT = re.compile(r"^\[(\d+)\]<stderr>:poprun-lite: \S+: a worker of the job failed: shut down "
                  r"(\d+) connection\(s\) of the program to the job's workers\.$", re.MULTILINE)

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_elastic_horovod import (Job, check_membership_log, check_weights,  # noqa: E402
                                   loop_reference, recovery, rounds, start_env)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("horovod_cycle_5ms")]
 
 MEMBER = program("progress_member.py")
 TWO = "localhost:1,127.0.0.1:1"

@@ -19,6 +19,8 @@ import pytest
 
 from conftest import LAUNCHER, wait_gone
 
+pytestmark = pytest.mark.usefixtures("horovod_cycle_5ms")  # conftest: idle Horovod cycling
+
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS = Path(__file__).parent / "workers"
 # (program, its arguments after OUT_DIR, the epochs it trains)

@@ -20,7 +20,7 @@ from netns_hosts import TestHosts, require_test_hosts
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "workers"))
 import elastic_estimator  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("horovod_cycle_5ms")]
 
 
 @pytest.fixture

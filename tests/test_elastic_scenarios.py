@@ -23,7 +23,7 @@ import pytest
 
 from conftest import LAUNCHER, wait_gone
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("horovod_cycle_5ms")]
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).parent / "workers" / "elastic_scenario.py"
@@ -280,7 +280,9 @@ def test_a_host_whose_workers_all_fail_at_start_is_blacklisted_with_its_cooldown
     assert job.proc.returncode == 0, text[-5000:]
     records = job.records()
     check_epochs_once(records, 4)
-    assert {(r["host"], r["size"]) for r in records} == {("localhost", 2)}
+    # Only localhost trains. (A line's "size" may be 4: when 127.0.0.1 comes back at the
+    # epoch's last commit, rank 0 writes the line in the new round, before any step in it.)
+    assert {(r["host"], r["step_size"]) for r in records} == {("localhost", 2)}
     stamped = [(_seconds(t), line) for t, line in
                re.findall(r"^poprun-lite: \[([0-9:.]+)\] (.*)$", text, re.MULTILINE)]
     out = [(t, float(m.group(1))) for t, line in stamped

@@ -18,7 +18,7 @@ from side_by_side import poprun_together
 sys.path.insert(0, str(Path(__file__).parent))
 from test_elastic_horovod import Job, check_weights, loop_reference, rounds  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("horovod_cycle_5ms")]
 
 CASES = program("hang_cases.py")
 HUNG = re.compile(r"instance (\d) \(host localhost\) was hung \((\w+)\): (.*?); killed it with "

@@ -7,7 +7,10 @@ usage: elastic_scenario.py LOG [--epochs N] [--batches N] [--epoch-wait S] [--ho
                                [--sync-failures JSON] [--fail-at-start HOST] [--pid-dir DIR]
                                [--fail-before-init HOST] [--fail-at-import HOST]
   LOG         rank 0 appends {"epoch", "commits", "host", "start_rank", "rank", "size",
-              "rendezvous", "pid"} after each epoch (a discovery script may count its lines)
+              "step_size", "rendezvous", "pid"} after each epoch (a discovery script may count
+              its lines); "size" is the round's when the line is written, "step_size" the
+              round's of this worker's last training step (a host change caught by the epoch's
+              last commit writes the line in the new round, before any step in it)
   --hosts     [[epoch, [host:slots, ...]], ...]: the hosts the discovery script lists while
               LOG has `epoch` lines (null: every later epoch); when the next epoch's hosts differ,
               rank 0 waits up to --notice-wait s (default 5) for the driver's notice of the change
@@ -108,8 +111,12 @@ def wait_for_notice(state) -> None:
         time.sleep(0.05)
 
 
+step_size = None  # hvd.size() at this worker's last training step
+
+
 @hvd.elastic.run
 def train(state):
+    global step_size
     state.rendezvous += 1
     if host == args.fail_at_start:
         raise RuntimeError(f"{host}: this host's workers fail as they begin to train")
@@ -117,6 +124,7 @@ def train(state):
         while state.batch < args.batches:
             maybe_fail(state.epoch, state.batch)
             train_step()
+            step_size = hvd.size()
             state.batch += 1
             state.commits += 1
             state.commit()
@@ -125,6 +133,7 @@ def train(state):
                 log.write(json.dumps({
                     "epoch": state.epoch, "commits": state.commits, "host": host,
                     "start_rank": start_rank, "rank": hvd.rank(), "size": hvd.size(),
+                    "step_size": step_size,
                     "rendezvous": state.rendezvous, "pid": os.getpid()}) + "\n")
             if hosts_at.get(state.epoch, later_hosts) != hosts_at.get(state.epoch + 1,
                                                                        later_hosts):
