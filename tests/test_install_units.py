@@ -140,6 +140,18 @@ def test_the_build_environment_has_horovods_flags_and_the_users_win():
     assert no_mpi["HOROVOD_GPU_OPERATIONS"] == "NCCL"
 
 
+def test_the_build_compiles_files_in_parallel_unless_make_says_how_many():
+    assert horovod_build.with_jobs("", 2) == "-j2"
+    # `make setup TF=2.15` and `make test-tf215`: a make's MAKEFLAGS without -j.
+    assert horovod_build.with_jobs(" --no-print-directory -- TF=2.15", 4) == \
+        "--no-print-directory -j4 -- TF=2.15"
+    assert horovod_build.with_jobs("s", 2) == "s -j2"
+    for given in (" -j3 --jobserver-auth=3,4", "k -j2 --jobserver-auth=3,4 -- X=1", " -j"):
+        assert horovod_build.with_jobs(given, 8) == given
+    env = build_plan().environment({"MAKEFLAGS": " -- TF=2.15"})
+    assert env["MAKEFLAGS"].startswith("-j") and env["MAKEFLAGS"].endswith(" -- TF=2.15")
+
+
 def test_the_cache_folder_is_make_setups_name_for_the_default_build():
     root = pathlib.Path("/cache")
     assert build_plan().cache_folder(root) == root / "horovod-0.28.1-tf2.21.0-cp313"

@@ -72,11 +72,23 @@ class BuildPlan:
             flags["HOROVOD_GPU_OPERATIONS"] = self.gpu_operations
         for name, value in flags.items():
             env.setdefault(name, value)
-        env.setdefault("MAKEFLAGS", f"-j{os.cpu_count() or 1}")
+        env["MAKEFLAGS"] = with_jobs(base.get("MAKEFLAGS", ""), len(os.sched_getaffinity(0)))
         if self.include_dirs:
             env["CPLUS_INCLUDE_PATH"] = os.pathsep.join(
                 [*self.include_dirs, *filter(None, [base.get("CPLUS_INCLUDE_PATH")])])
         return env
+
+
+def with_jobs(makeflags: str, jobs: int) -> str:
+    """``makeflags`` with ``-jJOBS`` added where it sets no number of jobs. Run from a make
+    (``make setup TF=2.15``), the build inherits that make's MAKEFLAGS (`` -- TF=2.15``): without
+    a ``-j`` there, Horovod's setup.py drops its own ``-j8`` and its CMake build compiles one file
+    at a time. A ``-jN`` the user's make was given (``make -j4``: `` -j4 --jobserver-auth=...``)
+    is kept."""
+    flags, separator, variables = makeflags.partition(" -- ")
+    if any(word.startswith("-j") for word in flags.split()):
+        return makeflags
+    return f"{flags.strip()} -j{jobs}".strip() + separator + variables
 
 
 def find_mpicc() -> Optional[str]:
