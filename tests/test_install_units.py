@@ -2,6 +2,7 @@
 ``--check-build``'s gaps and the command each one names, by environment (``make setup``'s
 virtualenv, plain ``tensorflow``, ``tensorflow-cpu``); the Horovod build's flags, include path,
 cache folder and library search path; which TensorFlow distribution is installed."""
+import os
 import pathlib
 
 from popdist_launcher.install import check_build, horovod_build, tensorflow_dist
@@ -149,7 +150,8 @@ def test_the_build_compiles_files_in_parallel_unless_make_says_how_many():
     for given in (" -j3 --jobserver-auth=3,4", "k -j2 --jobserver-auth=3,4 -- X=1", " -j"):
         assert horovod_build.with_jobs(given, 8) == given
     env = build_plan().environment({"MAKEFLAGS": " -- TF=2.15"})
-    assert env["MAKEFLAGS"].startswith("-j") and env["MAKEFLAGS"].endswith(" -- TF=2.15")
+    assert env["MAKEFLAGS"] == f"-j{horovod_build.usable_cpus()} -- TF=2.15"
+    assert 1 <= horovod_build.usable_cpus() <= (os.cpu_count() or 1)
 
 
 def test_the_cache_folder_is_make_setups_name_for_the_default_build():

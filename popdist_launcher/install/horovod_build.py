@@ -72,11 +72,17 @@ class BuildPlan:
             flags["HOROVOD_GPU_OPERATIONS"] = self.gpu_operations
         for name, value in flags.items():
             env.setdefault(name, value)
-        env["MAKEFLAGS"] = with_jobs(base.get("MAKEFLAGS", ""), len(os.sched_getaffinity(0)))
+        env["MAKEFLAGS"] = with_jobs(base.get("MAKEFLAGS", ""), usable_cpus())
         if self.include_dirs:
             env["CPLUS_INCLUDE_PATH"] = os.pathsep.join(
                 [*self.include_dirs, *filter(None, [base.get("CPLUS_INCLUDE_PATH")])])
         return env
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, where the platform has one)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
 def with_jobs(makeflags: str, jobs: int) -> str:
