@@ -484,9 +484,9 @@ def run(argv: Sequence[str]) -> int:
 def main() -> None:
     """The ``poprun-lite`` command (console script, ``python -m popdist_launcher``): runs the
     command line with ``sys.argv`` and ends the process with its exit code."""
+    console.open_standard_streams()
     code = run(sys.argv[1:])
-    sys.stdout.flush()
-    sys.stderr.flush()
+    console.flush_standard_streams()
     os._exit(code)  # nothing left to finalize: skipping the interpreter's teardown saves ~25 ms
 
 

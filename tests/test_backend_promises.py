@@ -252,6 +252,45 @@ def test_output_dir_keeps_a_failed_jobs_logs_and_the_console_is_tagged(backend, 
         "instance 2 gives up with code 5\n"
 
 
+def test_a_reader_of_its_output_that_goes_away_stops_the_job_as_sigterm_does(backend, pid_dir):
+    # `poprun-lite ... | head`: the launcher's next write to the pipe brings it SIGPIPE, and, as
+    # mpirun does, it ends the job: every program gets SIGTERM and the grace period, the exit
+    # code is 128+SIGPIPE, and the stop summary still reaches stderr.
+    job = backend.start("-np", str(NP), "--grace-period", "20", program("behave.py"),
+                        str(pid_dir), "onstop:1", "waitfor:closed", "stdout:3", "sleep:120")
+    wait_for_files([pid_dir / f"ready-{i}" for i in range(NP)], timeout=60)
+    pids = read_pids(pid_dir, "pid")
+    job.popen.stdout.close()
+    job.popen.stdout = None  # finish() reads stderr only
+    (pid_dir / "closed").write_text("closed")
+    code, out, err = job.finish()
+    assert code == 128 + signal.SIGPIPE, err[-3000:]
+    assert "the reader of its output has gone (SIGPIPE); sending SIGTERM to" in err
+    assert "===== job stopped by SIGPIPE =====" in err
+    assert "Traceback" not in err
+    for i in range(NP):
+        assert (pid_dir / f"signal-{i}").read_text() == "SIGTERM"
+        assert (pid_dir / f"saved-{i}").read_text() == "saved"
+    everything_gone(backend, pids)
+
+
+def test_closed_standard_descriptors_are_dev_null_and_the_job_runs(backend, pid_dir):
+    # `poprun-lite ... <&- >&-`: the job runs and its output is dropped, as a missing stdout is
+    # for Python's print; nothing the launcher opens takes descriptor 0 or 1 meanwhile.
+    # (Closed by a shell that then becomes poprun-lite: under salloc, closed before salloc,
+    # salloc's own files would take those numbers and poprun-lite would inherit them.)
+    close = ["sh", "-c", 'exec "$@" <&- >&-', "sh"]
+    argv = [*backend.prefix, *close, *LAUNCHER, *backend.options, "-np", str(NP),
+            program("behave.py"), str(pid_dir), "stdin", "stdout:3"]
+    result = subprocess.run(argv,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=dict(backend.env, POPRUN_TIMEOUT=f"{JOB_TIMEOUT * 0.85 - 5:g}"),
+                            timeout=JOB_TIMEOUT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr == ""
+    assert [(pid_dir / f"stdin-{i}").read_text() for i in range(NP)] == [""] * NP
+
+
 def test_stdin_goes_to_instance_0_only(backend, pid_dir):
     result = backend.run("-np", str(NP), program("behave.py"), str(pid_dir), "stdin",
                          input="first line\nsecond line\n")

@@ -7,7 +7,8 @@ The job moves STARTING -> RUNNING -> STOPPING -> DRAINING -> SUCCEEDED | FAILED 
 from the wrappers' reports, the same way on every backend: in the plan's fixed world the first
 instance to exit non-zero ends the job (the others get SIGTERM, then SIGKILL after the grace
 period), as does an engine (mpirun, srun, ssh) that ends before its instances started; SIGINT,
-SIGTERM and SIGHUP are forwarded as they are and stop the job; SIGUSR1 and SIGUSR2 are forwarded;
+SIGTERM and SIGHUP are forwarded as they are and stop the job; SIGPIPE (the reader of the launcher's
+output has gone: ``| head``) stops it as SIGTERM does; SIGUSR1 and SIGUSR2 are forwarded;
 SIGQUIT prints every instance's Python stacks; ``--timeout`` collects the stacks, then stops the
 job; the hang check (``hang/``), fed every frame that tells where an instance is, finds a hung one
 and hands it to its world, which treats it as a dead one. What an instance's end means is its
@@ -47,6 +48,7 @@ from popdist_launcher.launcher.supervision.world import FixedWorld, World
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 DUMP_SIGNAL = signal.SIGQUIT  # to the launcher: print every instance's Python stacks, go on
+READER_GONE = signal.SIGPIPE  # a write to a pipe nobody reads: stop the job as SIGTERM does
 DRAIN_SECONDS = 5.0           # after RELEASE, for wrappers to flush and engines to exit
 
 
@@ -97,7 +99,7 @@ class Supervisor:
 
     # ---- public -------------------------------------------------------------------------------
     def run(self) -> JobResult:
-        with self._events.signals(FORWARDED_SIGNALS + (DUMP_SIGNAL, signal.SIGTTIN),
+        with self._events.signals(FORWARDED_SIGNALS + (DUMP_SIGNAL, READER_GONE, signal.SIGTTIN),
                                 self._on_signal):
             try:
                 self._start_all()
@@ -334,6 +336,13 @@ class Supervisor:
                             "on).")
                 self._stacks.request(self.instances, "on request (SIGQUIT to poprun-lite)",
                                      "print")
+        elif signum == READER_GONE:
+            # Every later line to that pipe brings another one: only the first stops the job,
+            # and never one that is already ending.
+            if not self._outcome.decided and self.state in (JobState.STARTING,
+                                                            JobState.RUNNING):
+                self._stop_for(signum, signal.SIGTERM, "the reader of its output has gone "
+                               "(SIGPIPE); sending SIGTERM")
         elif signum in FORWARDED_SIGNALS:
             self._forward(signum)
 
@@ -348,12 +357,17 @@ class Supervisor:
             console.say(f"{name} again; killing all instances now.")
             self._kill_everything()
             return
+        self._stop_for(signum, signum, f"received {name}; forwarding it")
+
+    def _stop_for(self, signum: int, sent: int, what: str) -> None:
+        """Stop the job for the stopping signal ``signum`` (its exit code 128+signum): ``sent``
+        to every running instance, SIGKILL after the grace period."""
         self._outcome.signal = signum
         self._running_at_signal = [i.index for i in self.instances if not i.settled]
         running = len(self._running_at_signal)
-        console.say(f"received {name}; forwarding it to {running} instance(s) (SIGKILL after "
+        console.say(f"{what} to {running} instance(s) (SIGKILL after "
                     f"{self.plan.grace_period:g} s).")
-        self._begin_stop(signum)
+        self._begin_stop(sent)
 
     def signal_instance(self, inst: Instance, signum: int) -> None:
         """``signum`` to ``inst``'s program, through its wrapper, unless it has ended."""
