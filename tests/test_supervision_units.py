@@ -113,6 +113,23 @@ def test_tail_keeps_the_last_lines_and_only_instance_filters_the_console():
     assert router.tail(0, "stderr") == ["line 7", "line 8", "line 9"]
 
 
+def test_a_console_pipe_whose_reader_has_gone_is_noted_and_its_lines_dropped():
+    # `| head`: the write fails with EPIPE (Python ignores SIGPIPE); the supervisor stops the
+    # job on reader_gone. A log file or stderr that still has a reader keeps getting lines.
+    read_out, write_out = os.pipe()
+    console = Console()
+    os.close(read_out)
+    router = out.Router(1, out.OutputOptions(), console=(write_out, console.fds[1]))
+    router.feed(0, "stderr", b"to stderr\n")
+    assert not router.reader_gone
+    router.feed(0, "stdout", b"to the closed pipe\n")
+    assert router.reader_gone
+    router.feed(0, "stderr", b"still shown\n")
+    router.close_all()
+    os.close(write_out)
+    assert console.read()[1] == b"[0]<stderr>:to stderr\n[0]<stderr>:still shown\n"
+
+
 def test_an_engines_noise_is_logged_and_never_on_the_console(tmp_path):
     # PRRTE's ssh launcher's setpgid race (seen in CI): the line says nothing about the job.
     race = "[vm:08971] plm:ssh: Warning: setpgid(8975,8975) failed in parent with " \

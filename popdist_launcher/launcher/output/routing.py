@@ -69,8 +69,8 @@ def timestamp() -> bytes:
             + f".{int(now % 1 * 1000):03d}]").encode()
 
 
-def write_all(fd: int, data: bytes) -> None:
-    """Write the whole buffer; a closed reader (EPIPE) drops it."""
+def write_all(fd: int, data: bytes) -> bool:
+    """Write the whole buffer; a closed reader (EPIPE) drops it and gives False."""
     view = memoryview(data)
     while view:
         try:
@@ -82,9 +82,10 @@ def write_all(fd: int, data: bytes) -> None:
             continue
         except OSError as exc:
             if exc.errno == errno.EPIPE:
-                return
+                return False
             raise
         view = view[n:]
+    return True
 
 
 def open_output_dir(path: str) -> int:
@@ -180,6 +181,7 @@ class Router:
         self._own_logs: Dict[int, Optional[LogFiles]] = {}
         self._added_hosts: Dict[int, str] = {}
         self._console = {STDOUT: console[0], STDERR: console[1]}
+        self.reader_gone = False  # a console pipe's reader has gone (| head): the job stops
         self._tty = all(os.isatty(fd) for fd in console)
         self._partial: Dict[Tuple[int, str], List[bytes]] = {}
         self._tail_partial: Dict[Tuple[int, str], bytes] = {}
@@ -206,6 +208,11 @@ class Router:
                 for stream in (STDOUT, STDERR):
                     logs.fd(f"{self.log_name(i)}.{stream}.log")
         launcher_console.attach(self.say)
+
+    def _write_console(self, stream: str, data: bytes) -> None:
+        """``data`` to the console's ``stream``, noting a reader that has gone."""
+        if not write_all(self._console[stream], data):
+            self.reader_gone = True
 
     def add(self, index: int, tag: str, logs: Optional[LogFiles] = None, host: str = "") -> None:
         """One more process, added while the job runs (an elastic worker on ``host``): tagged
@@ -295,7 +302,7 @@ class Router:
                     data = b"\n" + data  # leave the other instance's unfinished line as it is
                     self._partial.pop(self._open, None)
                     self._open = None
-                write_all(self._console[item.stream], data)
+                self._write_console(item.stream, data)
 
     def _console_lines(self, index: int, stream: str, data: bytes) -> None:
         key = (index, stream)
@@ -310,7 +317,7 @@ class Router:
         prefix = self._prefix(index, stream)
         if prefix:
             complete = prefix + complete[:-1].replace(b"\n", b"\n" + prefix) + b"\n"
-        write_all(self._console[stream], complete)
+        self._write_console(stream, complete)
 
     def _console_tty(self, index: int, stream: str, data: bytes) -> None:
         key = (index, stream)
@@ -352,7 +359,7 @@ class Router:
                 body = body.replace(b"\n", b"\n" + prefix)
         out.append(body)
         self._open = None if data.endswith(b"\n") else key
-        write_all(self._console[key[1]], b"".join(out))
+        self._write_console(key[1], b"".join(out))
 
     @property
     def held_deadline(self) -> Optional[float]:
@@ -422,12 +429,12 @@ class Router:
             if held is not None:
                 self._show_tty(key, b"".join(held.chunks) + b"\n")
             elif self._open == key:
-                write_all(self._console[stream], b"\n")
+                self._write_console(stream, b"\n")
                 self._open = None
             return
         head = self._partial.pop(key, None)
         if head:
-            write_all(self._console[stream], self._prefix(index, stream) + b"".join(head) + b"\n")
+            self._write_console(stream, self._prefix(index, stream) + b"".join(head) + b"\n")
 
     def tail(self, index: int, stream: str = STDERR) -> List[str]:
         """The last lines of ``index``'s ``stream``, less TensorFlow's start-up notices (those
@@ -471,7 +478,7 @@ class Router:
         if self._open is not None:
             data = b"\n" + data
             self._open = None
-        write_all(self._console[STDERR], data)
+        self._write_console(STDERR, data)
 
     def close_all(self) -> None:
         launcher_console.detach(self.say)

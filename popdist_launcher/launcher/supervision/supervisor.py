@@ -7,8 +7,8 @@ The job moves STARTING -> RUNNING -> STOPPING -> DRAINING -> SUCCEEDED | FAILED 
 from the wrappers' reports, the same way on every backend: in the plan's fixed world the first
 instance to exit non-zero ends the job (the others get SIGTERM, then SIGKILL after the grace
 period), as does an engine (mpirun, srun, ssh) that ends before its instances started; SIGINT,
-SIGTERM and SIGHUP are forwarded as they are and stop the job; SIGPIPE (the reader of the launcher's
-output has gone: ``| head``) stops it as SIGTERM does; SIGUSR1 and SIGUSR2 are forwarded;
+SIGTERM and SIGHUP are forwarded as they are and stop the job; a console whose reader has gone
+(``| head``) stops it as SIGTERM does; SIGUSR1 and SIGUSR2 are forwarded;
 SIGQUIT prints every instance's Python stacks; ``--timeout`` collects the stacks, then stops the
 job; the hang check (``hang/``), fed every frame that tells where an instance is, finds a hung one
 and hands it to its world, which treats it as a dead one. What an instance's end means is its
@@ -48,7 +48,7 @@ from popdist_launcher.launcher.supervision.world import FixedWorld, World
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 DUMP_SIGNAL = signal.SIGQUIT  # to the launcher: print every instance's Python stacks, go on
-READER_GONE = signal.SIGPIPE  # a write to a pipe nobody reads: stop the job as SIGTERM does
+READER_GONE = signal.SIGPIPE  # what a console pipe nobody reads would send: the job's exit code
 DRAIN_SECONDS = 5.0           # after RELEASE, for wrappers to flush and engines to exit
 
 
@@ -99,7 +99,7 @@ class Supervisor:
 
     # ---- public -------------------------------------------------------------------------------
     def run(self) -> JobResult:
-        with self._events.signals(FORWARDED_SIGNALS + (DUMP_SIGNAL, READER_GONE, signal.SIGTTIN),
+        with self._events.signals(FORWARDED_SIGNALS + (DUMP_SIGNAL, signal.SIGTTIN),
                                 self._on_signal):
             try:
                 self._start_all()
@@ -237,6 +237,13 @@ class Supervisor:
 
     def _on_deadlines(self, now: float) -> None:
         self.router.show_held(now)
+        if self.router.reader_gone and not self._outcome.decided and \
+                self.state in (JobState.STARTING, JobState.RUNNING):
+            # Python ignores SIGPIPE: the Router saw its console pipe refuse a write (as mpirun
+            # stops on SIGPIPE). Only the console's pipes count, never a socket or an engine's
+            # stdin whose reader has gone.
+            self._stop_for(READER_GONE, signal.SIGTERM, "the reader of its output has gone "
+                           "(SIGPIPE); sending SIGTERM")
         self.world.on_deadlines(now)
         if self._job_deadline is not None and now >= self._job_deadline:
             self._job_deadline = None
@@ -336,13 +343,6 @@ class Supervisor:
                             "on).")
                 self._stacks.request(self.instances, "on request (SIGQUIT to poprun-lite)",
                                      "print")
-        elif signum == READER_GONE:
-            # Every later line to that pipe brings another one: only the first stops the job,
-            # and never one that is already ending.
-            if not self._outcome.decided and self.state in (JobState.STARTING,
-                                                            JobState.RUNNING):
-                self._stop_for(signum, signal.SIGTERM, "the reader of its output has gone "
-                               "(SIGPIPE); sending SIGTERM")
         elif signum in FORWARDED_SIGNALS:
             self._forward(signum)
 
