@@ -253,9 +253,10 @@ def test_output_dir_keeps_a_failed_jobs_logs_and_the_console_is_tagged(backend, 
 
 
 def test_a_reader_of_its_output_that_goes_away_stops_the_job_as_sigterm_does(backend, pid_dir):
-    # `poprun-lite ... | head`: the launcher's next write to the pipe brings it SIGPIPE, and, as
-    # mpirun does, it ends the job: every program gets SIGTERM and the grace period, the exit
-    # code is 128+SIGPIPE, and the stop summary still reaches stderr.
+    # `poprun-lite ... | head`: the launcher's next write to the pipe is refused (EPIPE; Python
+    # ignores SIGPIPE), and, as mpirun does on SIGPIPE, it ends the job: every program gets
+    # SIGTERM and the grace period, the exit code is 128+SIGPIPE, and the stop summary still
+    # reaches stderr.
     job = backend.start("-np", str(NP), "--grace-period", "20", program("behave.py"),
                         str(pid_dir), "onstop:1", "waitfor:closed", "stdout:3", "sleep:120")
     wait_for_files([pid_dir / f"ready-{i}" for i in range(NP)], timeout=60)

@@ -115,7 +115,7 @@ def test_tail_keeps_the_last_lines_and_only_instance_filters_the_console():
 
 def test_a_console_pipe_whose_reader_has_gone_is_noted_and_its_lines_dropped():
     # `| head`: the write fails with EPIPE (Python ignores SIGPIPE); the supervisor stops the
-    # job on reader_gone. A log file or stderr that still has a reader keeps getting lines.
+    # job on reader_gone. The other stream, which still has its reader, keeps getting lines.
     read_out, write_out = os.pipe()
     console = Console()
     os.close(read_out)
